@@ -1,0 +1,38 @@
+// The timing helper and the registry of benchmarks (see bench.h).
+#include <algorithm>
+#include <chrono>
+
+#include "bench/bench.h"
+
+namespace frugal::bench {
+
+std::vector<Result> tensor_benchmark(const Options& options);  // bench/tensor_bench.cpp
+
+const std::vector<Benchmark>& all_benchmarks() {
+  static const std::vector<Benchmark> benchmarks = {
+      {"tensor",
+       "copies (contiguous, transposed, f32->f16 cast) and Philox random fill, against memcpy, naive loops and "
+       "std::mt19937",
+       tensor_benchmark},
+  };
+  return benchmarks;
+}
+
+double median_seconds(const std::function<void()>& fn, const std::function<void()>& sync, int min_runs, double min_seconds) {
+  using Clock = std::chrono::steady_clock;
+  fn();  // warm-up: first-touch page faults and lazy initialisation are not what we measure
+  sync();
+  std::vector<double> times;
+  const auto start = Clock::now();
+  while (static_cast<int>(times.size()) < min_runs ||
+         std::chrono::duration<double>(Clock::now() - start).count() < min_seconds) {
+    const auto begin = Clock::now();
+    fn();
+    sync();
+    times.push_back(std::chrono::duration<double>(Clock::now() - begin).count());
+  }
+  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+  return times[times.size() / 2];
+}
+
+}  // namespace frugal::bench

@@ -1,0 +1,118 @@
+// `frugal bench tensor`: what core's data-moving kernels cost, next to the simplest peer for each.
+//   copy_contiguous  dst.copy_(src), both contiguous f32     peer: memcpy / cudaMemcpy
+//   copy_transpose   dst.copy_(src.t()), square f32          peer: a naive double loop (CPU)
+//   cast_f32_f16     f16 dst.copy_(f32 src)                  peer: a one-thread conversion loop (CPU)
+//   uniform_f32      uniform(shape) with Philox              peer: std::mt19937 + uniform_real_distribution
+// Bandwidth counts bytes read plus bytes written.
+#include <cstring>
+#include <random>
+
+#include "bench/bench.h"
+#include "core/copy.h"
+#include "core/cuda_status.h"
+#include "core/random.h"
+
+namespace frugal::bench {
+
+namespace {
+
+struct Sizes {
+  std::int64_t elements;  // for the 1-D cases
+  std::int64_t side;      // for the square transpose
+  int min_runs;
+  double min_seconds;
+};
+
+// 16M floats = 64 MiB per tensor: far beyond any cache, so the copies measure memory bandwidth.
+constexpr Sizes kFullSizes{16 << 20, 4096, 5, 0.5};
+constexpr Sizes kQuickSizes{1 << 16, 256, 2, 0.0};
+
+struct Timer {
+  const Options& options;
+  const Sizes& sizes;
+  double seconds(const std::function<void()>& fn) const {
+    const int index = options.device.index();
+    const bool on_gpu = options.device.is_cuda();
+    return median_seconds(fn, [&] { if (on_gpu) cuda_synchronize(index); }, sizes.min_runs, sizes.min_seconds);
+  }
+};
+
+Result gbps(const std::string& case_name, const std::string& impl, double bytes, double seconds) {
+  return {case_name, impl, bytes / seconds / 1e9, "GB/s", true};
+}
+
+void copy_cases(const Timer& timer, std::vector<Result>& results) {
+  const TensorOptions on_device{.device = timer.options.device};
+  const std::int64_t n = timer.sizes.elements;
+  const Tensor src = uniform({n}, 0.0, 1.0, on_device);
+  Tensor dst = empty({n}, on_device);
+  const double bytes = 2.0 * static_cast<double>(n) * sizeof(float);
+  results.push_back(gbps("copy_contiguous", "frugal", bytes, timer.seconds([&] { dst.copy_(src); })));
+  const char* peer = timer.options.device.is_cuda() ? "cudaMemcpy" : "memcpy";
+  results.push_back(gbps("copy_contiguous", peer, bytes, timer.seconds([&] {
+    copy_bytes(dst.data_ptr(), dst.device(), src.data_ptr(), src.device(), src.nbytes());
+  })));
+
+  Tensor half = empty({n}, {.dtype = DType::f16, .device = timer.options.device});
+  const double cast_bytes = static_cast<double>(n) * (sizeof(float) + sizeof(Half));
+  results.push_back(gbps("cast_f32_f16", "frugal", cast_bytes, timer.seconds([&] { half.copy_(src); })));
+  if (timer.options.device.is_cpu()) {
+    results.push_back(gbps("cast_f32_f16", "one-thread-loop", cast_bytes, timer.seconds([&] {
+      const float* in = src.data<float>();
+      Half* out = half.data<Half>();
+      for (std::int64_t i = 0; i < n; ++i) out[i] = Half(in[i]);
+    })));
+  }
+}
+
+void transpose_cases(const Timer& timer, std::vector<Result>& results) {
+  const std::int64_t side = timer.sizes.side;
+  const TensorOptions on_device{.device = timer.options.device};
+  const Tensor src = uniform({side, side}, 0.0, 1.0, on_device);
+  Tensor dst = empty({side, side}, on_device);
+  const double bytes = 2.0 * static_cast<double>(side * side) * sizeof(float);
+  results.push_back(gbps("copy_transpose", "frugal", bytes, timer.seconds([&] { dst.copy_(src.t()); })));
+  if (timer.options.device.is_cpu()) {
+    results.push_back(gbps("copy_transpose", "naive-loop", bytes, timer.seconds([&] {
+      const float* in = src.data<float>();
+      float* out = dst.data<float>();
+      for (std::int64_t i = 0; i < side; ++i)
+        for (std::int64_t j = 0; j < side; ++j) out[i * side + j] = in[j * side + i];
+    })));
+  }
+}
+
+void random_cases(const Timer& timer, std::vector<Result>& results) {
+  const std::int64_t n = timer.sizes.elements;
+  const auto per_second = [n](double seconds) { return static_cast<double>(n) / seconds / 1e6; };
+  Generator generator(42);
+  results.push_back({"uniform_f32", "frugal",
+                     per_second(timer.seconds([&] {
+                       uniform({n}, 0.0, 1.0, {.device = timer.options.device}, &generator);
+                     })),
+                     "Melem/s", true});
+  if (timer.options.device.is_cpu()) {
+    std::vector<float> out(static_cast<std::size_t>(n));
+    std::mt19937 engine(42);
+    std::uniform_real_distribution<float> distribution(0.0f, 1.0f);
+    results.push_back({"uniform_f32", "std::mt19937",
+                       per_second(timer.seconds([&] {
+                         for (float& v : out) v = distribution(engine);
+                       })),
+                       "Melem/s", true});
+  }
+}
+
+}  // namespace
+
+std::vector<Result> tensor_benchmark(const Options& options) {
+  const Sizes& sizes = options.quick ? kQuickSizes : kFullSizes;
+  const Timer timer{options, sizes};
+  std::vector<Result> results;
+  copy_cases(timer, results);
+  transpose_cases(timer, results);
+  random_cases(timer, results);
+  return results;
+}
+
+}  // namespace frugal::bench

@@ -1,0 +1,94 @@
+// `frugal info`: version, build options, CUDA status with its reason, devices, library versions,
+// CPU threads. Everything is gathered once into JSON; the text form is printed from that.
+#include "cli/info.h"
+
+#include <omp.h>
+
+#include <iostream>
+#include <thread>
+
+#include "core/cuda_status.h"
+#include "frugal/build_info.h"
+
+namespace frugal::cli {
+
+using nlohmann::json;
+
+int cpu_threads() { return omp_get_max_threads(); }
+
+json collect_info() {
+  const CudaStatus& status = cuda_status();
+  json info;
+  info["version"] = FRUGAL_VERSION_STRING;
+  info["build"] = {{"type", FRUGAL_BUILD_TYPE},
+                   {"cxx_compiler", FRUGAL_CXX_COMPILER},
+                   {"cuda_compiled", status.compiled},
+                   {"cuda_compiler", status.compiled ? FRUGAL_CUDA_COMPILER : ""},
+                   {"cuda_architectures", status.compiled ? FRUGAL_CUDA_ARCHITECTURES : ""},
+                   {"sanitizers", std::string(FRUGAL_SANITIZE_ENABLED) == "ON"}};
+  json cuda = {{"usable", status.usable}, {"device_count", status.device_count}, {"reason", status.reason}};
+  if (status.compiled) {
+    cuda["runtime_version"] = cuda_version_string(status.runtime_version);
+    cuda["driver_version"] = status.driver_version ? cuda_version_string(status.driver_version) : "none";
+    const CudaLibraryVersions libraries = cuda_library_versions();
+    cuda["cublas"] = libraries.cublas;
+    cuda["cudnn"] = {{"loaded", libraries.cudnn_loaded}, {"built", libraries.cudnn_built}};
+    cuda["nccl"] = {{"loaded", libraries.nccl_loaded}, {"built", libraries.nccl_built}};
+  }
+  json devices = json::array();
+  for (int i = 0; i < status.device_count; ++i) {
+    const CudaDeviceInfo device = cuda_device_info(i);
+    devices.push_back({{"index", i},
+                       {"name", device.name},
+                       {"compute_capability", std::to_string(device.compute_major) + "." + std::to_string(device.compute_minor)},
+                       {"multiprocessors", device.multiprocessors},
+                       {"total_bytes", device.total_bytes},
+                       {"free_bytes", device.free_bytes}});
+  }
+  cuda["devices"] = devices;
+  info["cuda"] = cuda;
+  info["cpu"] = {{"threads", cpu_threads()}, {"hardware_threads", std::thread::hardware_concurrency()}};
+  return info;
+}
+
+namespace {
+std::string gib(std::uint64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f GiB", static_cast<double>(bytes) / (1ull << 30));
+  return text;
+}
+}  // namespace
+
+void print_info(const json& info) {
+  const json& build = info["build"];
+  const json& cuda = info["cuda"];
+  std::cout << "frugal " << info["version"].get<std::string>() << "\n";
+  std::cout << "build:      " << build["type"].get<std::string>() << ", " << build["cxx_compiler"].get<std::string>()
+            << ", sanitizers " << (build["sanitizers"].get<bool>() ? "on" : "off") << "\n";
+  if (build["cuda_compiled"].get<bool>()) {
+    std::cout << "CUDA build: compiled in (nvcc " << build["cuda_compiler"].get<std::string>() << ", architectures "
+              << build["cuda_architectures"].get<std::string>() << ")\n";
+    std::cout << "CUDA:       runtime " << cuda["runtime_version"].get<std::string>() << ", driver "
+              << cuda["driver_version"].get<std::string>() << "\n";
+    std::cout << "libraries:  cuBLAS " << cuda["cublas"].get<std::string>() << ", cuDNN "
+              << cuda["cudnn"]["loaded"].get<std::string>() << " (built against "
+              << cuda["cudnn"]["built"].get<std::string>() << "), NCCL " << cuda["nccl"]["loaded"].get<std::string>()
+              << " (built against " << cuda["nccl"]["built"].get<std::string>() << ")\n";
+  } else {
+    std::cout << "CUDA build: not compiled in (FRUGAL_CUDA=OFF)\n";
+  }
+  if (cuda["usable"].get<bool>()) {
+    std::cout << "devices:    " << cuda["device_count"].get<int>() << " usable\n";
+    for (const json& device : cuda["devices"])
+      std::cout << "  cuda:" << device["index"].get<int>() << "    " << device["name"].get<std::string>() << ", compute "
+                << device["compute_capability"].get<std::string>() << ", " << device["multiprocessors"].get<int>()
+                << " SMs, " << gib(device["free_bytes"].get<std::uint64_t>()) << " free of "
+                << gib(device["total_bytes"].get<std::uint64_t>()) << "\n";
+  } else {
+    std::cout << "devices:    none usable (" << cuda["reason"].get<std::string>() << ")\n";
+  }
+  std::cout << "CPU:        " << info["cpu"]["threads"].get<int>() << " threads for kernels ("
+            << info["cpu"]["hardware_threads"].get<unsigned>() << " hardware threads)\n";
+}
+
+}  // namespace frugal::cli

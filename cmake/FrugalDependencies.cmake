@@ -1,0 +1,36 @@
+# Finds frugal's dependencies. All come from Debian packages (scripts/setup-deps.sh installs them);
+# nothing is downloaded or vendored. On the lent GPU machine, where apt cannot reach a mirror,
+# scripts/gpu-prepare.sh stages the header-only packages under .gpu-deps/ and passes that folder in
+# CMAKE_PREFIX_PATH; cuDNN and NCCL there come from Python wheels, found through CUDNN_ROOT/NCCL_ROOT.
+
+find_package(Threads REQUIRED)
+find_package(OpenMP REQUIRED COMPONENTS CXX)
+find_package(nlohmann_json 3.10 CONFIG REQUIRED)
+find_package(CLI11 CONFIG REQUIRED)
+if(FRUGAL_BUILD_TESTS)
+  find_package(doctest CONFIG REQUIRED)
+endif()
+
+# cuDNN and NCCL ship no CMake config of their own. Look in <ROOT>/{include,lib} where ROOT is
+# CUDNN_ROOT / NCCL_ROOT (CMake variable or environment), then beside the CUDA toolkit. Wheels ship
+# only versioned sonames (libcudnn.so.9), so those names are accepted too.
+function(frugal_find_cuda_library name header libnames)
+  string(TOUPPER ${name} upper)
+  set(hints ${${upper}_ROOT} $ENV{${upper}_ROOT} ${CUDAToolkit_LIBRARY_ROOT} ${CUDAToolkit_TARGET_DIR})
+  find_path(${upper}_INCLUDE_DIR ${header} HINTS ${hints} ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES include)
+  find_library(${upper}_LIBRARY NAMES ${libnames} HINTS ${hints} ${CUDAToolkit_LIBRARY_DIR} PATH_SUFFIXES lib lib64)
+  if(NOT ${upper}_INCLUDE_DIR OR NOT ${upper}_LIBRARY)
+    message(FATAL_ERROR "frugal: ${name} not found (header ${header}, library ${libnames}). "
+                        "Set ${upper}_ROOT to its install folder, or configure with -DFRUGAL_CUDA=OFF.")
+  endif()
+  add_library(frugal::${name} SHARED IMPORTED GLOBAL)
+  set_target_properties(frugal::${name} PROPERTIES
+    IMPORTED_LOCATION ${${upper}_LIBRARY}
+    INTERFACE_INCLUDE_DIRECTORIES ${${upper}_INCLUDE_DIR})
+  message(STATUS "frugal: ${name}: ${${upper}_LIBRARY}")
+endfunction()
+
+macro(frugal_find_cuda_libraries)
+  frugal_find_cuda_library(cudnn cudnn.h "cudnn;libcudnn.so.9")
+  frugal_find_cuda_library(nccl nccl.h "nccl;libnccl.so.2")
+endmacro()

@@ -1,0 +1,134 @@
+// Allocator: the interface every tensor's memory comes through, and the seams later layers hang on.
+//   - DataPtr: owning handle to one allocation; gives the bytes back to its allocator when it dies.
+//   - MemoryTag: what an allocation is for (param, grad, activation, ...). Set per thread by an RAII
+//     MemoryTagScope, so a memory report can say what filled the device.
+//   - Stream: an opaque stream handle, so a pooling allocator can respect stream order.
+//   - allocator_for(device) / set_allocator(device, a): the registry that the pooling allocator
+//     plugs into without touching any caller.
+// This file provides the direct allocators (aligned host malloc; cudaMalloc in core/cuda/). Not
+// here: pooling, caching, capacity limits and OOM explanations (the allocator issue adds them
+// behind this same interface).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string_view>
+
+#include "core/device.h"
+
+namespace frugal {
+
+// ---- tags
+
+enum class MemoryTag : std::uint8_t { param, grad, optimizer, activation, workspace, data, other };
+inline constexpr int kNumMemoryTags = 7;
+std::string_view memory_tag_name(MemoryTag tag);
+
+MemoryTag current_memory_tag();  // this thread's tag; MemoryTag::other unless a scope says otherwise
+
+// Sets this thread's tag for its lifetime and restores the previous one after:
+//   { MemoryTagScope scope(MemoryTag::activation); auto y = layer(x); }
+class MemoryTagScope {
+ public:
+  explicit MemoryTagScope(MemoryTag tag);
+  ~MemoryTagScope();
+  MemoryTagScope(const MemoryTagScope&) = delete;
+  MemoryTagScope& operator=(const MemoryTagScope&) = delete;
+
+ private:
+  MemoryTag previous_;
+};
+
+// ---- streams
+
+// An opaque stream: on CUDA a cudaStream_t (nullptr = the legacy default stream); on the host a
+// plain number that only tags work. Kept CUDA-type-free so every header can mention streams.
+struct Stream {
+  void* handle = nullptr;
+  constexpr bool operator==(const Stream&) const = default;
+};
+
+// ---- allocations
+
+class Allocator;
+
+// Owns one allocation. Move-only; the memory goes back to its allocator in the destructor.
+class DataPtr {
+ public:
+  DataPtr() = default;
+  DataPtr(void* ptr, std::size_t bytes, MemoryTag tag, Allocator* owner)
+      : ptr_(ptr), bytes_(bytes), tag_(tag), owner_(owner) {}
+  DataPtr(DataPtr&& other) noexcept { *this = static_cast<DataPtr&&>(other); }
+  DataPtr& operator=(DataPtr&& other) noexcept;
+  DataPtr(const DataPtr&) = delete;
+  DataPtr& operator=(const DataPtr&) = delete;
+  ~DataPtr() { release(); }
+
+  void* get() const { return ptr_; }
+  std::size_t bytes() const { return bytes_; }  // as requested (the allocator may have rounded up)
+  MemoryTag tag() const { return tag_; }
+  Allocator* owner() const { return owner_; }
+
+ private:
+  void release() noexcept;
+  void* ptr_ = nullptr;
+  std::size_t bytes_ = 0;
+  MemoryTag tag_ = MemoryTag::other;
+  Allocator* owner_ = nullptr;
+};
+
+// What any allocator can report. The pooling allocator extends this with reserved/cached figures.
+struct AllocatorStats {
+  std::int64_t allocated_bytes = 0;       // live now, as requested
+  std::int64_t peak_allocated_bytes = 0;  // high-water mark since the last reset_peak()
+  std::int64_t num_allocs = 0;            // allocate() calls served, ever
+  std::int64_t num_frees = 0;
+  std::array<std::int64_t, kNumMemoryTags> tag_bytes{};  // live bytes per MemoryTag
+};
+
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  // Returns memory for `bytes` (an empty DataPtr for 0 bytes), tagged with this thread's tag.
+  // Throws OutOfMemoryError when the request cannot be met.
+  DataPtr allocate(std::size_t bytes, Stream stream = {});
+  virtual Device device() const = 0;
+  virtual std::string_view name() const = 0;
+  AllocatorStats stats() const;
+  void reset_peak();
+
+ protected:
+  virtual void* raw_allocate(std::size_t bytes, Stream stream) = 0;
+  virtual void raw_deallocate(void* ptr, std::size_t bytes) noexcept = 0;
+
+ private:
+  friend class DataPtr;
+  void deallocate(void* ptr, std::size_t bytes, MemoryTag tag) noexcept;
+  mutable std::mutex stats_mutex_;  // tensors are freed from loader and autograd threads too
+  AllocatorStats stats_;
+};
+
+// The host allocator of this issue: 64-byte aligned blocks from the C library (a cache line, and
+// the widest vector load, AVX-512), returned to it at once on free.
+class DirectHostAllocator final : public Allocator {
+ public:
+  Device device() const override { return Device::cpu(); }
+  std::string_view name() const override { return "direct-host"; }
+
+ protected:
+  void* raw_allocate(std::size_t bytes, Stream stream) override;
+  void raw_deallocate(void* ptr, std::size_t bytes) noexcept override;
+};
+
+// ---- registry
+
+// The allocator serving `device`: direct allocators unless replaced. Throws DeviceError for a CUDA
+// device when CUDA is not compiled in or not usable, with the reason.
+Allocator& allocator_for(Device device);
+// Replaces the allocator serving `device` (nullptr restores the default); returns the previous one.
+// The caller keeps `allocator` alive while tensors allocated from it exist.
+Allocator* set_allocator(Device device, Allocator* allocator);
+
+}  // namespace frugal

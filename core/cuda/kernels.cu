@@ -1,0 +1,76 @@
+// CUDA implementations of core's data-moving kernels (declared in core/copy.h), the same names as
+// core/cpu/kernels.cpp. Each kernel is a thin grid-stride loop around the per-element functions in
+// core/strided.h and core/random_spec.h, which the CPU tests exercise directly.
+// Not here: anything that computes (kernels/cuda/), streams (all launches use the default stream).
+#include <algorithm>
+
+#include "core/copy.h"
+#include "core/cuda/check.h"
+
+namespace frugal::cuda {
+
+namespace {
+// A multiple of the 32-thread warp that keeps enough warps resident per SM for memory-bound loops.
+constexpr int kThreadsPerBlock = 256;
+// Grid-stride loops cover any size; past this many blocks more would only add scheduling work
+// (132 SMs on an H100/H200 x 16 resident blocks of 256 threads is about 2100).
+constexpr std::int64_t kMaxBlocks = 4096;
+
+int blocks_for(std::int64_t work_items) {
+  return static_cast<int>(std::clamp<std::int64_t>((work_items + kThreadsPerBlock - 1) / kThreadsPerBlock, 1, kMaxBlocks));
+}
+
+__device__ std::int64_t first_index() { return blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; }
+__device__ std::int64_t grid_stride() { return static_cast<std::int64_t>(blockDim.x) * gridDim.x; }
+
+template <typename To, typename From>
+__global__ void copy_strided_kernel(To* dst, StridedLayout dst_layout, const From* src, StridedLayout src_layout,
+                                    std::int64_t n) {
+  for (std::int64_t i = first_index(); i < n; i += grid_stride())
+    dst[strided_offset(dst_layout, i)] = convert<To>(src[strided_offset(src_layout, i)]);
+}
+
+template <typename T>
+__global__ void fill_strided_kernel(T* dst, StridedLayout layout, T value, std::int64_t n) {
+  for (std::int64_t i = first_index(); i < n; i += grid_stride()) dst[strided_offset(layout, i)] = value;
+}
+
+template <typename T>
+__global__ void random_fill_kernel(T* out, std::int64_t numel, RandomSpec spec, std::int64_t blocks) {
+  for (std::int64_t block = first_index(); block < blocks; block += grid_stride()) random_fill_block(out, numel, spec, block);
+}
+}  // namespace
+
+void copy_strided(void* dst, DType dst_dtype, const StridedLayout& dst_layout, const void* src, DType src_dtype,
+                  const StridedLayout& src_layout) {
+  const std::int64_t n = layout_numel(dst_layout);
+  if (dst_dtype == src_dtype && is_row_major(dst_layout) && is_row_major(src_layout)) {
+    FRUGAL_CUDA_CHECK(cudaMemcpy(dst, src, static_cast<std::size_t>(n) * dtype_size(dst_dtype), cudaMemcpyDeviceToDevice));
+    return;
+  }
+  visit_dtype(dst_dtype, [&]<typename To>() {
+    visit_dtype(src_dtype, [&]<typename From>() {
+      copy_strided_kernel<To, From><<<blocks_for(n), kThreadsPerBlock>>>(static_cast<To*>(dst), dst_layout,
+                                                                          static_cast<const From*>(src), src_layout, n);
+    });
+  });
+  FRUGAL_CUDA_CHECK_LAUNCH();
+}
+
+void fill_strided(void* dst, DType dtype, const StridedLayout& layout, double value) {
+  const std::int64_t n = layout_numel(layout);
+  visit_dtype(dtype, [&]<typename T>() {
+    fill_strided_kernel<T><<<blocks_for(n), kThreadsPerBlock>>>(static_cast<T*>(dst), layout, convert<T>(value), n);
+  });
+  FRUGAL_CUDA_CHECK_LAUNCH();
+}
+
+void random_fill(void* dst, DType dtype, std::int64_t numel, const RandomSpec& spec) {
+  const std::int64_t blocks = (numel + 3) / 4;  // one thread per Philox call of four words
+  visit_dtype(dtype, [&]<typename T>() {
+    random_fill_kernel<T><<<blocks_for(blocks), kThreadsPerBlock>>>(static_cast<T*>(dst), numel, spec, blocks);
+  });
+  FRUGAL_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace frugal::cuda

@@ -1,0 +1,128 @@
+// The CUDA runtime side of the backend: device query, library versions, device selection, byte
+// copies and the direct cudaMalloc allocator (see core/cuda/runtime.h).
+#include "core/cuda/runtime.h"
+
+#include "core/cuda/check.h"
+
+namespace frugal::cuda {
+
+namespace {
+std::string version3(int major, int minor, int patch) {
+  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
+}
+
+std::string unusable_reason(cudaError_t error, int driver_version, int runtime_version) {
+  const std::string suffix = ": running on CPU";
+  if (driver_version == 0) return "no CUDA driver" + suffix;
+  if (error == cudaErrorInsufficientDriver)
+    return "CUDA driver supports CUDA " + cuda_version_string(driver_version) + " but this build needs " +
+           cuda_version_string(runtime_version) + suffix;
+  if (error == cudaErrorNoDevice) return "no CUDA device found" + suffix;
+  return std::string("CUDA device query failed (") + cudaGetErrorName(error) + ": " + cudaGetErrorString(error) + ")" +
+         suffix;
+}
+}  // namespace
+
+CudaStatus query_status() {
+  CudaStatus status;
+  status.compiled = true;
+  // Neither call needs a device; the driver version is 0 when no driver is installed.
+  cudaDriverGetVersion(&status.driver_version);
+  cudaRuntimeGetVersion(&status.runtime_version);
+  int count = 0;
+  const cudaError_t error = cudaGetDeviceCount(&count);
+  if (error != cudaSuccess) {
+    cudaGetLastError();  // the query's error must not surface in a later, unrelated check
+    status.reason = unusable_reason(error, status.driver_version, status.runtime_version);
+    return status;
+  }
+  if (count == 0) {
+    status.reason = unusable_reason(cudaErrorNoDevice, status.driver_version, status.runtime_version);
+    return status;
+  }
+  status.usable = true;
+  status.device_count = count;
+  return status;
+}
+
+CudaDeviceInfo device_info(int index) {
+  cudaDeviceProp properties{};
+  FRUGAL_CUDA_CHECK(cudaGetDeviceProperties(&properties, index));
+  CudaDeviceInfo info;
+  info.name = properties.name;
+  info.compute_major = properties.major;
+  info.compute_minor = properties.minor;
+  info.multiprocessors = properties.multiProcessorCount;
+  set_current_device(index);
+  FRUGAL_CUDA_CHECK(cudaMemGetInfo(&info.free_bytes, &info.total_bytes));
+  return info;
+}
+
+CudaLibraryVersions library_versions() {
+  CudaLibraryVersions versions;
+  int major = 0, minor = 0, patch = 0;
+  // cublasGetProperty, cudnnGetVersion and ncclGetVersion all answer without a device.
+  if (cublasGetProperty(MAJOR_VERSION, &major) == CUBLAS_STATUS_SUCCESS &&
+      cublasGetProperty(MINOR_VERSION, &minor) == CUBLAS_STATUS_SUCCESS &&
+      cublasGetProperty(PATCH_LEVEL, &patch) == CUBLAS_STATUS_SUCCESS)
+    versions.cublas = version3(major, minor, patch);
+  const auto cudnn = static_cast<int>(cudnnGetVersion());  // 90100 for 9.1.0 (cuDNN 9: major*10000 + minor*100 + patch)
+  versions.cudnn_loaded = version3(cudnn / 10000, cudnn % 10000 / 100, cudnn % 100);
+  versions.cudnn_built = version3(CUDNN_MAJOR, CUDNN_MINOR, CUDNN_PATCHLEVEL);
+  int nccl = 0;  // 22805 for 2.28.5 (NCCL >= 2.9: major*10000 + minor*100 + patch)
+  if (ncclGetVersion(&nccl) == ncclSuccess) versions.nccl_loaded = version3(nccl / 10000, nccl % 10000 / 100, nccl % 100);
+  versions.nccl_built = version3(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
+  return versions;
+}
+
+void set_current_device(int index) { FRUGAL_CUDA_CHECK(cudaSetDevice(index)); }
+
+void synchronize(int index) {
+  set_current_device(index);
+  FRUGAL_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+void copy_bytes(void* dst, const void* src, std::size_t bytes) {
+  FRUGAL_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+}
+
+namespace {
+class CudaDirectAllocator final : public Allocator {
+ public:
+  explicit CudaDirectAllocator(int index) : device_(Device::cuda(index)) {}
+  Device device() const override { return device_; }
+  std::string_view name() const override { return "direct-cuda"; }
+
+ protected:
+  void* raw_allocate(std::size_t bytes, Stream) override {
+    set_current_device(device_.index());
+    void* ptr = nullptr;
+    const cudaError_t error = cudaMalloc(&ptr, bytes);
+    if (error == cudaErrorMemoryAllocation) {
+      cudaGetLastError();  // an out-of-memory status is not sticky; clear it so later checks pass
+      std::size_t free_bytes = 0, total_bytes = 0;
+      cudaMemGetInfo(&free_bytes, &total_bytes);
+      FRUGAL_THROW(OutOfMemoryError, "CUDA out of memory on ", device_, ": tried to allocate ", bytes, " bytes; ",
+                   free_bytes, " of ", total_bytes, " bytes free");
+    }
+    FRUGAL_CUDA_CHECK(error);
+    return ptr;
+  }
+  void raw_deallocate(void* ptr, std::size_t) noexcept override {
+    cudaFree(ptr);  // frees run in destructors and must not throw; a failing cudaFree means a dead context
+  }
+
+ private:
+  Device device_;
+};
+}  // namespace
+
+std::unique_ptr<Allocator> make_direct_allocator(int index) {
+  const CudaStatus& status = cuda_status();
+  FRUGAL_CHECK_DEVICE(status.usable, "cannot use cuda:", index, ": ", status.reason);
+  FRUGAL_CHECK_DEVICE(index >= 0 && index < status.device_count, "cannot use cuda:", index, ": only ",
+                      status.device_count, " CUDA device(s) visible");
+  return std::make_unique<CudaDirectAllocator>(index);
+}
+
+}  // namespace frugal::cuda

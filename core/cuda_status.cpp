@@ -1,0 +1,51 @@
+// cuda_status and friends (see cuda_status.h): forwards to core/cuda/ when CUDA is compiled in,
+// otherwise answers "not compiled in".
+#include "core/cuda_status.h"
+
+#include "core/error.h"
+
+#if FRUGAL_WITH_CUDA
+#include "core/cuda/runtime.h"
+#endif
+
+namespace frugal {
+
+const CudaStatus& cuda_status() {
+#if FRUGAL_WITH_CUDA
+  static const CudaStatus status = cuda::query_status();
+#else
+  static const CudaStatus status{.reason = "CUDA not compiled in (FRUGAL_CUDA=OFF): running on CPU"};
+#endif
+  return status;
+}
+
+CudaDeviceInfo cuda_device_info(int index) {
+  FRUGAL_CHECK_DEVICE(cuda_available(), "cuda:", index, " is not usable: ", cuda_status().reason);
+  FRUGAL_CHECK_DEVICE(index >= 0 && index < cuda_status().device_count, "cuda:", index, " does not exist: ",
+                      cuda_status().device_count, " device(s) visible");
+#if FRUGAL_WITH_CUDA
+  return cuda::device_info(index);
+#else
+  return {};
+#endif
+}
+
+CudaLibraryVersions cuda_library_versions() {
+#if FRUGAL_WITH_CUDA
+  return cuda::library_versions();
+#else
+  return {};
+#endif
+}
+
+void cuda_synchronize([[maybe_unused]] int index) {
+#if FRUGAL_WITH_CUDA
+  if (cuda_available()) cuda::synchronize(index);
+#endif
+}
+
+std::string cuda_version_string(int version) {
+  return std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10);
+}
+
+}  // namespace frugal

@@ -1,0 +1,45 @@
+// Whether CUDA can be used in this process, and why not. "No usable CUDA device" (any error from the
+// device query: no driver, driver too old, no GPU) means CUDA is unavailable and everything runs on
+// the CPU; the reason is kept so `frugal info` and the samples can say it in plain words.
+// Works in every build: with FRUGAL_CUDA=OFF the answer is "not compiled in".
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace frugal {
+
+struct CudaStatus {
+  bool compiled = false;    // this build contains the CUDA backend
+  bool usable = false;      // at least one device answered
+  int device_count = 0;
+  int runtime_version = 0;  // e.g. 13000 for CUDA 13.0 (0 when not compiled)
+  int driver_version = 0;   // highest CUDA version the driver supports, 0 when there is no driver
+  std::string reason;       // why not usable, e.g. "no CUDA driver: running on CPU"
+};
+
+// Queried once per process, then cached.
+const CudaStatus& cuda_status();
+inline bool cuda_available() { return cuda_status().usable; }
+
+struct CudaDeviceInfo {
+  std::string name;
+  int compute_major = 0, compute_minor = 0;
+  int multiprocessors = 0;
+  std::size_t total_bytes = 0, free_bytes = 0;
+};
+CudaDeviceInfo cuda_device_info(int index);  // DeviceError if CUDA is not usable
+
+// Library versions as "major.minor.patch"; "loaded" is what the shared library reports at run time,
+// "built" what its headers said at compile time. Empty when not compiled in.
+struct CudaLibraryVersions {
+  std::string cublas, cudnn_loaded, cudnn_built, nccl_loaded, nccl_built;
+};
+CudaLibraryVersions cuda_library_versions();
+
+// Waits for all work queued on the device (no-op without CUDA).
+void cuda_synchronize(int index);
+
+std::string cuda_version_string(int version);  // 13000 -> "13.0"
+
+}  // namespace frugal

@@ -1,0 +1,27 @@
+// Device: parsing and printing (see device.h).
+#include "core/device.h"
+
+#include <charconv>
+
+#include "core/error.h"
+
+namespace frugal {
+
+Device Device::parse(std::string_view text) {
+  if (text == "cpu") return cpu();
+  if (text == "cuda") return cuda(0);
+  constexpr std::string_view prefix = "cuda:";
+  if (text.starts_with(prefix)) {
+    std::string_view digits = text.substr(prefix.size());
+    int index = -1;
+    auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
+    if (ec == std::errc() && end == digits.data() + digits.size() && index >= 0) return cuda(index);
+  }
+  FRUGAL_THROW(ValueError, "unknown device '", text, "': expected cpu, cuda or cuda:N");
+}
+
+std::string Device::str() const { return is_cpu() ? "cpu" : "cuda:" + std::to_string(index_); }
+
+std::ostream& operator<<(std::ostream& out, const Device& device) { return out << device.str(); }
+
+}  // namespace frugal

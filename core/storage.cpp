@@ -1,0 +1,9 @@
+// Storage (see storage.h).
+#include "core/storage.h"
+
+namespace frugal {
+
+Storage::Storage(std::size_t bytes, Device device)
+    : data_(allocator_for(device).allocate(bytes)), bytes_(bytes), device_(device) {}
+
+}  // namespace frugal

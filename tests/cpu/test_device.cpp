@@ -1,0 +1,58 @@
+// Devices, dtypes and CUDA status on a machine that may have no GPU: whatever the machine, the
+// answers must be consistent, and CUDA tensors must fail with the reason when CUDA is unusable.
+#include <doctest/doctest.h>
+
+#include "core/cuda_status.h"
+#include "core/tensor.h"
+
+using namespace frugal;
+
+TEST_CASE("Device parses and prints cpu, cuda and cuda:N") {
+  CHECK(Device::parse("cpu") == Device::cpu());
+  CHECK(Device::parse("cuda") == Device::cuda(0));
+  CHECK(Device::parse("cuda:3") == Device::cuda(3));
+  CHECK(Device::cuda(1).str() == "cuda:1");
+  CHECK(Device::cpu().str() == "cpu");
+  for (const char* bad : {"gpu", "cuda:", "cuda:-1", "cuda:1x", "CPU", ""})
+    CHECK_THROWS_WITH_AS(Device::parse(bad), doctest::Contains("expected cpu, cuda or cuda:N"), ValueError);
+}
+
+TEST_CASE("DType sizes and names") {
+  const std::pair<DType, std::size_t> sizes[] = {{DType::f32, 4}, {DType::f64, 8}, {DType::f16, 2}, {DType::bf16, 2},
+                                                 {DType::i32, 4}, {DType::i64, 8}, {DType::u8, 1},  {DType::boolean, 1}};
+  for (auto [dtype, size] : sizes) {
+    CHECK(dtype_size(dtype) == size);
+    CHECK(parse_dtype(dtype_name(dtype)) == dtype);
+  }
+  CHECK(dtype_name(DType::boolean) == "bool");
+  CHECK(is_floating(DType::bf16));
+  CHECK_FALSE(is_floating(DType::i64));
+  CHECK_THROWS_AS(parse_dtype("float32"), ValueError);
+}
+
+TEST_CASE("CUDA status is consistent, and unusable CUDA fails with its reason") {
+  const CudaStatus& status = cuda_status();
+  CHECK(status.compiled == static_cast<bool>(FRUGAL_WITH_CUDA));
+  if (status.usable) {
+    CHECK(status.device_count > 0);
+    return;  // the GPU suite covers usable devices
+  }
+  CHECK(status.device_count == 0);
+  CHECK(status.reason.ends_with("running on CPU"));
+  CHECK_THROWS_WITH_AS(zeros({2}, {.device = Device::cuda()}), doctest::Contains(status.reason.c_str()), DeviceError);
+  CHECK_THROWS_AS(cuda_device_info(0), DeviceError);
+  CHECK_THROWS_AS(ones({2}).to(Device::cuda()), DeviceError);
+}
+
+TEST_CASE("library status checks are generated from one macro") {
+  auto failing_call = [] { return 7; };
+  auto describe = [](int status) { return status == 7 ? "seven is not zero" : "?"; };
+  try {
+    FRUGAL_LIBRARY_CHECK("FakeLib", failing_call(), 0, describe);
+    FAIL("no exception");
+  } catch (const LibraryError& e) {
+    CHECK(e.message() == "FakeLib error 7: seven is not zero");
+    CHECK(e.expression() == "failing_call()");
+  }
+  CHECK_NOTHROW(FRUGAL_LIBRARY_CHECK("FakeLib", 0, 0, describe));
+}

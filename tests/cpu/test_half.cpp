@@ -1,0 +1,105 @@
+// f16 and bf16 conversions: round-to-nearest-even edge cases checked against values worked out by
+// hand from the formats, plus an exhaustive round trip of every f16 bit pattern.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <ios>
+#include <limits>
+
+#include "core/convert.h"
+#include "core/half.h"
+
+using namespace frugal;
+
+namespace {
+std::uint16_t f16(float value) { return Half(value).bits; }
+std::uint16_t bf16(float value) { return BFloat16(value).bits; }
+constexpr float kInf = std::numeric_limits<float>::infinity();
+}  // namespace
+
+TEST_CASE("f16: exact values and the format's landmarks") {
+  CHECK(f16(0.0f) == 0x0000);
+  CHECK(f16(-0.0f) == 0x8000);
+  CHECK(f16(1.0f) == 0x3c00);
+  CHECK(f16(-2.0f) == 0xc000);
+  CHECK(f16(0.5f) == 0x3800);
+  CHECK(f16(65504.0f) == 0x7bff);                 // largest finite
+  CHECK(f16(std::ldexp(1.0f, -14)) == 0x0400);    // smallest normal
+  CHECK(f16(std::ldexp(1.0f, -24)) == 0x0001);    // smallest subnormal
+  CHECK(f16(std::ldexp(1023.0f, -24)) == 0x03ff); // largest subnormal
+  CHECK(f16(kInf) == 0x7c00);
+  CHECK(f16(-kInf) == 0xfc00);
+}
+
+TEST_CASE("f16: rounding is to nearest, ties to even") {
+  // Between 1 and 1 + 2^-10 (0x3c00, 0x3c01): the tie goes to the even 0x3c00; just above goes up.
+  CHECK(f16(1.0f + std::ldexp(1.0f, -11)) == 0x3c00);
+  CHECK(f16(1.0f + std::ldexp(1.0f, -11) + std::ldexp(1.0f, -20)) == 0x3c01);
+  // Between 0x3c01 and 0x3c02 the tie goes up, to the even 0x3c02.
+  CHECK(f16(1.0f + 3 * std::ldexp(1.0f, -11)) == 0x3c02);
+  // 65519 rounds down to 65504; 65520 (the midpoint to 2^16) rounds to even, which is infinity.
+  CHECK(f16(65519.0f) == 0x7bff);
+  CHECK(f16(65520.0f) == 0x7c00);
+  CHECK(f16(1e10f) == 0x7c00);
+  // Subnormals: 2^-25 is halfway between 0 and 2^-24 and rounds to even (zero); 3 * 2^-25 rounds to 2 * 2^-24.
+  CHECK(f16(std::ldexp(1.0f, -25)) == 0x0000);
+  CHECK(f16(std::ldexp(1.0f, -25) * 1.0001f) == 0x0001);
+  CHECK(f16(std::ldexp(3.0f, -25)) == 0x0002);
+  CHECK(f16(-std::ldexp(1.0f, -26)) == 0x8000);  // underflow keeps the sign
+  // A carry from the largest subnormal reaches the smallest normal.
+  CHECK(f16(std::ldexp(1023.5f, -24)) == 0x0400);
+}
+
+TEST_CASE("f16: NaN stays NaN, quiet, with its sign") {
+  const std::uint16_t nan = f16(std::numeric_limits<float>::quiet_NaN());
+  CHECK((nan & 0x7c00) == 0x7c00);
+  CHECK((nan & 0x03ff) != 0);
+  CHECK(std::isnan(static_cast<float>(Half::from_bits(nan))));
+  CHECK((f16(-std::numeric_limits<float>::quiet_NaN()) & 0x8000) == 0x8000);
+  CHECK(std::isnan(static_cast<float>(Half::from_bits(0x7e00))));
+}
+
+TEST_CASE("f16: every bit pattern survives f16 -> f32 -> f16") {
+  for (std::uint32_t bits = 0; bits <= 0xffff; ++bits) {
+    const float value = Half::from_bits(static_cast<std::uint16_t>(bits));
+    if (std::isnan(value)) continue;
+    REQUIRE_MESSAGE(f16(value) == bits, "bit pattern 0x" << std::hex << bits);
+  }
+  CHECK(static_cast<float>(Half::from_bits(0x0001)) == std::ldexp(1.0f, -24));
+  CHECK(static_cast<float>(Half::from_bits(0x7bff)) == 65504.0f);
+  CHECK(static_cast<float>(Half::from_bits(0xfc00)) == -kInf);
+}
+
+TEST_CASE("bf16: truncation with round to nearest even") {
+  CHECK(bf16(1.0f) == 0x3f80);
+  CHECK(bf16(-2.0f) == 0xc000);
+  // bf16 keeps 7 mantissa bits: 1 + 2^-8 is the tie between 1 and 1 + 2^-7 and goes to the even 1.
+  CHECK(bf16(1.0f + std::ldexp(1.0f, -8)) == 0x3f80);
+  CHECK(bf16(1.0f + 3 * std::ldexp(1.0f, -8)) == 0x3f82);  // tie between 0x3f81 and 0x3f82: even
+  CHECK(bf16(1.0f + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -20)) == 0x3f81);
+  CHECK(bf16(std::numeric_limits<float>::max()) == 0x7f80);  // rounds up to infinity
+  CHECK(bf16(kInf) == 0x7f80);
+  CHECK(bf16(std::numeric_limits<float>::denorm_min()) == 0x0000);
+  const std::uint16_t nan = bf16(std::numeric_limits<float>::quiet_NaN());
+  CHECK(((nan & 0x7f80) == 0x7f80 && (nan & 0x7f) != 0));
+  // A signalling NaN whose payload sits only in the low bits must not become infinity.
+  const float low_payload_nan = half_bits::bits_float(0x7f800001u);
+  CHECK(std::isnan(static_cast<float>(BFloat16(low_payload_nan))));
+  for (std::uint32_t bits = 0; bits <= 0xffff; ++bits) {
+    const float value = BFloat16::from_bits(static_cast<std::uint16_t>(bits));
+    if (std::isnan(value)) continue;
+    REQUIRE(bf16(value) == bits);
+  }
+}
+
+TEST_CASE("convert follows PyTorch's casting rules") {
+  CHECK(convert<bool>(0.5f) == true);
+  CHECK(convert<bool>(0.0) == false);
+  CHECK(convert<bool>(Half(0.0f)) == false);
+  CHECK(convert<bool>(BFloat16(-3.0f)) == true);
+  CHECK(convert<std::int32_t>(-2.9f) == -2);  // truncation toward zero
+  CHECK(convert<std::uint8_t>(200.7) == 200);
+  CHECK(convert<float>(Half(1.5f)) == 1.5f);
+  CHECK(convert<Half>(BFloat16(2.0f)).bits == 0x4000);
+  CHECK(convert<double>(true) == 1.0);
+}
