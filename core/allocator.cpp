@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 
+#include "core/cuda_status.h"
 #include "core/error.h"
 
 #if FRUGAL_WITH_CUDA
@@ -134,7 +135,7 @@ Allocator& default_allocator(Registry& r, Device device) {
       if (!slot) slot = cuda::make_direct_allocator(device.index());
       return *slot;
 #else
-      FRUGAL_THROW(DeviceError, "cannot use ", device, ": CUDA was not compiled in (FRUGAL_CUDA=OFF)");
+      FRUGAL_THROW(DeviceError, "cannot use ", device, ": ", cuda_status().reason);
 #endif
     }
   }

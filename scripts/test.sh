@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Builds and runs the whole test suite: installs what is missing, builds in build/, runs ctest.
+# GPU cases are reported as Skipped when no CUDA device is usable (FRUGAL_REQUIRE_GPU=1 makes that
+# a failure).
+#   scripts/test.sh              the full build (CUDA compiled in when nvcc exists) and every suite
+#   scripts/test.sh --sanitize   a CPU-only ASan+UBSan build in build-sanitize/, CPU and CLI suites
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+frugal_install_packages
+
+case ${1:-} in
+  "")
+    frugal_build "$FRUGAL_ROOT/build"
+    cd "$FRUGAL_ROOT/build"
+    ctest --output-on-failure --parallel "$(nproc)"
+    ;;
+  --sanitize)
+    frugal_build "$FRUGAL_ROOT/build-sanitize" -DFRUGAL_CUDA=OFF -DFRUGAL_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
+    cd "$FRUGAL_ROOT/build-sanitize"
+    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+      ctest --output-on-failure --parallel "$(nproc)" -L 'cpu|cli'
+    ;;
+  *)
+    echo "usage: scripts/test.sh [--sanitize]" >&2
+    exit 2
+    ;;
+esac
