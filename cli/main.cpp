@@ -33,8 +33,8 @@ int run_bench(const std::string& name, const std::string& device_text, bool json
   std::string device = options.device.str();
   if (options.device.is_cuda()) device += " (" + cuda_device_info(options.device.index()).name + ")";
   if (json) {
-    nlohmann::json report = {{"bench", name}, {"device", device}, {"threads", cli::cpu_threads()}};
-    report["results"] = nlohmann::json::array();
+    nlohmann::ordered_json report = {{"bench", name}, {"device", device}, {"threads", cli::cpu_threads()}};
+    report["results"] = nlohmann::ordered_json::array();
     for (const auto& r : results)
       report["results"].push_back({{"case", r.case_name}, {"impl", r.impl}, {"value", r.value}, {"unit", r.unit},
                                    {"higher_is_better", r.higher_is_better}});

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The one prepared script for a lent GPU machine: builds with CUDA, runs the GPU suite with
+# FRUGAL_REQUIRE_GPU=1 (a missing device fails), the CPU suite, `frugal info` and the benchmarks on
+# the GPU, and writes every log to the folder given as its argument. Meant to finish well inside
+# 8 minutes. Run scripts/gpu-prepare.sh here first and carry .gpu-deps; cuDNN and NCCL come from
+# the Python wheels (nvidia-cudnn-cu13, nvidia-nccl-cu13) installed there.
+#   scripts/gpu-check.sh OUT_DIR
+set -uo pipefail
+out=${1:?usage: scripts/gpu-check.sh OUT_DIR}
+mkdir -p "$out"
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+status=0
+step() { echo "== $*" | tee -a "$out/summary.txt"; }
+record() { local name=$1; shift; "$@" >"$out/$name.log" 2>&1; local rc=$?; echo "   $name: exit $rc" | tee -a "$out/summary.txt"; [ $rc -eq 0 ] || status=1; return $rc; }
+
+step "machine"
+{ nvidia-smi || true; nvcc --version || true; cmake --version | head -1; } >"$out/machine.log" 2>&1
+
+# cuDNN and NCCL live inside Python wheels here; point CMake at the folders holding their libraries.
+find_wheel_root() {  # find_wheel_root LIBRARY_FILE -> the folder above the lib/ that holds it
+  local lib
+  lib=$(python3 -c 'import site; print("\n".join(site.getsitepackages()))' 2>/dev/null |
+        xargs -I{} find {} -name "$1" -path '*nvidia*' 2>/dev/null | head -1)
+  [ -n "$lib" ] && dirname "$(dirname "$lib")"
+}
+cudnn_root=$(find_wheel_root 'libcudnn.so.9')
+nccl_root=$(find_wheel_root 'libnccl.so.2')
+echo "cuDNN root: ${cudnn_root:-not found}  NCCL root: ${nccl_root:-not found}" | tee -a "$out/summary.txt"
+prefix=()
+[ -d "$root/.gpu-deps/usr" ] && prefix=(-DCMAKE_PREFIX_PATH="$root/.gpu-deps/usr")
+generator=()
+command -v ninja >/dev/null && generator=(-G Ninja)
+
+step "configure and build (CUDA on)"
+record configure cmake -S . -B build-gpu "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DFRUGAL_CUDA=ON \
+  ${cudnn_root:+-DCUDNN_ROOT="$cudnn_root"} ${nccl_root:+-DNCCL_ROOT="$nccl_root"} "${prefix[@]}" || { echo "configure failed"; exit 1; }
+record build cmake --build build-gpu --parallel "$(nproc)" || { tail -50 "$out/build.log"; exit 1; }
+export LD_LIBRARY_PATH="${cudnn_root:+$cudnn_root/lib:}${nccl_root:+$nccl_root/lib:}${LD_LIBRARY_PATH:-}"
+
+step "frugal info"
+record info build-gpu/bin/frugal info
+record info_json build-gpu/bin/frugal info --json
+
+step "GPU suite (FRUGAL_REQUIRE_GPU=1) and CPU suite"
+export FRUGAL_REQUIRE_GPU=1
+record gpu_suite bash -c "cd build-gpu && ctest --output-on-failure -L gpu"
+record cpu_suite bash -c "cd build-gpu && ctest --output-on-failure --parallel $(nproc) -L 'cpu|cli'"
+record gpu_doctest build-gpu/bin/frugal_gpu_tests
+
+step "benchmarks"
+record bench_tensor_gpu build-gpu/bin/frugal bench tensor --json --device cuda:0
+record bench_tensor_cpu build-gpu/bin/frugal bench tensor --json --device cpu
+record tensor_tour build-gpu/bin/01_tensor_tour
+
+step "done: overall status $status"
+cat "$out/summary.txt"
+exit $status
