@@ -54,7 +54,8 @@ int run_bench(const std::string& name, const std::string& device_text, bool json
 int main(int argc, char** argv) {
   CLI::App app{"frugal: a deep-learning framework that shows where every byte of GPU memory goes", "frugal"};
   app.set_version_flag("--version", FRUGAL_VERSION_STRING);
-  app.require_subcommand(1);
+  // At most one subcommand; "none" is reported after parsing, so that an unknown flag is named first.
+  app.require_subcommand(0, 1);
 
   bool info_json = false;
   auto* info = app.add_subcommand("info", "Print version, build options, CUDA status, devices and library versions");
@@ -75,6 +76,11 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
     std::cerr << "frugal: " << e.what() << " (see 'frugal --help')\n";
+    return kExitUsage;
+  }
+
+  if (app.get_subcommands().empty()) {
+    std::cerr << "frugal: name a subcommand: info or bench (see 'frugal --help')\n";
     return kExitUsage;
   }
 

@@ -16,7 +16,8 @@ constexpr std::int64_t kSummariseAbove = 1000;  // PyTorch's default print thres
 constexpr std::int64_t kEdgeItems = 3;          // and its default edge items
 
 struct Printer {
-  std::vector<double> values;  // every element as double, row-major
+  std::vector<double> values;         // floating dtypes: every element, row-major
+  std::vector<std::int64_t> integers; // integer and bool dtypes: exact, even past 2^53
   Shape shape, strides;
   bool summarise = false;
   DType dtype = DType::f32;
@@ -27,9 +28,10 @@ struct Printer {
     return !summarise || dim_size <= 2 * kEdgeItems || i < kEdgeItems || i >= dim_size - kEdgeItems;
   }
 
-  std::string element(double v) const {
-    if (dtype == DType::boolean) return v != 0.0 ? "True" : "False";
-    if (!is_floating(dtype)) return std::to_string(static_cast<long long>(v));
+  std::string element(std::int64_t index) const {
+    if (dtype == DType::boolean) return integers[index] != 0 ? "True" : "False";
+    if (!is_floating(dtype)) return std::to_string(integers[index]);
+    const double v = values[index];
     if (std::isnan(v)) return "nan";
     if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
     char buffer[64];
@@ -55,7 +57,7 @@ struct Printer {
 
   void measure(std::int64_t d, std::int64_t base) {
     if (d == static_cast<std::int64_t>(shape.size())) {
-      width = std::max(width, element(values[base]).size());
+      width = std::max(width, element(base).size());
       return;
     }
     for (std::int64_t i = 0; i < shape[d]; ++i)
@@ -64,14 +66,20 @@ struct Printer {
 
   void print(std::ostream& out, std::int64_t d, std::int64_t base, std::size_t indent) const {
     if (d == static_cast<std::int64_t>(shape.size())) {
-      const std::string text = element(values[base]);
+      const std::string text = element(base);
       out << std::string(width - text.size(), ' ') << text;
       return;
     }
     out << '[';
     const bool innermost = d + 1 == static_cast<std::int64_t>(shape.size());
-    const std::string separator = innermost ? ", " : "," + std::string(shape.size() - d - 1, '\n') +
-                                                         std::string(indent + d + 1, ' ');
+    // Between innermost elements ", "; between rows a newline per dims below, then the indent.
+    std::string separator = ",";
+    if (innermost) {
+      separator += ' ';
+    } else {
+      separator.append(shape.size() - d - 1, '\n');
+      separator.append(indent + d + 1, ' ');
+    }
     bool first = true, skipped = false;
     for (std::int64_t i = 0; i < shape[d]; ++i) {
       if (!shown(shape[d], i)) {
@@ -91,7 +99,10 @@ struct Printer {
 std::string Tensor::str() const {
   if (!defined()) return "tensor(undefined)";
   Printer printer;
-  printer.values = to_vector<double>();
+  if (is_floating(dtype()))
+    printer.values = to_vector<double>();
+  else
+    printer.integers = to_vector<std::int64_t>();
   printer.shape = shape();
   printer.strides = contiguous_strides(shape());
   printer.summarise = numel() > kSummariseAbove;

@@ -3,7 +3,8 @@
 # GPU cases are reported as Skipped when no CUDA device is usable (FRUGAL_REQUIRE_GPU=1 makes that
 # a failure).
 #   scripts/test.sh              the full build (CUDA compiled in when nvcc exists) and every suite
-#   scripts/test.sh --sanitize   a CPU-only ASan+UBSan build in build-sanitize/, CPU and CLI suites
+#   scripts/test.sh --sanitize   a CPU-only ASan+UBSan build (warnings are errors) in build-sanitize/,
+#                                CPU and CLI suites
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 frugal_install_packages
@@ -15,7 +16,7 @@ case ${1:-} in
     ctest --output-on-failure --parallel "$(nproc)"
     ;;
   --sanitize)
-    frugal_build "$FRUGAL_ROOT/build-sanitize" -DFRUGAL_CUDA=OFF -DFRUGAL_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
+    frugal_build "$FRUGAL_ROOT/build-sanitize" -DFRUGAL_CUDA=OFF -DFRUGAL_SANITIZE=ON -DFRUGAL_WARNINGS_AS_ERRORS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
     cd "$FRUGAL_ROOT/build-sanitize"
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
       ctest --output-on-failure --parallel "$(nproc)" -L 'cpu|cli'

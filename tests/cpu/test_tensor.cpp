@@ -219,6 +219,8 @@ TEST_CASE("printing: nested brackets, aligned, with shape, dtype and device") {
         "tensor([[1., 2.],\n        [3., 4.]], shape=[2, 2], dtype=f32, device=cpu)");
   CHECK(from_vector<float>({1.5f, -0.25f}).str() == "tensor([ 1.5000, -0.2500], shape=[2], dtype=f32, device=cpu)");
   CHECK(from_vector<std::int32_t>({7, -12}).str() == "tensor([  7, -12], shape=[2], dtype=i32, device=cpu)");
+  CHECK(from_vector<std::int64_t>({(std::int64_t{1} << 62) + 1}).str() ==
+        "tensor([4611686018427387905], shape=[1], dtype=i64, device=cpu)");  // exact past 2^53
   CHECK(from_vector<bool>({true, false}).str() == "tensor([ True, False], shape=[2], dtype=bool, device=cpu)");
   CHECK(full({}, 2.0).str() == "tensor(2., shape=[], dtype=f32, device=cpu)");
   CHECK(zeros({0, 3}).str() == "tensor([], shape=[0, 3], dtype=f32, device=cpu)");
