@@ -1,13 +1,16 @@
 // `frugal bench tensor`: what core's data-moving kernels cost, next to the simplest peer for each.
-//   copy_contiguous  dst.copy_(src), both contiguous f32     peer: memcpy / cudaMemcpy
-//   copy_transpose   dst.copy_(src.t()), square f32          peer: a naive double loop (CPU)
-//   cast_f32_f16     f16 dst.copy_(f32 src)                  peer: a one-thread conversion loop (CPU)
-//   uniform_f32      uniform(shape) with Philox              peer: std::mt19937 + uniform_real_distribution
-// Bandwidth counts bytes read plus bytes written.
+//   case             frugal                        CPU peer                       GPU peer
+//   copy_contiguous  dst.copy_(src), f32           memcpy                         cudaMemcpy
+//   copy_transpose   dst.copy_(src.t()), f32       a naive double loop            cublasSgeam
+//   cast_f32_f16     f16 dst.copy_(f32 src)        a one-thread conversion loop   cudaMemcpy of the same bytes
+//   uniform_f32      uniform_(dst), Philox         std::mt19937 (one thread)      cuRAND Philox4_32_10
+// Bandwidth counts bytes read plus bytes written. Every destination is allocated once, outside the
+// timed region, so allocation cost is not measured here (that is `frugal bench alloc`'s job).
 #include <cstring>
 #include <random>
 
 #include "bench/bench.h"
+#include "bench/cuda_peers.h"
 #include "core/copy.h"
 #include "core/cuda_status.h"
 #include "core/random.h"
@@ -62,6 +65,12 @@ void copy_cases(const Timer& timer, std::vector<Result>& results) {
       Half* out = half.data<Half>();
       for (std::int64_t i = 0; i < n; ++i) out[i] = Half(in[i]);
     })));
+  } else {
+    // The speed of light for a cast: a plain device copy moving the same 6 bytes per element.
+    const std::size_t same_bytes = static_cast<std::size_t>(cast_bytes / 2);
+    results.push_back(gbps("cast_f32_f16", "cudaMemcpy-same-bytes", cast_bytes, timer.seconds([&] {
+      copy_bytes(dst.data_ptr(), dst.device(), src.data_ptr(), src.device(), same_bytes);
+    })));
   }
 }
 
@@ -79,6 +88,12 @@ void transpose_cases(const Timer& timer, std::vector<Result>& results) {
       for (std::int64_t i = 0; i < side; ++i)
         for (std::int64_t j = 0; j < side; ++j) out[i * side + j] = in[j * side + i];
     })));
+  } else {
+#if FRUGAL_WITH_CUDA
+    results.push_back(gbps("copy_transpose", "cublasSgeam", bytes, timer.seconds([&] {
+      cuda_peers::cublas_transpose(dst.data<float>(), src.data<float>(), static_cast<int>(side));
+    })));
+#endif
   }
 }
 
@@ -86,18 +101,24 @@ void random_cases(const Timer& timer, std::vector<Result>& results) {
   const std::int64_t n = timer.sizes.elements;
   const auto per_second = [n](double seconds) { return static_cast<double>(n) / seconds / 1e6; };
   Generator generator(42);
-  results.push_back({"uniform_f32", "frugal",
-                     per_second(timer.seconds([&] {
-                       uniform({n}, 0.0, 1.0, {.device = timer.options.device}, &generator);
-                     })),
+  Tensor out = empty({n}, {.device = timer.options.device});
+  results.push_back({"uniform_f32", "frugal", per_second(timer.seconds([&] { uniform_(out, 0.0, 1.0, &generator); })),
                      "Melem/s", true});
-  if (timer.options.device.is_cpu()) {
-    std::vector<float> out(static_cast<std::size_t>(n));
+  if (timer.options.device.is_cuda()) {
+#if FRUGAL_WITH_CUDA
+    results.push_back({"uniform_f32", "cuRAND-Philox",
+                       per_second(timer.seconds([&] {
+                         cuda_peers::curand_uniform(out.data<float>(), static_cast<std::size_t>(n), 42);
+                       })),
+                       "Melem/s", true});
+#endif
+  } else {
+    std::vector<float> values(static_cast<std::size_t>(n));
     std::mt19937 engine(42);
     std::uniform_real_distribution<float> distribution(0.0f, 1.0f);
     results.push_back({"uniform_f32", "std::mt19937",
                        per_second(timer.seconds([&] {
-                         for (float& v : out) v = distribution(engine);
+                         for (float& v : values) v = distribution(engine);
                        })),
                        "Melem/s", true});
   }

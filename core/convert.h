@@ -1,9 +1,16 @@
 // convert<To>(from): the one element conversion used by every cast, on CPU and GPU.
-// Rules (PyTorch's): anything -> bool is "!= 0"; the 16-bit floats go through float; everything
-// else is a C++ static_cast (float -> integer truncates toward zero; out-of-range values are
-// undefined, as in C++ and PyTorch).
+// Rules (PyTorch's):
+//   - anything -> bool is "!= 0";
+//   - from f16/bf16: through float, which holds every f16 and bf16 value exactly;
+//   - to f16/bf16: one rounding to nearest even (from non-float sources through round-to-odd, see
+//     half_bits::round_to_odd_float, so a double is not rounded twice);
+//   - floating -> u8 goes through int64, so negative values wrap (-1 -> 255) the same way on CPU and
+//     GPU; a direct float -> unsigned cast is undefined in C++, and GCC and nvcc disagree on it;
+//   - everything else is a C++ static_cast: floating -> integer truncates toward zero, and values
+//     outside the integer's range are undefined, as in C++ and PyTorch.
 #pragma once
 
+#include <cstdint>
 #include <type_traits>
 
 #include "core/half.h"
@@ -23,7 +30,12 @@ FRUGAL_HOST_DEVICE inline To convert(From from) {
   } else if constexpr (std::is_same_v<To, bool>) {
     return from != From(0);
   } else if constexpr (is_half_type_v<To>) {
-    return To(static_cast<float>(from));
+    if constexpr (std::is_same_v<From, float>)
+      return To(from);
+    else
+      return To::from_double(static_cast<double>(from));
+  } else if constexpr (std::is_unsigned_v<To> && std::is_floating_point_v<From>) {
+    return static_cast<To>(static_cast<std::int64_t>(from));
   } else {
     return static_cast<To>(from);
   }

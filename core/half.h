@@ -82,6 +82,21 @@ FRUGAL_HOST_DEVICE inline float to_float_bf16(std::uint16_t value) {
   return bits_float(static_cast<std::uint32_t>(value) << 16);
 }
 
+// A double rounded to float *toward zero, with the last bit set when inexact* ("round to odd").
+// Rounding that float to f16 or bf16 then gives the same result as rounding the double directly:
+// float keeps at least two more bits than either, and the odd bit remembers that the discarded
+// tail was not zero, so ties are never invented. Plain double -> float -> half rounds twice and
+// can be off by one step (1 + 2^-11 + 2^-40 would become 1 instead of 1 + 2^-10).
+FRUGAL_HOST_DEVICE inline float round_to_odd_float(double value) {
+  float nearest = static_cast<float>(value);
+  if (!(value == value)) return nearest;  // NaN
+  std::uint32_t bits = float_bits(nearest);
+  const double back = static_cast<double>(nearest);
+  if (back == value) return nearest;
+  if ((back > 0 ? back : -back) > (value > 0 ? value : -value)) bits -= 1;  // was rounded away from zero: step back
+  return bits_float(bits | 1u);
+}
+
 }  // namespace half_bits
 
 struct Half {
@@ -89,6 +104,7 @@ struct Half {
   Half() = default;
   FRUGAL_HOST_DEVICE Half(float value) : bits(half_bits::from_float_f16(value)) {}
   FRUGAL_HOST_DEVICE static Half from_bits(std::uint16_t raw) { Half h; h.bits = raw; return h; }
+  FRUGAL_HOST_DEVICE static Half from_double(double value) { return Half(half_bits::round_to_odd_float(value)); }
   FRUGAL_HOST_DEVICE operator float() const { return half_bits::to_float_f16(bits); }
 };
 
@@ -97,6 +113,7 @@ struct BFloat16 {
   BFloat16() = default;
   FRUGAL_HOST_DEVICE BFloat16(float value) : bits(half_bits::from_float_bf16(value)) {}
   FRUGAL_HOST_DEVICE static BFloat16 from_bits(std::uint16_t raw) { BFloat16 b; b.bits = raw; return b; }
+  FRUGAL_HOST_DEVICE static BFloat16 from_double(double value) { return BFloat16(half_bits::round_to_odd_float(value)); }
   FRUGAL_HOST_DEVICE operator float() const { return half_bits::to_float_bf16(bits); }
 };
 

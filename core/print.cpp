@@ -2,7 +2,7 @@
 //   tensor([[ 1.5000,  2.0000],
 //           [-3.0000,  4.0000]], shape=[2, 2], dtype=f32, device=cpu)
 // Large tensors are summarised: past kSummariseAbove elements only the first and last kEdgeItems of
-// each dim are printed, with "..." between.
+// each dim are printed, with "..." between. Only those elements are copied off the device.
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -15,18 +15,41 @@ namespace {
 constexpr std::int64_t kSummariseAbove = 1000;  // PyTorch's default print threshold
 constexpr std::int64_t kEdgeItems = 3;          // and its default edge items
 
+// The elements a summary shows: per dim the first and last kEdgeItems (all of a short dim), packed
+// into a small CPU tensor, one corner block at a time. `cut[d]` says whether dim d lost its middle.
+Tensor shown_elements(const Tensor& t, std::vector<bool>& cut) {
+  Shape small = t.shape();
+  std::vector<std::int64_t> cut_dims;
+  for (std::int64_t d = 0; d < t.dim(); ++d) {
+    cut[d] = small[d] > 2 * kEdgeItems;
+    if (cut[d]) {
+      small[d] = 2 * kEdgeItems;
+      cut_dims.push_back(d);
+    }
+  }
+  Tensor out = empty(small, {.dtype = t.dtype()});
+  // Each corner takes the head or the tail of every cut dim: 2^(cut dims) blocks, at most 256.
+  for (std::uint32_t corner = 0; corner < (1u << cut_dims.size()); ++corner) {
+    Tensor from = t, to = out;
+    for (std::size_t i = 0; i < cut_dims.size(); ++i) {
+      const std::int64_t d = cut_dims[i];
+      const bool tail = (corner >> i) & 1u;
+      from = from.narrow(d, tail ? t.shape()[d] - kEdgeItems : 0, kEdgeItems);
+      to = to.narrow(d, tail ? kEdgeItems : 0, kEdgeItems);
+    }
+    to.copy_(from);
+  }
+  return out;
+}
+
 struct Printer {
-  std::vector<double> values;         // floating dtypes: every element, row-major
-  std::vector<std::int64_t> integers; // integer and bool dtypes: exact, even past 2^53
-  Shape shape, strides;
-  bool summarise = false;
+  std::vector<double> values;          // floating dtypes: the shown elements, row-major
+  std::vector<std::int64_t> integers;  // integer and bool dtypes: exact, even past 2^53
+  Shape shape, strides;                // of the shown elements
+  std::vector<bool> cut;               // dims whose middle is replaced by "..."
   DType dtype = DType::f32;
   std::string float_format;
   std::size_t width = 0;
-
-  bool shown(std::int64_t dim_size, std::int64_t i) const {
-    return !summarise || dim_size <= 2 * kEdgeItems || i < kEdgeItems || i >= dim_size - kEdgeItems;
-  }
 
   std::string element(std::int64_t index) const {
     if (dtype == DType::boolean) return integers[index] != 0 ? "True" : "False";
@@ -53,15 +76,8 @@ struct Printer {
     if (integral && max_abs < 1e8) float_format = "%.0f.";
     else if (max_abs >= 1e8 || min_abs < 1e-4) float_format = "%.4e";
     else float_format = "%.4f";
-  }
-
-  void measure(std::int64_t d, std::int64_t base) {
-    if (d == static_cast<std::int64_t>(shape.size())) {
-      width = std::max(width, element(base).size());
-      return;
-    }
-    for (std::int64_t i = 0; i < shape[d]; ++i)
-      if (shown(shape[d], i)) measure(d + 1, base + i * strides[d]);
+    const std::int64_t count = shape_numel(shape);
+    for (std::int64_t i = 0; i < count; ++i) width = std::max(width, element(i).size());
   }
 
   void print(std::ostream& out, std::int64_t d, std::int64_t base, std::size_t indent) const {
@@ -80,15 +96,9 @@ struct Printer {
       separator.append(shape.size() - d - 1, '\n');
       separator.append(indent + d + 1, ' ');
     }
-    bool first = true, skipped = false;
     for (std::int64_t i = 0; i < shape[d]; ++i) {
-      if (!shown(shape[d], i)) {
-        if (!skipped) out << separator << "...";
-        skipped = true;
-        continue;
-      }
-      if (!first) out << separator;
-      first = false;
+      if (i > 0) out << separator;
+      if (cut[d] && i == kEdgeItems) out << "..." << separator;
       print(out, d + 1, base + i * strides[d], indent);
     }
     out << ']';
@@ -99,13 +109,14 @@ struct Printer {
 std::string Tensor::str() const {
   if (!defined()) return "tensor(undefined)";
   Printer printer;
+  printer.cut.assign(dim(), false);
+  const Tensor shown = numel() > kSummariseAbove ? shown_elements(*this, printer.cut) : *this;
   if (is_floating(dtype()))
-    printer.values = to_vector<double>();
+    printer.values = shown.to_vector<double>();
   else
-    printer.integers = to_vector<std::int64_t>();
-  printer.shape = shape();
-  printer.strides = contiguous_strides(shape());
-  printer.summarise = numel() > kSummariseAbove;
+    printer.integers = shown.to_vector<std::int64_t>();
+  printer.shape = shown.shape();
+  printer.strides = contiguous_strides(printer.shape);
   printer.dtype = dtype();
   printer.choose_format();
   std::ostringstream out;
@@ -113,7 +124,6 @@ std::string Tensor::str() const {
   if (numel() == 0) {
     out << prefix << "[]";
   } else {
-    printer.measure(0, 0);
     out << prefix;
     printer.print(out, 0, 0, prefix.size());
   }

@@ -35,26 +35,64 @@ Generator& default_generator() {
 void manual_seed(std::uint64_t seed) { default_generator().manual_seed(seed); }
 
 namespace {
-Tensor draw(Shape shape, TensorOptions options, Generator* generator, RandomSpec spec) {
-  Tensor out = empty(std::move(shape), options);
+// Fills `out` with one draw from the generator. A strided destination gets a contiguous draw copied
+// in, so element i of the draw lands at element i of the tensor whatever its layout.
+Tensor& fill_random(Tensor& out, Generator* generator, RandomSpec spec) {
   const GeneratorState state = (generator ? *generator : default_generator()).next_draw();
   spec.seed = state.seed;
   spec.offset = state.offset;
-  random_fill(out, spec);
+  if (out.is_contiguous()) {
+    random_fill(out, spec);
+    out.storage()->bump_version();
+  } else {
+    Tensor packed = empty(out.shape(), {.dtype = out.dtype(), .device = out.device()});
+    random_fill(packed, spec);
+    out.copy_(packed);
+  }
   return out;
+}
+
+void check_floating(DType dtype, const char* op) {
+  FRUGAL_CHECK_DTYPE(is_floating(dtype), op, ": needs a floating dtype, got ", dtype,
+                     " (draw with randint for integers)");
+}
+
+RandomSpec uniform_spec(double low, double high) {
+  FRUGAL_CHECK_VALUE(std::isfinite(low) && std::isfinite(high) && low <= high, "uniform: need finite low <= high, got [",
+                     low, ", ", high, ")");
+  return {.distribution = Distribution::uniform, .a = low, .b = high};
+}
+
+RandomSpec normal_spec(double mean, double stddev) {
+  FRUGAL_CHECK_VALUE(std::isfinite(mean) && std::isfinite(stddev) && stddev >= 0.0,
+                     "normal: need a finite mean and a finite stddev >= 0, got mean ", mean, " stddev ", stddev);
+  return {.distribution = Distribution::normal, .a = mean, .b = stddev};
+}
+
+Tensor draw(Shape shape, TensorOptions options, Generator* generator, const RandomSpec& spec) {
+  Tensor out = empty(std::move(shape), options);
+  return fill_random(out, generator, spec);
 }
 }  // namespace
 
 Tensor uniform(Shape shape, double low, double high, TensorOptions options, Generator* generator) {
-  FRUGAL_CHECK_VALUE(std::isfinite(low) && std::isfinite(high) && low <= high, "uniform: need finite low <= high, got [",
-                     low, ", ", high, ")");
-  return draw(std::move(shape), options, generator, {.distribution = Distribution::uniform, .a = low, .b = high});
+  check_floating(options.dtype, "uniform");
+  return draw(std::move(shape), options, generator, uniform_spec(low, high));
 }
 
 Tensor normal(Shape shape, double mean, double stddev, TensorOptions options, Generator* generator) {
-  FRUGAL_CHECK_VALUE(std::isfinite(mean) && std::isfinite(stddev) && stddev >= 0.0,
-                     "normal: need a finite mean and a finite stddev >= 0, got mean ", mean, " stddev ", stddev);
-  return draw(std::move(shape), options, generator, {.distribution = Distribution::normal, .a = mean, .b = stddev});
+  check_floating(options.dtype, "normal");
+  return draw(std::move(shape), options, generator, normal_spec(mean, stddev));
+}
+
+Tensor& uniform_(Tensor& tensor, double low, double high, Generator* generator) {
+  check_floating(tensor.dtype(), "uniform_");
+  return fill_random(tensor, generator, uniform_spec(low, high));
+}
+
+Tensor& normal_(Tensor& tensor, double mean, double stddev, Generator* generator) {
+  check_floating(tensor.dtype(), "normal_");
+  return fill_random(tensor, generator, normal_spec(mean, stddev));
 }
 
 Tensor randint(std::int64_t low, std::int64_t high, Shape shape, TensorOptions options, Generator* generator) {

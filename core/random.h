@@ -39,7 +39,7 @@ class Generator {
 Generator& default_generator();         // used when a function is given no generator
 void manual_seed(std::uint64_t seed);   // seeds the default generator
 
-// `generator == nullptr` means the default generator.
+// `generator == nullptr` means the default generator. uniform and normal need a floating dtype.
 Tensor uniform(Shape shape, double low = 0.0, double high = 1.0, TensorOptions options = {}, Generator* generator = nullptr);
 Tensor normal(Shape shape, double mean = 0.0, double stddev = 1.0, TensorOptions options = {}, Generator* generator = nullptr);
 // Integers in [low, high); high - low must be in [1, 2^32].
@@ -47,5 +47,10 @@ Tensor randint(std::int64_t low, std::int64_t high, Shape shape, TensorOptions o
                Generator* generator = nullptr);
 // 1 with probability p, else 0.
 Tensor bernoulli(Shape shape, double p, TensorOptions options = {}, Generator* generator = nullptr);
+
+// In place: overwrite an existing tensor (any layout, any device) with a fresh draw. Initialisers
+// use these; they allocate nothing when the tensor is contiguous.
+Tensor& uniform_(Tensor& tensor, double low = 0.0, double high = 1.0, Generator* generator = nullptr);
+Tensor& normal_(Tensor& tensor, double mean = 0.0, double stddev = 1.0, Generator* generator = nullptr);
 
 }  // namespace frugal

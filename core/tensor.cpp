@@ -98,6 +98,18 @@ std::optional<Shape> view_strides(const Shape& old_shape, const Shape& old_strid
 }
 }  // namespace
 
+// True when two tensors' elements may share addresses: same storage and intersecting element
+// ranges [first, last]. Disjoint views of one storage (two halves of a buffer) do not overlap.
+bool memory_overlaps(const Tensor& a, const Tensor& b) {
+  if (!a.shares_storage_with(b) || a.numel() == 0 || b.numel() == 0) return false;
+  auto last_element = [](const Tensor& t) {
+    std::int64_t last = t.offset();
+    for (std::int64_t d = 0; d < t.dim(); ++d) last += (t.shape()[d] - 1) * t.strides()[d];
+    return last;
+  };
+  return a.offset() <= last_element(b) && b.offset() <= last_element(a);
+}
+
 // ---- Tensor basics
 
 Tensor::Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
@@ -111,6 +123,7 @@ std::int64_t Tensor::size(std::int64_t d) const { return shape()[wrap_dim(d, dim
 std::int64_t Tensor::stride(std::int64_t d) const { return strides()[wrap_dim(d, dim())]; }
 
 bool Tensor::is_contiguous() const {
+  if (numel() == 0) return true;  // no element to be out of place
   std::int64_t expected = 1;
   for (std::int64_t d = dim() - 1; d >= 0; --d) {
     if (shape()[d] == 1) continue;  // a size-1 dim's stride never matters
@@ -197,7 +210,7 @@ Tensor Tensor::slice(std::int64_t d, std::int64_t start, std::int64_t end, std::
   start = clamp_index(start);
   end = std::max(start, clamp_index(end));
   Shape new_shape = shape(), new_strides = strides();
-  new_shape[d] = (end - start + step - 1) / step;
+  new_shape[d] = end > start ? (end - start - 1) / step + 1 : 0;  // ceil((end - start) / step) without overflow
   new_strides[d] *= step;
   return make_view(std::move(new_shape), std::move(new_strides), offset() + start * strides()[d]);
 }
@@ -232,6 +245,7 @@ Tensor Tensor::expand(Shape target) const {
       continue;
     }
     if (target[i] == -1) target[i] = shape()[own];
+    FRUGAL_CHECK_SHAPE(target[i] >= 0, "expand: invalid size ", target[i], " in ", shape_str(target));
     FRUGAL_CHECK_SHAPE(target[i] == shape()[own] || shape()[own] == 1, "expand: cannot expand shape ", shape_str(shape()),
                        " to ", shape_str(target), " (dim ", own, " has size ", shape()[own], ", not 1)");
     new_strides[i] = target[i] == shape()[own] ? strides()[own] : 0;
@@ -250,6 +264,10 @@ Tensor Tensor::squeeze() const {
 }
 
 Tensor Tensor::squeeze(std::int64_t d) const {
+  if (dim() == 0) {  // PyTorch: a 0-dim tensor accepts dim 0 or -1 and stays as it is
+    wrap_dim(d, 1);
+    return *this;
+  }
   d = wrap_dim(d, dim());
   if (shape()[d] != 1) return *this;  // PyTorch: squeezing a dim that is not 1 is a no-op
   Shape new_shape = shape(), new_strides = strides();
@@ -292,8 +310,8 @@ Tensor& Tensor::copy_(const Tensor& src) {
     FRUGAL_CHECK_VALUE(strides()[d] != 0 || shape()[d] <= 1, "copy_: the destination of shape ", shape_str(shape()),
                        " has several elements at one address (an expanded view); clone() it first");
   Tensor source = src.shape() == shape() ? src : src.expand(shape());
-  // Overlapping source and destination would read elements already overwritten.
-  if (source.shares_storage_with(*this)) source = source.clone();
+  // A source overlapping the destination would be read after parts of it were overwritten.
+  if (memory_overlaps(source, *this)) source = source.clone();
   if (source.device() == device()) {
     copy_elements(*this, source);
   } else {

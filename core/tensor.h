@@ -153,6 +153,8 @@ Tensor from_vector(const std::vector<T>& values, Shape shape = {}, Device device
 void check_same_shape(const Tensor& a, const Tensor& b, const char* op);
 void check_same_dtype(const Tensor& a, const Tensor& b, const char* op);
 void check_same_device(const Tensor& a, const Tensor& b, const char* op);
+// Whether two tensors may have elements at the same address (same storage, intersecting ranges).
+bool memory_overlaps(const Tensor& a, const Tensor& b);
 // Normalises a possibly negative dim for a tensor of `ndim` dims; IndexError if out of range.
 std::int64_t wrap_dim(std::int64_t dim, std::int64_t ndim);
 

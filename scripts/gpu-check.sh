@@ -9,6 +9,7 @@ set -uo pipefail
 out=${1:?usage: scripts/gpu-check.sh OUT_DIR}
 mkdir -p "$out"
 root=$(cd "$(dirname "$0")/.." && pwd)
+export PATH="/usr/local/cuda/bin:$PATH"
 cd "$root"
 status=0
 step() { echo "== $*" | tee -a "$out/summary.txt"; }

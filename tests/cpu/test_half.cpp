@@ -92,6 +92,28 @@ TEST_CASE("bf16: truncation with round to nearest even") {
   }
 }
 
+TEST_CASE("double -> f16/bf16 rounds once, not through float") {
+  // Through float, 1 + 2^-11 + 2^-40 first becomes 1 + 2^-11 (a tie) and then 1 (even): wrong.
+  CHECK(convert<Half>(1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -40)).bits == 0x3c01);
+  CHECK(convert<Half>(1.0 + std::ldexp(1.0, -11)).bits == 0x3c00);  // a true tie still goes to even
+  CHECK(convert<BFloat16>(1.0 + std::ldexp(1.0, -8) + std::ldexp(1.0, -40)).bits == 0x3f81);
+  CHECK(convert<BFloat16>(1.0 + std::ldexp(1.0, -8)).bits == 0x3f80);
+  CHECK(convert<Half>(1e300).bits == 0x7c00);
+  CHECK(convert<Half>(-1e-300).bits == 0x8000);
+  CHECK(convert<BFloat16>(1e300).bits == 0x7f80);
+  CHECK(std::isnan(static_cast<float>(convert<Half>(std::nan("")))));
+  CHECK(convert<Half>(std::int64_t{65504}).bits == 0x7bff);
+  // Every double exactly between two f16 values, nudged by one double ulp either way, must round
+  // to the nearer one; checked over the whole positive finite f16 range.
+  for (std::uint16_t bits = 0x0001; bits < 0x7bff; ++bits) {
+    const double low = static_cast<float>(Half::from_bits(bits));
+    const double high = static_cast<float>(Half::from_bits(static_cast<std::uint16_t>(bits + 1)));
+    const double middle = (low + high) / 2;
+    REQUIRE(convert<Half>(std::nextafter(middle, 0.0)).bits == bits);
+    REQUIRE(convert<Half>(std::nextafter(middle, 1e9)).bits == bits + 1);
+  }
+}
+
 TEST_CASE("convert follows PyTorch's casting rules") {
   CHECK(convert<bool>(0.5f) == true);
   CHECK(convert<bool>(0.0) == false);
@@ -99,6 +121,8 @@ TEST_CASE("convert follows PyTorch's casting rules") {
   CHECK(convert<bool>(BFloat16(-3.0f)) == true);
   CHECK(convert<std::int32_t>(-2.9f) == -2);  // truncation toward zero
   CHECK(convert<std::uint8_t>(200.7) == 200);
+  CHECK(convert<std::uint8_t>(-1.0f) == 255);  // through int64, as PyTorch does
+  CHECK(convert<std::uint8_t>(Half(-2.0f)) == 254);
   CHECK(convert<float>(Half(1.5f)) == 1.5f);
   CHECK(convert<Half>(BFloat16(2.0f)).bits == 0x4000);
   CHECK(convert<double>(true) == 1.0);

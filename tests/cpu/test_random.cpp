@@ -105,8 +105,34 @@ TEST_CASE("distributions: ranges and sample statistics") {
   }
 }
 
+TEST_CASE("uniform never returns high, even where rounding to a narrow dtype would") {
+  Generator generator(5);
+  constexpr std::int64_t n = 1 << 20;
+  auto max_of = [](const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); };
+  // Without the clamp about 1 in 500 bf16 draws of uniform(0, 1) would round to 1.0.
+  CHECK(max_of(uniform({n}, 0.0, 1.0, {.dtype = DType::bf16}, &generator).to_vector<double>()) == 0.99609375);
+  CHECK(max_of(uniform({n}, 0.0, 1.0, {.dtype = DType::f16}, &generator).to_vector<double>()) < 1.0);
+  CHECK(max_of(uniform({n}, 1000.0, 1001.0, {}, &generator).to_vector<double>()) < 1001.0);
+  CHECK(max_of(uniform({n}, -1.0, 0.0, {.dtype = DType::f16}, &generator).to_vector<double>()) < 0.0);
+  CHECK(uniform({4}, 2.0, 2.0, {}, &generator).to_vector<float>() == std::vector<float>(4, 2.0f));
+}
+
+TEST_CASE("uniform_ and normal_ fill existing tensors in place, any layout") {
+  Generator a(11), b(11);
+  Tensor dense = empty({3, 4});
+  uniform_(dense, -1.0, 1.0, &a);
+  CHECK(dense.to_vector<float>() == uniform({3, 4}, -1.0, 1.0, {}, &b).to_vector<float>());
+  // A transposed destination receives the draw in its own row-major order.
+  Tensor transposed = empty({4, 3}).t();
+  normal_(transposed, 0.0, 1.0, &a);
+  CHECK(transposed.contiguous().to_vector<float>() == normal({3, 4}, 0.0, 1.0, {}, &b).to_vector<float>());
+  Tensor ints = empty({2}, {.dtype = DType::i32});
+  CHECK_THROWS_WITH_AS(uniform_(ints), doctest::Contains("needs a floating dtype, got i32"), DTypeError);
+}
+
 TEST_CASE("random: bad arguments are rejected with the values in the message") {
   CHECK_THROWS_AS(uniform({2}, 1.0, 0.0), ValueError);
+  CHECK_THROWS_AS(normal({2}, 0.0, 1.0, {.dtype = DType::i64}), DTypeError);
   CHECK_THROWS_AS(normal({2}, 0.0, -1.0), ValueError);
   CHECK_THROWS_AS(bernoulli({2}, 1.5), ValueError);
   CHECK_THROWS_WITH_AS(randint(5, 5, {2}), doctest::Contains("got [5, 5)"), ValueError);

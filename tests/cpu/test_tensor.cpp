@@ -2,6 +2,9 @@
 // lifetime, memory tags, printing and error messages.
 #include <doctest/doctest.h>
 
+#include <climits>
+#include <cmath>
+
 #include "core/random.h"
 #include "core/tensor.h"
 
@@ -88,6 +91,23 @@ TEST_CASE("slice, narrow and select move the offset and scale strides") {
   CHECK_THROWS_WITH_AS(x.slice(2, 0, 1), doctest::Contains("dim 2 is out of range for a tensor with 2 dims"), IndexError);
 }
 
+TEST_CASE("edge cases: huge steps, negative sizes, scalars and empty tensors") {
+  const Tensor x = arange(10);
+  CHECK(x.slice(0, 0, 10, INT64_MAX).shape() == Shape{1});  // no overflow in the size computation
+  CHECK(x.slice(0, 3, 10, 3).to_vector<float>() == std::vector<float>{3, 6, 9});
+  CHECK_THROWS_WITH_AS(ones({1}).expand({-2}), doctest::Contains("invalid size -2"), ShapeError);
+  const Tensor scalar = full({}, 4.0);
+  CHECK(scalar.squeeze(0).dim() == 0);
+  CHECK(scalar.squeeze(-1).dim() == 0);
+  CHECK_THROWS_AS(scalar.squeeze(1), IndexError);
+  CHECK(scalar.unsqueeze(0).shape() == Shape{1});
+  CHECK(scalar.view({1, 1}).item<float>() == 4.0f);
+  const Tensor empty_view = zeros({4, 3}).slice(1, 0, 0);
+  CHECK(empty_view.shape() == Shape{4, 0});
+  CHECK(empty_view.is_contiguous());  // nothing can be out of place
+  CHECK(empty_view.contiguous().numel() == 0);
+}
+
 TEST_CASE("expand, squeeze and unsqueeze") {
   const Tensor col = from_vector<float>({1, 2, 3}, {3, 1});
   const Tensor e = col.expand({2, 3, 4});
@@ -128,6 +148,14 @@ TEST_CASE("contiguous, clone and copy_ with broadcasting and overlap") {
   Tensor row = iota({5});
   row.slice(0, 1, 5).copy_(row.slice(0, 0, 4));
   CHECK(values(row) == std::vector<float>{0, 0, 1, 2, 3});
+  // Disjoint views of one storage do not overlap: the copy goes straight through, no staging.
+  Tensor halves = iota({8});
+  const auto allocs = allocator_for(Device::cpu()).stats().num_allocs;
+  halves.slice(0, 0, 4).copy_(halves.slice(0, 4, 8));
+  CHECK(allocator_for(Device::cpu()).stats().num_allocs == allocs);
+  CHECK(values(halves) == std::vector<float>{4, 5, 6, 7, 4, 5, 6, 7});
+  CHECK(memory_overlaps(halves.slice(0, 0, 5), halves.slice(0, 4, 8)));
+  CHECK_FALSE(memory_overlaps(halves.slice(0, 0, 8, 2), zeros({8})));
 }
 
 TEST_CASE("to(dtype) converts every pair of dtypes through strided views") {
@@ -147,6 +175,12 @@ TEST_CASE("to(dtype) converts every pair of dtypes through strided views") {
     }
   }
   CHECK(from_vector<float>({0.1f}).to(DType::bf16).item<float>() == 0.10009765625f);
+  // Negative floats wrap through int64 into u8, the same on CPU and GPU (a direct cast is undefined).
+  CHECK(from_vector<float>({-1.0f, -3.2f, 300.0f, 7.9f}).to(DType::u8).to_vector<std::uint8_t>() ==
+        std::vector<std::uint8_t>{255, 253, 44, 7});
+  // f64 -> f16 rounds once: 1 + 2^-11 + 2^-40 is just above the tie and goes up.
+  CHECK(full({1}, 1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -40), {.dtype = DType::f16}).item<float>() ==
+        1.0f + std::ldexp(1.0f, -10));
   CHECK(from_vector<float>({-0.5f, 0.0f, 2.0f}).to(DType::boolean).to_vector<bool>() == std::vector<bool>{true, false, true});
 }
 
@@ -230,6 +264,24 @@ TEST_CASE("printing: nested brackets, aligned, with shape, dtype and device") {
   const std::string cube = zeros({2, 1, 2}).str();
   CHECK(cube == "tensor([[[0., 0.]],\n\n        [[0., 0.]]], shape=[2, 1, 2], dtype=f32, device=cpu)");
   CHECK(Tensor().str() == "tensor(undefined)");
+  CHECK(arange(1600).view({40, 40}).str() ==
+        "tensor([[   0.,    1.,    2., ...,   37.,   38.,   39.],\n"
+        "        [  40.,   41.,   42., ...,   77.,   78.,   79.],\n"
+        "        [  80.,   81.,   82., ...,  117.,  118.,  119.],\n"
+        "        ...,\n"
+        "        [1480., 1481., 1482., ..., 1517., 1518., 1519.],\n"
+        "        [1520., 1521., 1522., ..., 1557., 1558., 1559.],\n"
+        "        [1560., 1561., 1562., ..., 1597., 1598., 1599.]], shape=[40, 40], dtype=f32, device=cpu)");
+}
+
+TEST_CASE("printing a large tensor copies only the elements it shows") {
+  const Tensor big = zeros({1000, 1000}, {.dtype = DType::f16});
+  Allocator& host = allocator_for(Device::cpu());
+  host.reset_peak();
+  const std::int64_t before = host.stats().allocated_bytes;
+  const std::string text = big.str();
+  CHECK(text.find("...") != std::string::npos);
+  CHECK(host.stats().peak_allocated_bytes - before < 1024);  // 36 shown elements, not a 2 MB copy
 }
 
 TEST_CASE("errors name the operands, the location and the failed check") {
