@@ -67,19 +67,18 @@ DataPtr Allocator::allocate(std::size_t bytes, Stream stream) {
   void* ptr = raw_allocate(bytes, stream);
   const MemoryTag tag = current_memory_tag();
   std::lock_guard lock(stats_mutex_);
-  stats_.allocated_bytes += static_cast<std::int64_t>(bytes);
-  stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
-  stats_.num_allocs += 1;
-  stats_.tag_bytes[static_cast<int>(tag)] += static_cast<std::int64_t>(bytes);
+  stats_.requested_bytes.increase(static_cast<std::int64_t>(bytes));
+  stats_.allocations.increase(1);
+  stats_.tag_bytes[static_cast<int>(tag)].increase(static_cast<std::int64_t>(bytes));
   return DataPtr(ptr, bytes, tag, this);
 }
 
 void Allocator::deallocate(void* ptr, std::size_t bytes, MemoryTag tag) noexcept {
   raw_deallocate(ptr, bytes);
   std::lock_guard lock(stats_mutex_);
-  stats_.allocated_bytes -= static_cast<std::int64_t>(bytes);
-  stats_.num_frees += 1;
-  stats_.tag_bytes[static_cast<int>(tag)] -= static_cast<std::int64_t>(bytes);
+  stats_.requested_bytes.decrease(static_cast<std::int64_t>(bytes));
+  stats_.allocations.decrease(1);
+  stats_.tag_bytes[static_cast<int>(tag)].decrease(static_cast<std::int64_t>(bytes));
 }
 
 AllocatorStats Allocator::stats() const {
@@ -87,9 +86,11 @@ AllocatorStats Allocator::stats() const {
   return stats_;
 }
 
-void Allocator::reset_peak() {
+void Allocator::reset_peak_stats() {
   std::lock_guard lock(stats_mutex_);
-  stats_.peak_allocated_bytes = stats_.allocated_bytes;
+  stats_.requested_bytes.reset_peak();
+  stats_.allocations.reset_peak();
+  for (Stat& tag : stats_.tag_bytes) tag.reset_peak();
 }
 
 // ---- DirectHostAllocator

@@ -79,13 +79,31 @@ class DataPtr {
   Allocator* owner_ = nullptr;
 };
 
-// What any allocator can report. The pooling allocator extends this with reserved/cached figures.
+// One statistic, kept four ways (as PyTorch's allocator keeps them): its value now, its high-water
+// mark since the last reset_peak(), and the running totals of what was added and taken away.
+struct Stat {
+  std::int64_t current = 0;
+  std::int64_t peak = 0;
+  std::int64_t allocated = 0;  // total ever added
+  std::int64_t freed = 0;      // total ever taken away
+  void increase(std::int64_t amount) {
+    current += amount;
+    allocated += amount;
+    if (current > peak) peak = current;
+  }
+  void decrease(std::int64_t amount) {
+    current -= amount;
+    freed += amount;
+  }
+  void reset_peak() { peak = current; }
+};
+
+// What every allocator reports: sizes as callers asked for them, before any rounding. The caching
+// allocator adds what it reserved and how (core/caching_allocator.h).
 struct AllocatorStats {
-  std::int64_t allocated_bytes = 0;       // live now, as requested
-  std::int64_t peak_allocated_bytes = 0;  // high-water mark since the last reset_peak()
-  std::int64_t num_allocs = 0;            // allocate() calls served, ever
-  std::int64_t num_frees = 0;
-  std::array<std::int64_t, kNumMemoryTags> tag_bytes{};  // live bytes per MemoryTag
+  Stat requested_bytes;                           // live requested bytes
+  Stat allocations;                               // live allocations (a count)
+  std::array<Stat, kNumMemoryTags> tag_bytes{};   // requested bytes per MemoryTag
 };
 
 class Allocator {
@@ -97,7 +115,7 @@ class Allocator {
   virtual Device device() const = 0;
   virtual std::string_view name() const = 0;
   AllocatorStats stats() const;
-  void reset_peak();
+  virtual void reset_peak_stats();
 
  protected:
   virtual void* raw_allocate(std::size_t bytes, Stream stream) = 0;

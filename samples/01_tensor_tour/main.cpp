@@ -18,7 +18,7 @@ double mib(std::int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); 
 
 // Prints one step and the allocator's live bytes after it.
 void report(const Allocator& allocator, const char* step) {
-  std::printf("  %-52s %8.2f MiB live\n", step, mib(allocator.stats().allocated_bytes));
+  std::printf("  %-52s %8.2f MiB live\n", step, mib(allocator.stats().requested_bytes.current));
 }
 
 }  // namespace
@@ -75,8 +75,8 @@ int main() {
     Tensor activation = zeros({256, 1024}, on_device);
     const auto stats = allocator.stats();
     std::printf("  under MemoryTagScope(activation): %.2f MiB tagged activation, %.2f MiB tagged other\n\n",
-                mib(stats.tag_bytes[static_cast<int>(MemoryTag::activation)]),
-                mib(stats.tag_bytes[static_cast<int>(MemoryTag::other)]));
+                mib(stats.tag_bytes[static_cast<int>(MemoryTag::activation)].current),
+                mib(stats.tag_bytes[static_cast<int>(MemoryTag::other)].current));
   }
 
   std::cout << "5. A seed fixes the numbers, on any device and thread count\n";
@@ -86,7 +86,7 @@ int main() {
   std::cout << "  normal([2, 3]) with seed 42 on " << device << ":\n" << a << "\n";
   std::cout << "  identical on the CPU: " << (a.to_vector<float>() == b.to_vector<float>()) << "\n\n";
 
-  std::cout << "peak live bytes on " << device << " during the tour: " << mib(allocator.stats().peak_allocated_bytes)
+  std::cout << "peak live bytes on " << device << " during the tour: " << mib(allocator.stats().requested_bytes.peak)
             << " MiB\n";
   if (device.is_cpu())
     std::cout << "  (step 2's 10 MiB plus the temporary f32 copy that to_vector() made of the f16 tensor;\n"

@@ -150,9 +150,9 @@ TEST_CASE("contiguous, clone and copy_ with broadcasting and overlap") {
   CHECK(values(row) == std::vector<float>{0, 0, 1, 2, 3});
   // Disjoint views of one storage do not overlap: the copy goes straight through, no staging.
   Tensor halves = iota({8});
-  const auto allocs = allocator_for(Device::cpu()).stats().num_allocs;
+  const auto allocs = allocator_for(Device::cpu()).stats().allocations.allocated;
   halves.slice(0, 0, 4).copy_(halves.slice(0, 4, 8));
-  CHECK(allocator_for(Device::cpu()).stats().num_allocs == allocs);
+  CHECK(allocator_for(Device::cpu()).stats().allocations.allocated == allocs);
   CHECK(values(halves) == std::vector<float>{4, 5, 6, 7, 4, 5, 6, 7});
   CHECK(memory_overlaps(halves.slice(0, 0, 5), halves.slice(0, 4, 8)));
   CHECK_FALSE(memory_overlaps(halves.slice(0, 0, 8, 2), zeros({8})));
@@ -197,18 +197,18 @@ TEST_CASE("storage lifetime: freed when the last view goes, counted per tag") {
     MemoryTagScope scope(MemoryTag::activation);
     Tensor big = empty({1000}, {.dtype = DType::f64});
     CHECK(big.storage()->tag() == MemoryTag::activation);
-    CHECK(host.stats().allocated_bytes == before.allocated_bytes + 8000);
-    CHECK(host.stats().tag_bytes[static_cast<int>(MemoryTag::activation)] ==
-          before.tag_bytes[static_cast<int>(MemoryTag::activation)] + 8000);
+    CHECK(host.stats().requested_bytes.current == before.requested_bytes.current + 8000);
+    CHECK(host.stats().tag_bytes[static_cast<int>(MemoryTag::activation)].current ==
+          before.tag_bytes[static_cast<int>(MemoryTag::activation)].current + 8000);
     Tensor view = big.slice(0, 10, 20);
     big = Tensor();  // the view still holds the storage
-    CHECK(host.stats().allocated_bytes == before.allocated_bytes + 8000);
+    CHECK(host.stats().requested_bytes.current == before.requested_bytes.current + 8000);
     CHECK(current_memory_tag() == MemoryTag::activation);
   }
   CHECK(current_memory_tag() == MemoryTag::other);
-  CHECK(host.stats().allocated_bytes == before.allocated_bytes);
-  CHECK(host.stats().num_frees == before.num_frees + 1);
-  CHECK(host.stats().peak_allocated_bytes >= before.allocated_bytes + 8000);
+  CHECK(host.stats().requested_bytes.current == before.requested_bytes.current);
+  CHECK(host.stats().allocations.freed == before.allocations.freed + 1);
+  CHECK(host.stats().requested_bytes.peak >= before.requested_bytes.current + 8000);
   CHECK(empty({0, 5}).storage()->data() == nullptr);  // empty tensors allocate nothing
 }
 
@@ -232,7 +232,7 @@ TEST_CASE("set_allocator swaps the allocator behind every new tensor") {
   {
     const Tensor t = ones({4});
     CHECK(counting.live == 1);
-    CHECK(counting.stats().allocated_bytes == 16);
+    CHECK(counting.stats().requested_bytes.current == 16);
   }
   CHECK(counting.live == 0);
   CHECK(set_allocator(Device::cpu(), nullptr) == &counting);
@@ -277,11 +277,11 @@ TEST_CASE("printing: nested brackets, aligned, with shape, dtype and device") {
 TEST_CASE("printing a large tensor copies only the elements it shows") {
   const Tensor big = zeros({1000, 1000}, {.dtype = DType::f16});
   Allocator& host = allocator_for(Device::cpu());
-  host.reset_peak();
-  const std::int64_t before = host.stats().allocated_bytes;
+  host.reset_peak_stats();
+  const std::int64_t before = host.stats().requested_bytes.current;
   const std::string text = big.str();
   CHECK(text.find("...") != std::string::npos);
-  CHECK(host.stats().peak_allocated_bytes - before < 1024);  // 36 shown elements, not a 2 MB copy
+  CHECK(host.stats().requested_bytes.peak - before < 1024);  // 36 shown elements, not a 2 MB copy
 }
 
 TEST_CASE("errors name the operands, the location and the failed check") {
