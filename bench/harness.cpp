@@ -7,6 +7,7 @@
 namespace frugal::bench {
 
 std::vector<Result> tensor_benchmark(const Options& options);  // bench/tensor_bench.cpp
+std::vector<Result> alloc_benchmark(const Options& options);   // bench/alloc_bench.cpp
 
 const std::vector<Benchmark>& all_benchmarks() {
   static const std::vector<Benchmark> benchmarks = {
@@ -14,6 +15,10 @@ const std::vector<Benchmark>& all_benchmarks() {
        "copies (contiguous, transposed, f32->f16 cast) and Philox random fill, against memcpy, naive loops and "
        "std::mt19937",
        tensor_benchmark},
+      {"alloc",
+       "allocation and free cost on a MobileNetV2 training trace and a random size mix (caching, direct, jemalloc, "
+       "mimalloc), and peak reserved over peak live for frugal's policy and PyTorch's rules",
+       alloc_benchmark},
   };
   return benchmarks;
 }

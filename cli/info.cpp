@@ -1,5 +1,5 @@
 // `frugal info`: version, build options, CUDA status with its reason, devices, library versions,
-// CPU threads. Everything is gathered once into JSON; the text form is printed from that.
+// CPU threads, allocator settings. Everything is gathered once into JSON; the text form is printed from that.
 #include "cli/info.h"
 
 #include <omp.h>
@@ -7,6 +7,7 @@
 #include <iostream>
 #include <thread>
 
+#include "core/caching_allocator.h"
 #include "core/cuda_status.h"
 #include "frugal/build_info.h"
 
@@ -48,6 +49,10 @@ json collect_info() {
   cuda["devices"] = devices;
   info["cuda"] = cuda;
   info["cpu"] = {{"threads", cpu_threads()}, {"hardware_threads", std::thread::hardware_concurrency()}};
+  const CachingOptions allocator = CachingOptions::from_environment();
+  info["allocator"] = {{"mode", allocator.bypass ? "direct" : "caching"},
+                       {"expandable_segments", allocator.expandable_segments},
+                       {"max_split_size", format_size(allocator.max_split_size)}};
   return info;
 }
 
@@ -89,6 +94,10 @@ void print_info(const json& info) {
   }
   std::cout << "CPU:        " << info["cpu"]["threads"].get<int>() << " threads for kernels ("
             << info["cpu"]["hardware_threads"].get<unsigned>() << " hardware threads)\n";
+  const json& allocator = info["allocator"];
+  std::cout << "allocator:  " << allocator["mode"].get<std::string>() << ", expandable segments "
+            << (allocator["expandable_segments"].get<bool>() ? "on" : "off") << ", max_split "
+            << allocator["max_split_size"].get<std::string>() << " (FRUGAL_ALLOC, FRUGAL_ALLOC_CONF)\n";
 }
 
 }  // namespace frugal::cli

@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "bench/bench.h"
+#include "cli/alloc_replay.h"
 #include "cli/info.h"
 #include "core/cuda_status.h"
 #include "core/error.h"
@@ -43,7 +44,7 @@ int run_bench(const std::string& name, const std::string& device_text, bool json
   }
   std::cout << "benchmark " << name << " on " << device << ", " << cli::cpu_threads() << " CPU threads\n";
   for (const auto& r : results)
-    std::cout << "  " << std::left << std::setw(18) << r.case_name << std::setw(18) << r.impl << std::right
+    std::cout << "  " << std::left << std::setw(24) << r.case_name << std::setw(20) << r.impl << std::right
               << std::setw(12) << std::fixed << std::setprecision(2) << r.value << " " << r.unit
               << (r.higher_is_better ? "" : " (lower is better)") << "\n";
   return 0;
@@ -71,6 +72,8 @@ int main(int argc, char** argv) {
   bool bench_list = false;
   bench->add_flag("--list", bench_list, "List the benchmarks");
 
+  frugal::cli::AllocReplayCommand alloc_replay(app);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -80,7 +83,7 @@ int main(int argc, char** argv) {
   }
 
   if (app.get_subcommands().empty()) {
-    std::cerr << "frugal: name a subcommand: info or bench (see 'frugal --help')\n";
+    std::cerr << "frugal: name a subcommand: info, bench or alloc-replay (see 'frugal --help')\n";
     return kExitUsage;
   }
 
@@ -104,6 +107,7 @@ int main(int argc, char** argv) {
       }
       return run_bench(bench_name, bench_device, bench_json, bench_quick);
     }
+    if (alloc_replay.parsed()) return alloc_replay.run();
   } catch (const frugal::ValueError& e) {  // bad values that only the library could judge, e.g. --device cuda:x
     std::cerr << "frugal: " << e.message() << "\n";
     return kExitUsage;

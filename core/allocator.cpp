@@ -1,7 +1,8 @@
-// Allocator: tags, DataPtr, statistics, the direct host allocator and the per-device registry.
+// Allocator: tags, DataPtr, statistics, and the per-device registry of caching allocators.
 #include "core/allocator.h"
 
-#include <cstdlib>
+#include "core/caching_allocator.h"
+
 #include <map>
 #include <memory>
 
@@ -93,32 +94,14 @@ void Allocator::reset_peak_stats() {
   for (Stat& tag : stats_.tag_bytes) tag.reset_peak();
 }
 
-// ---- DirectHostAllocator
-
-namespace {
-constexpr std::size_t kHostAlignment = 64;  // a cache line, and the widest vector load (AVX-512)
-}
-
-void* DirectHostAllocator::raw_allocate(std::size_t bytes, Stream) {
-  // aligned_alloc wants a multiple of the alignment.
-  const std::size_t rounded = (bytes + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
-  void* ptr = std::aligned_alloc(kHostAlignment, rounded);
-  if (!ptr) FRUGAL_THROW(OutOfMemoryError, "host allocation of ", bytes, " bytes failed");
-  return ptr;
-}
-
-void DirectHostAllocator::raw_deallocate(void* ptr, std::size_t) noexcept { std::free(ptr); }
-
 // ---- registry
 
 namespace {
 struct Registry {
   std::mutex mutex;
   std::map<std::pair<DeviceType, int>, Allocator*> overrides;
-  DirectHostAllocator host;
-#if FRUGAL_WITH_CUDA
-  std::map<int, std::unique_ptr<Allocator>> cuda_direct;
-#endif
+  std::map<std::pair<DeviceType, int>, std::unique_ptr<CachingAllocator>> defaults;
+  std::unique_ptr<CachingAllocator> pinned;
 };
 
 Registry& registry() {
@@ -126,17 +109,19 @@ Registry& registry() {
   return *instance;
 }
 
-Allocator& default_allocator(Registry& r, Device device) {
+std::unique_ptr<Backing> default_backing(Device device) {
   switch (device.type()) {
     case DeviceType::CPU:
-      return r.host;
+      return std::make_unique<HostBacking>();
     case DeviceType::CUDA: {
+      const CudaStatus& status = cuda_status();
+      FRUGAL_CHECK_DEVICE(status.usable, "cannot use ", device, ": ", status.reason);
+      FRUGAL_CHECK_DEVICE(device.index() < status.device_count, "cannot use ", device, ": only ", status.device_count,
+                          " CUDA device(s) visible");
 #if FRUGAL_WITH_CUDA
-      auto& slot = r.cuda_direct[device.index()];
-      if (!slot) slot = cuda::make_direct_allocator(device.index());
-      return *slot;
+      return cuda::make_cuda_backing(device.index());
 #else
-      FRUGAL_THROW(DeviceError, "cannot use ", device, ": ", cuda_status().reason);
+      break;  // unreachable: without CUDA compiled in, status.usable is false
 #endif
     }
   }
@@ -144,12 +129,37 @@ Allocator& default_allocator(Registry& r, Device device) {
 }
 }  // namespace
 
-Allocator& allocator_for(Device device) {
+CachingAllocator& default_caching_allocator(Device device) {
   Registry& r = registry();
   std::lock_guard lock(r.mutex);
-  auto found = r.overrides.find({device.type(), device.index()});
-  if (found != r.overrides.end()) return *found->second;
-  return default_allocator(r, device);
+  auto& slot = r.defaults[{device.type(), device.index()}];
+  if (!slot) slot = std::make_unique<CachingAllocator>(default_backing(device), CachingOptions::from_environment());
+  return *slot;
+}
+
+CachingAllocator& pinned_host_allocator() {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  if (!r.pinned) {
+#if FRUGAL_WITH_CUDA
+    r.pinned = std::make_unique<CachingAllocator>(cuda::make_pinned_host_backing(), CachingOptions::from_environment());
+#else
+    r.pinned = std::make_unique<CachingAllocator>(std::make_unique<HostBacking>(), CachingOptions::from_environment());
+#endif
+  }
+  return *r.pinned;
+}
+
+void set_memory_limit(Device device, std::size_t bytes) { default_caching_allocator(device).backing().set_capacity(bytes); }
+
+Allocator& allocator_for(Device device) {
+  {
+    Registry& r = registry();
+    std::lock_guard lock(r.mutex);
+    auto found = r.overrides.find({device.type(), device.index()});
+    if (found != r.overrides.end()) return *found->second;
+  }
+  return default_caching_allocator(device);
 }
 
 Allocator* set_allocator(Device device, Allocator* allocator) {

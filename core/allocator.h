@@ -5,9 +5,8 @@
 //   - Stream: an opaque stream handle, so a pooling allocator can respect stream order.
 //   - allocator_for(device) / set_allocator(device, a): the registry that the pooling allocator
 //     plugs into without touching any caller.
-// This file provides the direct allocators (aligned host malloc; cudaMalloc in core/cuda/). Not
-// here: pooling, caching, capacity limits and OOM explanations (the allocator issue adds them
-// behind this same interface).
+// Not here: the allocator itself (core/caching_allocator.h: pooling, capacity limits, explained
+// OOMs) and where its memory comes from (core/backing.h).
 #pragma once
 
 #include <array>
@@ -95,6 +94,7 @@ struct Stat {
     current -= amount;
     freed += amount;
   }
+  void adjust(std::int64_t delta) { delta >= 0 ? increase(delta) : decrease(-delta); }
   void reset_peak() { peak = current; }
 };
 
@@ -128,22 +128,11 @@ class Allocator {
   AllocatorStats stats_;
 };
 
-// The host allocator of this issue: 64-byte aligned blocks from the C library (a cache line, and
-// the widest vector load, AVX-512), returned to it at once on free.
-class DirectHostAllocator final : public Allocator {
- public:
-  Device device() const override { return Device::cpu(); }
-  std::string_view name() const override { return "direct-host"; }
-
- protected:
-  void* raw_allocate(std::size_t bytes, Stream stream) override;
-  void raw_deallocate(void* ptr, std::size_t bytes) noexcept override;
-};
-
 // ---- registry
 
-// The allocator serving `device`: direct allocators unless replaced. Throws DeviceError for a CUDA
-// device when CUDA is not compiled in or not usable, with the reason.
+// The allocator serving `device`: the device's caching allocator (core/caching_allocator.h) unless
+// replaced. Throws DeviceError for a CUDA device when CUDA is not compiled in or not usable, with
+// the reason.
 Allocator& allocator_for(Device device);
 // Replaces the allocator serving `device` (nullptr restores the default); returns the previous one.
 // The caller keeps `allocator` alive while tensors allocated from it exist.

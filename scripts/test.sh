@@ -18,7 +18,8 @@ case ${1:-} in
   --sanitize)
     frugal_build "$FRUGAL_ROOT/build-sanitize" -DFRUGAL_CUDA=OFF -DFRUGAL_SANITIZE=ON -DFRUGAL_WARNINGS_AS_ERRORS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
     cd "$FRUGAL_ROOT/build-sanitize"
-    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    # FRUGAL_ALLOC=direct: tensors bypass the caching allocator, so ASan sees every buffer's bounds.
+    FRUGAL_ALLOC=direct ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
       ctest --output-on-failure --parallel "$(nproc)" -L 'cpu|cli'
     ;;
   *)

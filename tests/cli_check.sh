@@ -58,6 +58,63 @@ for case, impls in cases.items():
     assert "frugal" in impls and len(impls) >= 2, (case, impls)
 PY
     ;;
+  alloc_replay)
+    dir=$(mktemp -d)
+    trap 'rm -rf "$dir"' EXIT
+    printf '# two 1 KiB blocks alive at once\n+ a 1KiB\n+ b 1024 0 activation\n- a\n- b\n' >"$dir/ok.txt"
+    printf '+ a 1MiB\n+ b 1MiB\n\n+ c 3MiB\n' >"$dir/oom.txt"
+    printf '+ a 1\n- a\n- a\n' >"$dir/bad.txt"
+    printf 'Thread,Time,Action,Pointer,Size,Stream\n1,0.1,allocate,0x10,4096,0x0\n1,0.2,free,0x10,4096,0x0\n' >"$dir/rmm.csv"
+    expect_exit 0 "$frugal" alloc-replay "$dir/ok.txt" --json --expandable off
+    python3 - "$out" <<'PY' || fail "alloc-replay --json is not the expected JSON: $out"
+import json, sys
+r = json.loads(sys.argv[1])
+assert list(r) == ["events", "peak_live_bytes", "peak_allocated_bytes", "peak_reserved_bytes", "backing_allocs",
+                   "backing_frees", "alloc_retries", "num_ooms", "final_allocated_bytes", "final_reserved_bytes",
+                   "ns_per_op"], list(r)
+assert (r["events"], r["peak_live_bytes"], r["peak_allocated_bytes"]) == (4, 2048, 2048), r
+assert r["peak_reserved_bytes"] == 2 << 20 and r["backing_allocs"] == 1 and r["num_ooms"] == 0, r
+PY
+    expect_exit 0 "$frugal" alloc-replay "$dir/ok.txt"
+    grep -q 'peak reserved .*1024.000x peak live' <<<"$out" || fail "no peak reserved ratio in: $out"
+    expect_exit 0 "$frugal" alloc-replay "$dir/rmm.csv" --allocator direct --json
+    python3 -c 'import json,sys; r=json.load(sys.stdin); assert r["backing_allocs"] == 1 and r["peak_reserved_bytes"] == 4096, r' <<<"$out" \
+      || fail "RMM log not replayed directly: $out"
+    # Stopped by an OOM: exit 3, and the JSON still says where.
+    expect_exit 3 "$frugal" alloc-replay "$dir/oom.txt" --limit 4MiB --json
+    python3 -c 'import json,sys; r=json.load(sys.stdin); assert r["oom"]["event"] == 4 and r["oom"]["requested_bytes"] == 3 << 20 and r["events"] == 2, r' <<<"$out" \
+      || fail "no oom at line 4 in: $out"
+    # Bad input: exit 2 and one line naming FILE:LINE.
+    expect_exit 2 "$frugal" alloc-replay "$dir/bad.txt"
+    [ "$(wc -l <<<"$err")" -eq 1 ] || fail "expected a one-line error, got: $err"
+    grep -q "^frugal alloc-replay: $dir/bad.txt:3: free of unknown id 'a'" <<<"$err" || fail "no FILE:LINE in: $err"
+    expect_exit 2 "$frugal" alloc-replay "$dir/missing.txt"
+    grep -q "missing.txt:0: cannot open" <<<"$err" || fail "missing file not named: $err"
+    expect_exit 2 "$frugal" alloc-replay "$dir/ok.txt" --limit lots
+    grep -q "^frugal alloc-replay: --limit: " <<<"$err" || fail "bad --limit not named: $err"
+    expect_exit 2 "$frugal" alloc-replay "$dir/ok.txt" --allocator magic
+    expect_exit 2 "$frugal" alloc-replay
+    expect_exit 0 "$frugal" alloc-replay --training-trace --batch 4 --steps 2 --json
+    ;;
+  bench_alloc_json)
+    expect_exit 0 "$frugal" bench alloc --json --quick --device cpu
+    python3 - "$out" <<'PY' || fail "bench alloc --json is not as expected: $out"
+import json, sys
+report = json.loads(sys.argv[1])
+assert report["bench"] == "alloc" and report["device"] == "cpu"
+cases = {}
+for r in report["results"]:
+    assert set(r) == {"case", "impl", "value", "unit", "higher_is_better"}, r
+    assert r["value"] > 0 and r["higher_is_better"] is False, r
+    cases.setdefault(r["case"], {})[r["impl"]] = r
+for case in ("training_trace", "random_mix"):
+    assert {"caching", "direct"} <= set(cases[case]), cases[case]
+    assert all(r["unit"] == "ns/op" for r in cases[case].values())
+ratios = cases["peak_reserved_over_live"]
+assert set(ratios) == {"caching-expandable", "pytorch-rules"}, ratios
+assert all(r["unit"] == "ratio" and r["value"] >= 1.0 for r in ratios.values()), ratios
+PY
+    ;;
   *) fail "unknown check $check" ;;
 esac
 echo "ok: $check"

@@ -1,5 +1,5 @@
-// The CUDA runtime side of the backend: device query, library versions, device selection, byte
-// copies and the direct cudaMalloc allocator (see core/cuda/runtime.h).
+// The CUDA runtime side of the backend: device query, library versions, device selection and byte
+// copies (see core/cuda/runtime.h). The allocator's CUDA backings are in cuda_backing.cpp.
 #include "core/cuda/runtime.h"
 
 #include "core/cuda/check.h"
@@ -84,45 +84,6 @@ void synchronize(int index) {
 
 void copy_bytes(void* dst, const void* src, std::size_t bytes) {
   FRUGAL_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
-}
-
-namespace {
-class CudaDirectAllocator final : public Allocator {
- public:
-  explicit CudaDirectAllocator(int index) : device_(Device::cuda(index)) {}
-  Device device() const override { return device_; }
-  std::string_view name() const override { return "direct-cuda"; }
-
- protected:
-  void* raw_allocate(std::size_t bytes, Stream) override {
-    set_current_device(device_.index());
-    void* ptr = nullptr;
-    const cudaError_t error = cudaMalloc(&ptr, bytes);
-    if (error == cudaErrorMemoryAllocation) {
-      cudaGetLastError();  // an out-of-memory status is not sticky; clear it so later checks pass
-      std::size_t free_bytes = 0, total_bytes = 0;
-      cudaMemGetInfo(&free_bytes, &total_bytes);
-      FRUGAL_THROW(OutOfMemoryError, "CUDA out of memory on ", device_, ": tried to allocate ", bytes, " bytes; ",
-                   free_bytes, " of ", total_bytes, " bytes free");
-    }
-    FRUGAL_CUDA_CHECK(error);
-    return ptr;
-  }
-  void raw_deallocate(void* ptr, std::size_t) noexcept override {
-    cudaFree(ptr);  // frees run in destructors and must not throw; a failing cudaFree means a dead context
-  }
-
- private:
-  Device device_;
-};
-}  // namespace
-
-std::unique_ptr<Allocator> make_direct_allocator(int index) {
-  const CudaStatus& status = cuda_status();
-  FRUGAL_CHECK_DEVICE(status.usable, "cannot use cuda:", index, ": ", status.reason);
-  FRUGAL_CHECK_DEVICE(index >= 0 && index < status.device_count, "cannot use cuda:", index, ": only ",
-                      status.device_count, " CUDA device(s) visible");
-  return std::make_unique<CudaDirectAllocator>(index);
 }
 
 }  // namespace frugal::cuda

@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <memory>
 
-#include "core/allocator.h"
+#include "core/backing.h"
 #include "core/cuda_status.h"
 
 namespace frugal::cuda {
@@ -19,7 +19,10 @@ void set_current_device(int index);
 void synchronize(int index);
 void copy_bytes(void* dst, const void* src, std::size_t bytes);  // any direction; synchronous
 
-// The direct allocator of the foundation: cudaMalloc/cudaFree on one device, no caching.
-std::unique_ptr<Allocator> make_direct_allocator(int index);
+// The backing of device `index`'s caching allocator: cudaMalloc/cudaFree, CUDA events, and
+// expandable segments through the driver's virtual memory API (core/cuda/cuda_backing.cpp).
+std::unique_ptr<Backing> make_cuda_backing(int index);
+// Page-locked host memory for the data loader's staging buffers: cudaHostAlloc.
+std::unique_ptr<Backing> make_pinned_host_backing();
 
 }  // namespace frugal::cuda

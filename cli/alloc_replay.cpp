@@ -1,0 +1,113 @@
+// `frugal alloc-replay` (see alloc_replay.h): options to ReplayOptions, then the figures as a table
+// or as JSON. Everything else is core/alloc_trace.h.
+#include "cli/alloc_replay.h"
+
+#include <CLI/CLI.hpp>
+#include <iomanip>
+#include <iostream>
+
+#include "core/alloc_trace.h"
+#include "core/error.h"
+
+namespace frugal::cli {
+
+namespace {
+
+constexpr int kExitUsage = 2;
+constexpr int kExitOom = 3;
+
+std::size_t size_or_unlimited(const std::string& text, const char* option) {
+  if (text == "none") return kUnlimited;
+  try {
+    return parse_size(text);
+  } catch (const ValueError& error) {
+    FRUGAL_THROW(ValueError, option, ": ", error.message());
+  }
+}
+
+std::string size_text(std::size_t bytes) { return bytes == kUnlimited ? "none" : format_size(bytes); }
+
+void print_result(const std::string& source, const Trace& trace, const ReplayOptions& options,
+                  const ReplayResult& r) {
+  std::cout << source << ": " << r.events << " of " << trace.events.size() << " events replayed ("
+            << (options.direct ? "direct" : "caching") << " allocator, expandable segments "
+            << (options.expandable ? "on" : "off") << ", max split " << size_text(options.max_split) << ", limit "
+            << size_text(options.limit) << ")\n";
+  if (trace.allocate_failures > 0)
+    std::cout << "  (" << trace.allocate_failures << " allocate failures in the log were skipped)\n";
+  const auto row = [](const char* name, const std::string& value, const std::string& note = "") {
+    std::cout << "  " << std::left << std::setw(22) << name << std::right << std::setw(12) << value
+              << (note.empty() ? "" : "   " + note) << "\n";
+  };
+  std::ostringstream ratio;
+  if (r.peak_live_bytes > 0)
+    ratio << std::fixed << std::setprecision(3)
+          << static_cast<double>(r.peak_reserved_bytes) / static_cast<double>(r.peak_live_bytes) << "x peak live";
+  row("peak live", format_size(r.peak_live_bytes), "requested bytes alive at once: the ideal");
+  row("peak allocated", format_size(r.peak_allocated_bytes), "blocks handed out (rounded)");
+  row("peak reserved", format_size(r.peak_reserved_bytes), ratio.str());
+  row("backing allocs/frees", std::to_string(r.backing_allocs) + " / " + std::to_string(r.backing_frees));
+  row("alloc retries", std::to_string(r.alloc_retries));
+  row("OOMs", std::to_string(r.num_ooms));
+  row("final allocated", format_size(r.final_allocated_bytes));
+  row("final reserved", format_size(r.final_reserved_bytes));
+  std::ostringstream time;
+  time << std::fixed << std::setprecision(1) << r.ns_per_op << " ns";
+  row("time per event", time.str());
+  if (r.oom)
+    std::cout << "stopped at line " << r.oom->event << ": out of memory asking for " << format_size(r.oom->requested_bytes)
+              << "\n  " << r.oom->message << "\n";
+}
+
+}  // namespace
+
+AllocReplayCommand::AllocReplayCommand(CLI::App& app)
+    : command_(app.add_subcommand("alloc-replay", "Replay an allocation trace on a simulated device and show what "
+                                                  "the allocator reserved")) {
+  command_->add_option("trace", trace_, "Trace file: frugal's '+ ID BYTES [STREAM] [TAG]' / '- ID' lines, or RMM's CSV log");
+  command_->add_option("--limit", limit_, "Capacity of the simulated device, e.g. 512MiB, 2GiB (default none)");
+  command_->add_option("--allocator", allocator_, "caching (default) or direct (every request to the device)")
+      ->check(CLI::IsMember({"caching", "direct"}));
+  command_->add_option("--max-split", max_split_, "Blocks this big or bigger are never split (a size, or none)");
+  command_->add_option("--expandable", expandable_, "Expandable segments: on (default) or off")
+      ->check(CLI::IsMember({"on", "off"}));
+  command_->add_flag("--json", json_, "Print the figures as one JSON object");
+  command_->add_flag("--training-trace", training_trace_,
+                     "Replay the generated MobileNetV2 training trace instead of a file");
+  command_->add_option("--batch", batch_, "Batch size of --training-trace (default 32)")->check(CLI::PositiveNumber);
+  command_->add_option("--steps", steps_, "Steps of --training-trace (default 8)")->check(CLI::PositiveNumber);
+}
+
+bool AllocReplayCommand::parsed() const { return command_->parsed(); }
+
+int AllocReplayCommand::run() const {
+  ReplayOptions options;
+  Trace trace;
+  std::string source = trace_;
+  try {
+    FRUGAL_CHECK_VALUE(training_trace_ != !trace_.empty(), "name a trace file or --training-trace (one of them)");
+    FRUGAL_CHECK_VALUE(training_trace_ || (command_->count("--batch") == 0 && command_->count("--steps") == 0),
+                       "--batch and --steps describe --training-trace");
+    options.limit = size_or_unlimited(limit_, "--limit");
+    options.max_split = size_or_unlimited(max_split_, "--max-split");
+    options.direct = allocator_ == "direct";
+    options.expandable = expandable_ == "on";
+    if (training_trace_) {
+      source = "training-trace";
+      trace = parse_trace_text(generate_training_trace({.batch_size = batch_, .steps = steps_}), source);
+    } else {
+      trace = read_trace_file(trace_);
+    }
+  } catch (const ValueError& error) {
+    std::cerr << "frugal alloc-replay: " << error.message() << "\n";
+    return kExitUsage;
+  }
+  const ReplayResult result = replay(trace, options);
+  if (json_)
+    std::cout << to_json(result).dump() << "\n";
+  else
+    print_result(source, trace, options, result);
+  return result.oom ? kExitOom : 0;
+}
+
+}  // namespace frugal::cli

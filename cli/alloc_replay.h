@@ -1,0 +1,29 @@
+// `frugal alloc-replay TRACE`: replays an allocation trace through the caching allocator on a
+// simulated device and prints what the allocator reserved next to what was ideal.
+// Not here: the trace formats, the replay and the training-trace generator (core/alloc_trace.h).
+#pragma once
+
+#include <string>
+
+namespace CLI {
+class App;
+}
+
+namespace frugal::cli {
+
+class AllocReplayCommand {
+ public:
+  explicit AllocReplayCommand(CLI::App& app);  // adds the subcommand and its options to `app`
+  bool parsed() const;                          // the subcommand was chosen
+  // Exit codes: 0 replayed to the end, 3 stopped on an OOM (figures still printed), 2 bad input
+  // (a one-line message "frugal alloc-replay: FILE:LINE: ..." on stderr).
+  int run() const;
+
+ private:
+  CLI::App* command_;
+  std::string trace_, limit_ = "none", allocator_ = "caching", max_split_ = "none", expandable_ = "on";
+  bool json_ = false, training_trace_ = false;
+  int batch_ = 32, steps_ = 8;
+};
+
+}  // namespace frugal::cli
