@@ -515,3 +515,18 @@ TEST_CASE("randomized: 100,000 operations against a reference model") {
     if (config.capacity != kUnlimited) CHECK(a->caching_stats().reserved_bytes.peak <= static_cast<std::int64_t>(config.capacity));
   }
 }
+
+TEST_CASE("the pinned host allocator serves host memory with statistics of its own") {
+  CachingAllocator& pinned = pinned_host_allocator();
+  CHECK(&pinned != &default_caching_allocator(Device::cpu()));
+  CHECK(pinned.device() == Device::cpu());
+  const auto before = pinned.caching_stats().allocated_bytes.current;
+  {
+    DataPtr staging = pinned.allocate(3 * MiB);
+    std::memset(staging.get(), 7, 3 * MiB);  // host-writable, pinned or not
+    CHECK(static_cast<unsigned char*>(staging.get())[3 * MiB - 1] == 7);
+    CHECK(pinned.caching_stats().allocated_bytes.current == before + static_cast<std::int64_t>(3 * MiB));
+  }
+  CHECK(pinned.caching_stats().allocated_bytes.current == before);
+  pinned.check_invariants();
+}
