@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <iomanip>
 #include <iostream>
+#include <map>
 
 #include "bench/bench.h"
 #include "cli/alloc_replay.h"
@@ -43,10 +44,19 @@ int run_bench(const std::string& name, const std::string& device_text, bool json
     return 0;
   }
   std::cout << "benchmark " << name << " on " << device << ", " << cli::cpu_threads() << " CPU threads\n";
-  for (const auto& r : results)
+  // Each row after a case's first also says how it compares with that first impl (frugal's own).
+  std::map<std::string, const bench::Result*> first_of_case;
+  for (const auto& r : results) {
+    const bench::Result*& first = first_of_case[r.case_name];
     std::cout << "  " << std::left << std::setw(24) << r.case_name << std::setw(20) << r.impl << std::right
-              << std::setw(12) << std::fixed << std::setprecision(2) << r.value << " " << r.unit
-              << (r.higher_is_better ? "" : " (lower is better)") << "\n";
+              << std::setw(12) << std::fixed << std::setprecision(2) << r.value << " " << std::left << std::setw(8)
+              << r.unit << std::right << (r.higher_is_better ? "" : " (lower is better)");
+    if (first && first->value > 0)
+      std::cout << "  " << std::setprecision(2) << r.value / first->value << "x " << first->impl;
+    else
+      first = &r;
+    std::cout << "\n";
+  }
   return 0;
 }
 

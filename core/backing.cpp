@@ -54,20 +54,25 @@ bool Backing::charge(std::size_t bytes) {
   return true;
 }
 
-void* Backing::allocate(std::size_t bytes, Stream stream) {
-  if (!charge(bytes)) return nullptr;  // over the capacity: the device is never asked
-  void* ptr = nullptr;
+template <typename Call>
+auto Backing::charged(std::size_t bytes, std::int64_t Counters::*counter, Call call) -> decltype(call()) {
+  if (!charge(bytes)) return {};  // over the capacity: the device is never asked
+  decltype(call()) result{};
   try {
-    ptr = do_allocate(bytes, stream);
+    result = call();
   } catch (...) {
     std::lock_guard lock(mutex_);
     held_ -= bytes;
     throw;
   }
   std::lock_guard lock(mutex_);
-  counters_.allocs += 1;
-  if (!ptr) held_ -= bytes;
-  return ptr;
+  counters_.*counter += 1;
+  if (!result) held_ -= bytes;
+  return result;
+}
+
+void* Backing::allocate(std::size_t bytes, Stream stream) {
+  return charged(bytes, &Counters::allocs, [&] { return do_allocate(bytes, stream); });
 }
 
 void Backing::free(void* ptr, std::size_t bytes) {
@@ -93,19 +98,7 @@ void Backing::release(void* base, std::size_t bytes) {
 }
 
 bool Backing::map(void* address, std::size_t bytes) {
-  if (!charge(bytes)) return false;
-  bool mapped = false;
-  try {
-    mapped = do_map(address, bytes);
-  } catch (...) {
-    std::lock_guard lock(mutex_);
-    held_ -= bytes;
-    throw;
-  }
-  std::lock_guard lock(mutex_);
-  counters_.maps += 1;
-  if (!mapped) held_ -= bytes;
-  return mapped;
+  return charged(bytes, &Counters::maps, [&] { return do_map(address, bytes); });
 }
 
 void Backing::unmap(void* address, std::size_t bytes) {

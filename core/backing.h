@@ -89,6 +89,9 @@ class Backing {
 
  private:
   bool charge(std::size_t bytes);  // reserves room under the capacity; false (and counted) if none
+  // Runs a device call that takes `bytes`: charged first, refunded if the call fails or throws.
+  template <typename Call>
+  auto charged(std::size_t bytes, std::int64_t Counters::*counter, Call call) -> decltype(call());
   Device device_;
   mutable std::mutex mutex_;
   std::size_t capacity_ = kUnlimited;

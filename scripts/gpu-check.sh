@@ -52,7 +52,9 @@ record gpu_doctest build-gpu/bin/frugal_gpu_tests
 step "benchmarks"
 record bench_tensor_gpu build-gpu/bin/frugal bench tensor --json --device cuda:0
 record bench_tensor_cpu build-gpu/bin/frugal bench tensor --json --device cpu
+record bench_alloc_gpu build-gpu/bin/frugal bench alloc --json --device cuda:0
 record tensor_tour build-gpu/bin/01_tensor_tour
+record caching_allocator_sample build-gpu/bin/02_caching_allocator "$out/allocator_trace.json"
 
 step "done: overall status $status"
 cat "$out/summary.txt"
