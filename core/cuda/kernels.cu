@@ -1,13 +1,15 @@
 // CUDA implementations of core's data-moving kernels (declared in core/copy.h), the same names as
 // core/cpu/kernels.cpp. Each kernel is a thin grid-stride loop around the per-element functions in
-// core/strided.h and core/random_spec.h, which the CPU tests exercise directly.
+// core/strided.h and core/random_spec.h, which the CPU tests exercise directly; the whole file also
+// runs in the CUDA emulator (core/cuda/kernel_support.h), where the CPU suite compares it with
+// the CPU kernels.
 // Not here: anything that computes (kernels/cuda/), streams (all launches use the default stream).
 #include <algorithm>
 
 #include "core/copy.h"
-#include "core/cuda/check.h"
+#include "core/cuda/kernel_support.h"
 
-namespace frugal::cuda {
+namespace frugal::FRUGAL_CUDA_NAMESPACE {
 
 namespace {
 // A multiple of the 32-thread warp that keeps enough warps resident per SM for memory-bound loops.
@@ -50,8 +52,8 @@ void copy_strided(void* dst, DType dst_dtype, const StridedLayout& dst_layout, c
   }
   visit_dtype(dst_dtype, [&]<typename To>() {
     visit_dtype(src_dtype, [&]<typename From>() {
-      copy_strided_kernel<To, From><<<blocks_for(n), kThreadsPerBlock>>>(static_cast<To*>(dst), dst_layout,
-                                                                          static_cast<const From*>(src), src_layout, n);
+      FRUGAL_LAUNCH(blocks_for(n), kThreadsPerBlock, 0, nullptr, copy_strided_kernel<To, From>)(
+          static_cast<To*>(dst), dst_layout, static_cast<const From*>(src), src_layout, n);
     });
   });
   FRUGAL_CUDA_CHECK_LAUNCH();
@@ -60,7 +62,8 @@ void copy_strided(void* dst, DType dst_dtype, const StridedLayout& dst_layout, c
 void fill_strided(void* dst, DType dtype, const StridedLayout& layout, double value) {
   const std::int64_t n = layout_numel(layout);
   visit_dtype(dtype, [&]<typename T>() {
-    fill_strided_kernel<T><<<blocks_for(n), kThreadsPerBlock>>>(static_cast<T*>(dst), layout, convert<T>(value), n);
+    FRUGAL_LAUNCH(blocks_for(n), kThreadsPerBlock, 0, nullptr, fill_strided_kernel<T>)(static_cast<T*>(dst), layout,
+                                                                                     convert<T>(value), n);
   });
   FRUGAL_CUDA_CHECK_LAUNCH();
 }
@@ -68,9 +71,10 @@ void fill_strided(void* dst, DType dtype, const StridedLayout& layout, double va
 void random_fill(void* dst, DType dtype, std::int64_t numel, const RandomSpec& spec) {
   const std::int64_t blocks = (numel + 3) / 4;  // one thread per Philox call of four words
   visit_dtype(dtype, [&]<typename T>() {
-    random_fill_kernel<T><<<blocks_for(blocks), kThreadsPerBlock>>>(static_cast<T*>(dst), numel, spec, blocks);
+    FRUGAL_LAUNCH(blocks_for(blocks), kThreadsPerBlock, 0, nullptr, random_fill_kernel<T>)(static_cast<T*>(dst), numel,
+                                                                                          spec, blocks);
   });
   FRUGAL_CUDA_CHECK_LAUNCH();
 }
 
-}  // namespace frugal::cuda
+}  // namespace frugal::FRUGAL_CUDA_NAMESPACE

@@ -1,0 +1,149 @@
+// The CUDA emulation header: what a kernel source sees when the host compiler builds it for the
+// emulator instead of nvcc building it for a GPU (core/cuda/kernel_support.h chooses). It provides
+// the names kernels use, with CUDA's meaning, on top of the fiber scheduler in emulator.h: dim3,
+// threadIdx/blockIdx/blockDim/gridDim, __global__/__device__/__host__/__forceinline__, shared
+// memory, __syncthreads, warp primitives, atomics, the math intrinsics frugal's kernels call, and
+// the few runtime calls their launchers make. See docs/cuda-emulator.md.
+//
+// Deliberately not here: cuBLAS, cuDNN, NCCL (those paths need a GPU), real streams and events (a
+// launch runs to completion before it returns), speed (it checks logic, not performance), and
+// static __shared__ arrays being poisoned (only dynamic shared memory is; see emulator.h).
+//
+// Every name lives in frugal::emu and is brought to the global namespace with using-declarations,
+// so an emulated kernel library links into the same binary as the real CUDA runtime without a clash.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "core/emu/emulator.h"
+#include "core/half.h"
+
+namespace frugal::emu {
+
+// ---- the runtime calls launchers make
+enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1 };
+enum cudaMemcpyKind { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice, cudaMemcpyDefault };
+using cudaStream_t = EmulatedStream*;
+// Emulated device memory is host memory, so every copy is a memcpy.
+inline cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind) {
+  std::memcpy(dst, src, bytes);
+  return cudaSuccess;
+}
+// Errors inside emulated kernels throw at once, so nothing is ever pending here.
+inline cudaError_t cudaGetLastError() { return cudaSuccess; }
+inline const char* cudaGetErrorString(cudaError_t error) { return error == cudaSuccess ? "no error" : "invalid value"; }
+
+// ---- half precision types kernels name
+using __half = frugal::Half;
+using __nv_bfloat16 = frugal::BFloat16;
+inline __half __float2half(float value) { return __half(value); }
+inline float __half2float(__half value) { return static_cast<float>(value); }
+inline __nv_bfloat16 __float2bfloat16(float value) { return __nv_bfloat16(value); }
+inline float __bfloat162float(__nv_bfloat16 value) { return static_cast<float>(value); }
+
+// ---- math intrinsics: the fast GPU versions compute the same thing, more precisely, on the host
+// __expf and __logf need no definition: glibc's math.h declares both, as expf and logf.
+inline float __fdividef(float a, float b) { return a / b; }
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }
+inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
+template <typename T>
+T __ldg(const T* address) { return *address; }
+
+// ---- atomics. Emulated threads run one at a time and switch only at barriers and warp
+// primitives, so a read-modify-write is atomic by construction; these return the old value.
+template <typename T>
+T atomicAdd(T* address, T value) { const T old = *address; *address = old + value; return old; }
+template <typename T>
+T atomicSub(T* address, T value) { const T old = *address; *address = old - value; return old; }
+template <typename T>
+T atomicMax(T* address, T value) { const T old = *address; *address = old < value ? value : old; return old; }
+template <typename T>
+T atomicMin(T* address, T value) { const T old = *address; *address = value < old ? value : old; return old; }
+template <typename T>
+T atomicExch(T* address, T value) { const T old = *address; *address = value; return old; }
+template <typename T>
+T atomicCAS(T* address, T compare, T value) { const T old = *address; if (old == compare) *address = value; return old; }
+
+// ---- warp primitives (emulator.h does the exchange between lanes)
+template <typename T>
+T __shfl_sync(unsigned mask, T value, int src_lane, int width = kWarpSize) {
+  return warp_shuffle(mask, value, WarpOp::shfl_idx, src_lane, width);
+}
+template <typename T>
+T __shfl_down_sync(unsigned mask, T value, unsigned delta, int width = kWarpSize) {
+  return warp_shuffle(mask, value, WarpOp::shfl_down, static_cast<int>(delta), width);
+}
+template <typename T>
+T __shfl_up_sync(unsigned mask, T value, unsigned delta, int width = kWarpSize) {
+  return warp_shuffle(mask, value, WarpOp::shfl_up, static_cast<int>(delta), width);
+}
+template <typename T>
+T __shfl_xor_sync(unsigned mask, T value, int lane_mask, int width = kWarpSize) {
+  return warp_shuffle(mask, value, WarpOp::shfl_xor, lane_mask, width);
+}
+inline unsigned __ballot_sync(unsigned mask, int predicate) { return warp_ballot(mask, predicate != 0); }
+inline int __all_sync(unsigned mask, int predicate) { return warp_ballot(mask, predicate == 0) == 0; }
+inline int __any_sync(unsigned mask, int predicate) { return warp_ballot(mask, predicate != 0) != 0; }
+inline void __syncwarp(unsigned mask = 0xffffffffu) { warp_sync(mask); }
+inline void __syncthreads() { block_barrier(); }
+
+}  // namespace frugal::emu
+
+using frugal::emu::__all_sync;
+using frugal::emu::__any_sync;
+using frugal::emu::__ballot_sync;
+using frugal::emu::__bfloat162float;
+using frugal::emu::__fdividef;
+using frugal::emu::__float2bfloat16;
+using frugal::emu::__float2half;
+using frugal::emu::__half;
+using frugal::emu::__half2float;
+using frugal::emu::__ldg;
+using frugal::emu::__nv_bfloat16;
+using frugal::emu::__saturatef;
+using frugal::emu::__shfl_down_sync;
+using frugal::emu::__shfl_sync;
+using frugal::emu::__shfl_up_sync;
+using frugal::emu::__shfl_xor_sync;
+using frugal::emu::__syncthreads;
+using frugal::emu::__syncwarp;
+using frugal::emu::atomicAdd;
+using frugal::emu::atomicCAS;
+using frugal::emu::atomicExch;
+using frugal::emu::atomicMax;
+using frugal::emu::atomicMin;
+using frugal::emu::atomicSub;
+using frugal::emu::cudaError_t;
+using frugal::emu::cudaGetErrorString;
+using frugal::emu::cudaGetLastError;
+using frugal::emu::cudaMemcpy;
+using frugal::emu::cudaMemcpyKind;
+using frugal::emu::cudaStream_t;
+using frugal::emu::dim3;
+using frugal::emu::rsqrt;
+using frugal::emu::rsqrtf;
+using frugal::emu::cudaMemcpyDefault;
+using frugal::emu::cudaMemcpyDeviceToDevice;
+using frugal::emu::cudaMemcpyDeviceToHost;
+using frugal::emu::cudaMemcpyHostToDevice;
+using frugal::emu::cudaMemcpyHostToHost;
+using frugal::emu::cudaSuccess;
+
+// Qualifiers: a kernel is a plain function; device functions are ordinary inline code.
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+// A static __shared__ array is one per OS thread, shared by the fibers of the block running on it
+// (blocks run one at a time). It is not poisoned between blocks: prefer FRUGAL_DYNAMIC_SHARED.
+#define __shared__ static thread_local
+#define warpSize ::frugal::emu::kWarpSize
+
+#define threadIdx (::frugal::emu::current_thread().thread_idx)
+#define blockIdx (::frugal::emu::current_thread().block_idx)
+#define blockDim (::frugal::emu::current_thread().block_dim)
+#define gridDim (::frugal::emu::current_thread().grid_dim)

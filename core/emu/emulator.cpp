@@ -1,0 +1,342 @@
+// The emulator's scheduler (see emulator.h).
+//
+// Note [How a block runs]: every CUDA thread of the block is a fiber. The scheduler makes passes:
+// in each pass it resumes every runnable thread once, in the order the schedule gives, and each
+// runs until it reaches a meeting point (__syncthreads, a warp primitive) or returns. After a
+// pass, warps whose named lanes have all reached the same warp primitive exchange their values and
+// run on; when nothing else can run and every live thread waits at __syncthreads, the barrier opens.
+// If neither can happen the kernel is stuck, and the emulator says which threads wait where.
+// Because threads switch only at meeting points, what a thread does between two of them is
+// atomic, and the schedule decides only the order of those stretches: exactly the freedom a GPU
+// has, minus interleavings inside a stretch, which no correct kernel may depend on.
+#include "core/emu/emulator.h"
+
+#include <boost/context/fiber.hpp>
+#include <boost/context/pooled_fixedsize_stack.hpp>
+
+#include <algorithm>
+#include <exception>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <vector>
+
+namespace frugal::emu {
+
+namespace ctx = boost::context;
+
+namespace {
+
+// Each fiber's stack. Kernels are small functions; 64 KiB leaves room for printf and std:: calls.
+constexpr std::size_t kStackBytes = 64 << 10;
+// Guard bytes before and after dynamic shared memory, and the value they hold: a write past either
+// end changes one, and the next check names the thread that just ran.
+constexpr std::size_t kGuardBytes = 64;
+constexpr unsigned char kGuardByte = 0xA5;
+constexpr unsigned char kPoisonByte = 0xFF;  // as float: NaN; as an integer: -1
+
+enum class Wait : std::uint8_t { runnable, barrier, warp, done };
+
+struct Thread {
+  ThreadIndex index;
+  int linear = 0;  // position in the block, x fastest: the warp is linear / 32, the lane linear % 32
+  ctx::fiber fiber;   // where to resume this thread
+  ctx::fiber sink;    // inside the thread: where to return to the scheduler
+  Wait wait = Wait::runnable;
+  // The warp primitive it waits at.
+  WarpOp op = WarpOp::sync;
+  unsigned mask = 0;
+  int operand = 0, width = kWarpSize;
+  std::uint64_t bits = 0;    // sent
+  std::uint64_t result = 0;  // received
+  std::exception_ptr error;
+};
+
+struct Block {
+  const char* kernel = "";
+  std::vector<Thread> threads;
+  std::vector<unsigned char> shared;  // guard | dynamic shared memory | guard
+  std::size_t shared_bytes = 0;
+};
+
+thread_local Options t_options;
+thread_local Block* t_block = nullptr;
+thread_local Thread* t_thread = nullptr;
+
+std::string where(const Block& block, const Thread* thread) {
+  const ThreadIndex& i = block.threads.front().index;
+  std::ostringstream out;
+  out << "kernel " << block.kernel << ", block (" << i.block_idx.x << "," << i.block_idx.y << "," << i.block_idx.z << ")";
+  if (thread)
+    out << ", thread (" << thread->index.thread_idx.x << "," << thread->index.thread_idx.y << ","
+        << thread->index.thread_idx.z << ")";
+  return out.str();
+}
+
+Thread& running_thread(const char* what) {
+  FRUGAL_CHECK_AS(KernelError, t_thread != nullptr, what, " called outside an emulated kernel");
+  return *t_thread;
+}
+
+// Back to the scheduler until it resumes this thread.
+void suspend(Thread& thread) { thread.sink = std::move(thread.sink).resume(); }
+
+// ---- shared memory guards
+
+void check_guards(const Block& block, const Thread& thread) {
+  if (block.shared.empty()) return;
+  const unsigned char* data = block.shared.data();
+  for (std::size_t i = 0; i < kGuardBytes; ++i) {
+    if (data[kGuardBytes - 1 - i] != kGuardByte)
+      FRUGAL_THROW(KernelError, where(block, &thread), " wrote ", i + 1, " bytes before the start of its dynamic shared memory");
+    if (data[kGuardBytes + block.shared_bytes + i] != kGuardByte)
+      FRUGAL_THROW(KernelError, where(block, &thread), " wrote past the end of its dynamic shared memory (",
+                   block.shared_bytes, " bytes; byte ", block.shared_bytes + i, " was written)");
+  }
+}
+
+// ---- warps
+
+const char* op_name(WarpOp op) {
+  switch (op) {
+    case WarpOp::shfl_idx: return "__shfl_sync";
+    case WarpOp::shfl_down: return "__shfl_down_sync";
+    case WarpOp::shfl_up: return "__shfl_up_sync";
+    case WarpOp::shfl_xor: return "__shfl_xor_sync";
+    case WarpOp::ballot: return "__ballot_sync";
+    case WarpOp::sync: return "__syncwarp";
+  }
+  return "?";
+}
+
+// The lane a shuffle reads from, or the lane itself when the source lies outside its segment of
+// `width` lanes (CUDA then returns the lane's own value).
+int source_lane(const Thread& lane, int count) {
+  const int self = lane.linear % kWarpSize;
+  const int segment = self / lane.width * lane.width;
+  int source = self;
+  switch (lane.op) {
+    case WarpOp::shfl_idx: source = segment + ((lane.operand % lane.width) + lane.width) % lane.width; break;
+    case WarpOp::shfl_down: source = self + lane.operand < segment + lane.width ? self + lane.operand : self; break;
+    case WarpOp::shfl_up: source = self - lane.operand >= segment ? self - lane.operand : self; break;
+    case WarpOp::shfl_xor: source = (self ^ lane.operand) < segment + lane.width ? self ^ lane.operand : self; break;
+    default: break;
+  }
+  return source < count ? source : self;
+}
+
+// If every lane named in the masks of warp `first` waits at the same warp primitive, completes it
+// and makes those lanes runnable. Returns whether it did.
+bool try_complete_warp(Block& block, std::size_t first) {
+  const std::size_t end = std::min(first + kWarpSize, block.threads.size());
+  Thread* leader = nullptr;
+  for (std::size_t t = first; t < end; ++t)
+    if (block.threads[t].wait == Wait::warp) leader = &block.threads[t];
+  if (!leader) return false;
+  const unsigned mask = leader->mask;
+  for (std::size_t t = first; t < end; ++t) {
+    const Thread& lane = block.threads[t];
+    const bool named = (mask >> (t - first)) & 1u;
+    if (lane.wait == Wait::warp && (lane.mask != mask || lane.op != leader->op))
+      FRUGAL_THROW(KernelError, where(block, &lane), " reached ", op_name(lane.op), " with mask 0x", std::hex, lane.mask,
+                   " while lane ", std::dec, leader->linear % kWarpSize, " waits at ", op_name(leader->op),
+                   " with mask 0x", std::hex, mask, ": the warp diverged at a warp primitive");
+    if (named && lane.wait == Wait::done)
+      FRUGAL_THROW(KernelError, where(block, &lane), " returned, but lanes of its warp wait for it at ",
+                   op_name(leader->op), " (mask 0x", std::hex, mask, ")");
+    if (named && lane.wait != Wait::warp) return false;  // still on its way
+  }
+  if (mask >> (end - first) != 0 && end - first < kWarpSize)
+    FRUGAL_THROW(KernelError, where(block, leader), ": ", op_name(leader->op), " names lanes beyond the block (mask 0x",
+                 std::hex, mask, ")");
+  unsigned ballot = 0;
+  for (std::size_t t = first; t < end; ++t)
+    if ((mask >> (t - first)) & 1u && block.threads[t].bits) ballot |= 1u << (t - first);
+  for (std::size_t t = first; t < end; ++t) {
+    Thread& lane = block.threads[t];
+    if (!((mask >> (t - first)) & 1u)) continue;
+    if (lane.op == WarpOp::ballot) {
+      lane.result = ballot;
+    } else {
+      const int source = source_lane(lane, static_cast<int>(end - first));
+      if (!((mask >> source) & 1u))
+        FRUGAL_THROW(KernelError, where(block, &lane), " reads lane ", source, " with ", op_name(lane.op),
+                     ", but that lane is not in the mask 0x", std::hex, mask);
+      lane.result = block.threads[first + static_cast<std::size_t>(source)].bits;
+    }
+    lane.wait = Wait::runnable;
+  }
+  return true;
+}
+
+// ---- the scheduler
+
+std::vector<std::size_t> pass_order(const Block& block, std::uint64_t pass) {
+  std::vector<std::size_t> order(block.threads.size());
+  std::iota(order.begin(), order.end(), 0);
+  switch (t_options.schedule) {
+    case Schedule::forward: break;
+    case Schedule::reverse: std::reverse(order.begin(), order.end()); break;
+    case Schedule::shuffle: {
+      const ThreadIndex& i = block.threads.front().index;
+      const std::uint64_t block_number = (std::uint64_t{i.block_idx.z} * i.grid_dim.y + i.block_idx.y) * i.grid_dim.x + i.block_idx.x;
+      std::seed_seq seed{t_options.seed, block_number, pass};
+      std::mt19937_64 rng(seed);
+      std::shuffle(order.begin(), order.end(), rng);
+      break;
+    }
+  }
+  return order;
+}
+
+std::string describe_waits(const Block& block) {
+  std::ostringstream out;
+  int shown = 0;
+  for (const Thread& t : block.threads) {
+    if (t.wait == Wait::done || shown == 4) continue;
+    out << (shown++ ? "; " : "") << "thread (" << t.index.thread_idx.x << "," << t.index.thread_idx.y << ","
+        << t.index.thread_idx.z << ") waits at " << (t.wait == Wait::barrier ? "__syncthreads" : op_name(t.op));
+  }
+  return out.str();
+}
+
+// Opens the barrier if every live thread waits at it. A thread that returned while others wait
+// is a divergent barrier: undefined on a GPU (it may hang), so an error here.
+bool try_open_barrier(Block& block) {
+  bool any_waiting = false;
+  const Thread* returned = nullptr;
+  for (const Thread& t : block.threads) {
+    if (t.wait == Wait::runnable || t.wait == Wait::warp) return false;
+    if (t.wait == Wait::barrier) any_waiting = true;
+    if (t.wait == Wait::done && !returned) returned = &t;
+  }
+  if (!any_waiting) return false;
+  if (returned)
+    FRUGAL_THROW(KernelError, where(block, returned), " returned while other threads of its block wait at __syncthreads: "
+                 "a barrier must be reached by every thread of the block (no early return before it)");
+  for (Thread& t : block.threads) t.wait = Wait::runnable;
+  return true;
+}
+
+void run_block(Block& block, const std::function<void()>& body) {
+  static thread_local ctx::pooled_fixedsize_stack stacks(kStackBytes);
+  for (Thread& thread : block.threads) {
+    thread.fiber = ctx::fiber(std::allocator_arg, stacks, [&thread, &body](ctx::fiber&& sink) {
+      thread.sink = std::move(sink);
+      try {
+        body();
+      } catch (const ctx::detail::forced_unwind&) {
+        throw;  // an abandoned thread being unwound: let Boost.Context finish it
+      } catch (...) {
+        thread.error = std::current_exception();
+      }
+      thread.wait = Wait::done;
+      return std::move(thread.sink);
+    });
+  }
+  for (std::uint64_t pass = 0;; ++pass) {
+    bool ran = false;
+    for (std::size_t t : pass_order(block, pass)) {
+      Thread& thread = block.threads[t];
+      if (thread.wait != Wait::runnable) continue;
+      t_thread = &thread;
+      thread.fiber = std::move(thread.fiber).resume();
+      t_thread = nullptr;
+      ran = true;
+      if (thread.error) std::rethrow_exception(thread.error);
+      check_guards(block, thread);
+    }
+    bool warps = false;
+    for (std::size_t first = 0; first < block.threads.size(); first += kWarpSize) warps |= try_complete_warp(block, first);
+    if (std::all_of(block.threads.begin(), block.threads.end(), [](const Thread& t) { return t.wait == Wait::done; })) return;
+    if (!ran && !warps && !try_open_barrier(block))
+      FRUGAL_THROW(KernelError, where(block, nullptr), " is stuck: ", describe_waits(block));
+  }
+}
+
+void check_launch(const char* kernel, dim3 grid, dim3 block, std::size_t shared_bytes) {
+  const std::uint64_t threads = std::uint64_t{block.x} * block.y * block.z;
+  FRUGAL_CHECK_AS(KernelError, threads >= 1 && threads <= kMaxThreadsPerBlock && block.z <= 64, "launch of ", kernel,
+                  ": a block of (", block.x, ",", block.y, ",", block.z, ") threads is invalid (1 to ",
+                  kMaxThreadsPerBlock, " threads, z at most 64)");
+  FRUGAL_CHECK_AS(KernelError, grid.x >= 1 && grid.y >= 1 && grid.z >= 1 && grid.y <= 65535 && grid.z <= 65535,
+                  "launch of ", kernel, ": a grid of (", grid.x, ",", grid.y, ",", grid.z, ") blocks is invalid");
+  FRUGAL_CHECK_AS(KernelError, shared_bytes <= t_options.max_shared_bytes, "launch of ", kernel, ": ", shared_bytes,
+                  " bytes of dynamic shared memory exceed the ", t_options.max_shared_bytes, " a block may have");
+}
+
+}  // namespace
+
+std::string_view schedule_name(Schedule schedule) {
+  switch (schedule) {
+    case Schedule::forward: return "forward";
+    case Schedule::reverse: return "reverse";
+    case Schedule::shuffle: return "shuffle";
+  }
+  return "?";
+}
+
+Options options() { return t_options; }
+OptionsScope::OptionsScope(Options new_options) : previous_(t_options) { t_options = new_options; }
+OptionsScope::~OptionsScope() { t_options = previous_; }
+
+const ThreadIndex& current_thread() { return running_thread("threadIdx/blockIdx/blockDim/gridDim").index; }
+
+void block_barrier() {
+  Thread& thread = running_thread("__syncthreads");
+  thread.wait = Wait::barrier;
+  suspend(thread);
+}
+
+std::uint64_t warp_exchange(unsigned mask, WarpOp op, std::uint64_t bits, int operand, int width) {
+  Thread& thread = running_thread(op_name(op));
+  FRUGAL_CHECK_AS(KernelError, (mask >> (thread.linear % kWarpSize)) & 1u, where(*t_block, &thread), " calls ",
+                  op_name(op), " with mask 0x", std::hex, mask, ", which does not name its own lane");
+  FRUGAL_CHECK_AS(KernelError, width >= 1 && width <= kWarpSize && (width & (width - 1)) == 0, where(*t_block, &thread),
+                  ": width ", width, " of ", op_name(op), " is not a power of two up to 32");
+  thread.wait = Wait::warp;
+  thread.op = op;
+  thread.mask = mask;
+  thread.operand = operand;
+  thread.width = width;
+  thread.bits = bits;
+  suspend(thread);
+  return thread.result;
+}
+
+void* dynamic_shared_memory() {
+  running_thread("dynamic shared memory");
+  return t_block->shared.empty() ? nullptr : t_block->shared.data() + kGuardBytes;
+}
+
+void run_grid(const char* kernel, dim3 grid, dim3 block_dim, std::size_t shared_bytes, const std::function<void()>& body) {
+  FRUGAL_CHECK_AS(KernelError, t_block == nullptr, "launch of ", kernel, " from inside an emulated kernel");
+  check_launch(kernel, grid, block_dim, shared_bytes);
+  Block block;
+  block.kernel = kernel;
+  block.shared_bytes = shared_bytes;
+  const std::size_t count = std::size_t{block_dim.x} * block_dim.y * block_dim.z;
+  struct Reset {
+    ~Reset() { t_block = nullptr; t_thread = nullptr; }
+  } reset;
+  for (unsigned bz = 0; bz < grid.z; ++bz)
+    for (unsigned by = 0; by < grid.y; ++by)
+      for (unsigned bx = 0; bx < grid.x; ++bx) {
+        block.threads.clear();  // the fibers of the previous block are done
+        block.threads.resize(count);
+        for (std::size_t t = 0; t < count; ++t) {
+          const auto x = static_cast<unsigned>(t % block_dim.x), y = static_cast<unsigned>(t / block_dim.x % block_dim.y),
+                     z = static_cast<unsigned>(t / (std::size_t{block_dim.x} * block_dim.y));
+          block.threads[t].index = {dim3(x, y, z), dim3(bx, by, bz), block_dim, grid};
+          block.threads[t].linear = static_cast<int>(t);
+        }
+        if (shared_bytes) {
+          block.shared.assign(kGuardBytes * 2 + shared_bytes, kGuardByte);
+          std::memset(block.shared.data() + kGuardBytes, t_options.poison_shared ? kPoisonByte : 0, shared_bytes);
+        }
+        t_block = &block;
+        run_block(block, body);
+      }
+}
+
+}  // namespace frugal::emu

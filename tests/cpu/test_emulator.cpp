@@ -1,0 +1,293 @@
+// The CUDA emulator: correct kernels give the right answer under every schedule; deliberately
+// broken ones (a missing barrier, an off-by-one tile index, a racy shared write, a divergent
+// barrier, a write past shared memory) are caught. Then frugal's own hand-written kernels
+// (core/cuda/kernels.cu) run in the emulator against the CPU kernels.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "core/copy.h"
+#include "core/random.h"
+#include "core/cuda/kernel_support.h"  // after the other headers: it defines threadIdx & co. as macros
+#include "core/tensor.h"
+
+using frugal::emu::KernelError;
+using frugal::emu::Options;
+using frugal::emu::OptionsScope;
+using frugal::emu::Schedule;
+
+namespace {
+
+const Options kSchedules[] = {{Schedule::forward}, {Schedule::reverse}, {Schedule::shuffle, 1}, {Schedule::shuffle, 2}};
+
+// ---- kernels
+
+__global__ void write_indices(int* out, int width) {
+  const int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
+  out[y * width + x] = 1000 * y + x;
+}
+
+// Sum of one block's inputs, the classic tree in shared memory.
+template <bool kBarrier>
+__global__ void block_sum(const float* in, float* out) {
+  FRUGAL_DYNAMIC_SHARED(float, partial);
+  const unsigned t = threadIdx.x;
+  partial[t] = in[blockIdx.x * blockDim.x + t];
+  if (kBarrier) __syncthreads();
+  for (unsigned stride = blockDim.x / 2; stride > 0; stride /= 2) {
+    if (t < stride) partial[t] += partial[t + stride];
+    if (kBarrier) __syncthreads();
+  }
+  if (t == 0) out[blockIdx.x] = partial[0];
+}
+
+// C = A x B for n x n matrices, in kTile x kTile tiles staged through shared memory. kOffByOne
+// loads the B tile one row too far: the bug a wrong tile index makes.
+constexpr int kTile = 4;
+template <int kOffByOne>
+__global__ void tiled_matmul(const float* a, const float* b, float* c, int n) {
+  FRUGAL_DYNAMIC_SHARED(float, tiles);
+  float* tile_a = tiles;
+  float* tile_b = tiles + kTile * kTile;
+  const int row = blockIdx.y * kTile + threadIdx.y, col = blockIdx.x * kTile + threadIdx.x;
+  float sum = 0;
+  for (int phase = 0; phase < n / kTile; ++phase) {
+    tile_a[threadIdx.y * kTile + threadIdx.x] = a[row * n + phase * kTile + threadIdx.x];
+    tile_b[(threadIdx.y + kOffByOne) * kTile + threadIdx.x] = b[(phase * kTile + threadIdx.y) * n + col];
+    __syncthreads();
+    for (int k = 0; k < kTile; ++k) sum += tile_a[threadIdx.y * kTile + k] * tile_b[k * kTile + threadIdx.x];
+    __syncthreads();
+  }
+  c[row * n + col] = sum;
+}
+
+// Every thread adds its index into one shared counter without an atomic, through a stale copy:
+// two reads and a write separated by a barrier, so the result depends on the order.
+__global__ void racy_counter(int* out) {
+  FRUGAL_DYNAMIC_SHARED(int, counter);
+  if (threadIdx.x == 0) counter[0] = 0;
+  __syncthreads();
+  const int seen = counter[0];
+  __syncthreads();
+  counter[0] = seen + static_cast<int>(threadIdx.x);  // last writer wins
+  __syncthreads();
+  if (threadIdx.x == 0) out[0] = counter[0];
+}
+
+__global__ void atomic_histogram(const int* values, int n, int* bins) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) atomicAdd(&bins[values[i] % 4], 1);
+}
+
+__global__ void warp_sum(const float* in, float* out) {
+  float v = in[blockIdx.x * blockDim.x + threadIdx.x];
+  for (int delta = 16; delta > 0; delta /= 2) v += __shfl_down_sync(0xffffffffu, v, delta);
+  if (threadIdx.x % 32 == 0) out[(blockIdx.x * blockDim.x + threadIdx.x) / 32] = v;
+}
+
+__global__ void warp_primitives(int* out) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int broadcast = __shfl_sync(0xffffffffu, lane * 10, 3);
+  int butterfly = lane;
+  for (int mask = 1; mask < 32; mask *= 2) butterfly += __shfl_xor_sync(0xffffffffu, butterfly, mask);
+  const unsigned odd = __ballot_sync(0xffffffffu, lane % 2);
+  const int up = __shfl_up_sync(0xffffffffu, lane, 1);
+  const int in_eight = __shfl_sync(0xffffffffu, lane, 0, 8);  // width 8: lane 0 of each group of 8
+  out[threadIdx.x * 5 + 0] = broadcast;
+  out[threadIdx.x * 5 + 1] = butterfly;
+  out[threadIdx.x * 5 + 2] = static_cast<int>(odd == 0xaaaaaaaau);
+  out[threadIdx.x * 5 + 3] = up;
+  out[threadIdx.x * 5 + 4] = in_eight;
+}
+
+__global__ void barrier_after_return(int* out, int n) {
+  if (static_cast<int>(threadIdx.x) >= n) return;  // the early return that hangs a GPU
+  __syncthreads();
+  out[threadIdx.x] = 1;
+}
+
+__global__ void barrier_in_branch(int* out) {
+  if (threadIdx.x < 16) {
+    __syncthreads();
+  } else {
+    out[0] = __shfl_sync(0xffffffffu, 1, 0);
+  }
+}
+
+__global__ void write_past_shared(int* out) {
+  FRUGAL_DYNAMIC_SHARED(int, values);
+  values[threadIdx.x + 1] = 7;  // blockDim.x ints were asked for: the last thread writes one too many
+  out[0] = 0;
+}
+
+__global__ void read_unwritten_shared(float* out) {
+  FRUGAL_DYNAMIC_SHARED(float, values);
+  out[threadIdx.x] = values[threadIdx.x];
+}
+
+std::vector<float> matmul_reference(const std::vector<float>& a, const std::vector<float>& b, int n) {
+  std::vector<float> c(static_cast<std::size_t>(n * n), 0.0f);
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j)
+      for (int k = 0; k < n; ++k) c[i * n + j] += a[i * n + k] * b[k * n + j];
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("emulator: every thread sees its own indices") {
+  for (const Options& schedule : kSchedules) {
+    OptionsScope scope(schedule);
+    std::vector<int> out(8 * 6, -1);
+    FRUGAL_LAUNCH(dim3(2, 3), dim3(4, 2), 0, nullptr, write_indices)(out.data(), 8);
+    for (int y = 0; y < 6; ++y)
+      for (int x = 0; x < 8; ++x) CHECK(out[y * 8 + x] == 1000 * y + x);
+  }
+}
+
+TEST_CASE("emulator: a barrier-correct reduction passes every schedule; without barriers it fails") {
+  std::vector<float> in(4 * 64);
+  std::iota(in.begin(), in.end(), 1.0f);
+  std::vector<float> expected(4);
+  for (int b = 0; b < 4; ++b) expected[b] = std::accumulate(in.begin() + b * 64, in.begin() + (b + 1) * 64, 0.0f);
+  int wrong = 0;
+  for (const Options& schedule : kSchedules) {
+    OptionsScope scope(schedule);
+    std::vector<float> out(4, 0.0f);
+    FRUGAL_LAUNCH(4, 64, 64 * sizeof(float), nullptr, block_sum<true>)(in.data(), out.data());
+    CHECK_MESSAGE(out == expected, frugal::emu::schedule_name(schedule.schedule));
+    FRUGAL_LAUNCH(4, 64, 64 * sizeof(float), nullptr, block_sum<false>)(in.data(), out.data());
+    wrong += out != expected;
+  }
+  CHECK(wrong > 0);  // the missing barrier shows under some schedule: no luck involved
+}
+
+TEST_CASE("emulator: a tiled matmul matches the CPU exactly; an off-by-one tile index does not") {
+  constexpr int n = 8;
+  std::vector<float> a(n * n), b(n * n);
+  for (int i = 0; i < n * n; ++i) {
+    a[i] = static_cast<float>(i % 7 - 3);  // small integers: sums are exact, so any index error shows
+    b[i] = static_cast<float>(i % 5 - 2);
+  }
+  const auto expected = matmul_reference(a, b, n);
+  const std::size_t shared = 2 * kTile * kTile * sizeof(float);
+  for (const Options& schedule : kSchedules) {
+    OptionsScope scope(schedule);
+    std::vector<float> c(n * n);
+    FRUGAL_LAUNCH(dim3(n / kTile, n / kTile), dim3(kTile, kTile), shared, nullptr, tiled_matmul<0>)(a.data(), b.data(), c.data(), n);
+    CHECK(c == expected);
+  }
+  // The broken kernel writes its last B row past the tiles: the guard bytes name the thread.
+  std::vector<float> c(n * n);
+  CHECK_THROWS_WITH_AS(
+      (FRUGAL_LAUNCH(dim3(n / kTile, n / kTile), dim3(kTile, kTile), shared, nullptr, tiled_matmul<1>)(a.data(), b.data(), c.data(), n)),
+      doctest::Contains("thread (0,3,0) wrote past the end of its dynamic shared memory"), KernelError);
+}
+
+TEST_CASE("emulator: a racy shared write gives different answers under different schedules") {
+  std::vector<int> results;
+  for (const Options& schedule : kSchedules) {
+    OptionsScope scope(schedule);
+    int out = -1;
+    FRUGAL_LAUNCH(1, 32, sizeof(int), nullptr, racy_counter)(&out);
+    results.push_back(out);
+  }
+  CHECK(results[0] != results[1]);  // forward: thread 31 writes last; reverse: thread 0 does
+}
+
+TEST_CASE("emulator: atomics count correctly in every order") {
+  std::vector<int> values(1000);
+  std::iota(values.begin(), values.end(), 0);
+  for (const Options& schedule : kSchedules) {
+    OptionsScope scope(schedule);
+    std::vector<int> bins(4, 0);
+    FRUGAL_LAUNCH(4, 256, 0, nullptr, atomic_histogram)(values.data(), 1000, bins.data());
+    CHECK(bins == std::vector<int>{250, 250, 250, 250});
+  }
+}
+
+TEST_CASE("emulator: warp shuffles and ballots") {
+  for (const Options& schedule : kSchedules) {
+    OptionsScope scope(schedule);
+    std::vector<float> in(128, 1.0f), sums(4, 0.0f);
+    for (int i = 0; i < 128; ++i) in[i] = static_cast<float>(i);
+    FRUGAL_LAUNCH(2, 64, 0, nullptr, warp_sum)(in.data(), sums.data());
+    for (int w = 0; w < 4; ++w) CHECK(sums[w] == static_cast<float>(32 * (32 * w) + 31 * 32 / 2));
+    std::vector<int> out(64 * 5, -1);
+    FRUGAL_LAUNCH(1, 64, 0, nullptr, warp_primitives)(out.data());
+    for (int t = 0; t < 64; ++t) {
+      const int lane = t % 32;
+      CHECK(out[t * 5 + 0] == 30);
+      CHECK(out[t * 5 + 1] == 31 * 32 / 2);  // every lane holds the warp's sum after the butterfly
+      CHECK(out[t * 5 + 2] == 1);
+      CHECK(out[t * 5 + 3] == (lane == 0 ? 0 : lane - 1));  // lane 0 keeps its own value
+      CHECK(out[t * 5 + 4] == lane / 8 * 8);
+    }
+  }
+}
+
+TEST_CASE("emulator: divergent barriers and stuck kernels are named") {
+  std::vector<int> out(64, 0);
+  CHECK_THROWS_WITH_AS((FRUGAL_LAUNCH(1, 64, 0, nullptr, barrier_after_return)(out.data(), 40)),
+                       doctest::Contains("returned while other threads of its block wait at __syncthreads"), KernelError);
+  CHECK_THROWS_WITH_AS((FRUGAL_LAUNCH(1, 32, 0, nullptr, barrier_in_branch)(out.data())),
+                       doctest::Contains("is stuck: thread (0,0,0) waits at __syncthreads"), KernelError);
+}
+
+TEST_CASE("emulator: shared memory is poisoned, fenced and sized") {
+  std::vector<float> out(8, 0.0f);
+  FRUGAL_LAUNCH(1, 8, 8 * sizeof(float), nullptr, read_unwritten_shared)(out.data());
+  for (float v : out) CHECK(std::isnan(v));  // read before written: NaN, not a lucky zero
+  std::vector<int> sink(1);
+  CHECK_THROWS_WITH_AS((FRUGAL_LAUNCH(1, 16, 16 * sizeof(int), nullptr, write_past_shared)(sink.data())),
+                       doctest::Contains("kernel write_past_shared, block (0,0,0), thread (15,0,0) wrote past the end"),
+                       KernelError);
+  CHECK_THROWS_WITH_AS((FRUGAL_LAUNCH(1, 2048, 0, nullptr, read_unwritten_shared)(out.data())),
+                       doctest::Contains("a block of (2048,1,1) threads is invalid"), KernelError);
+  CHECK_THROWS_WITH_AS((FRUGAL_LAUNCH(1, 8, 1 << 20, nullptr, read_unwritten_shared)(out.data())),
+                       doctest::Contains("exceed the 49152 a block may have"), KernelError);
+  CHECK_THROWS_AS(frugal::emu::current_thread(), KernelError);  // threadIdx outside a kernel
+}
+
+// ---- frugal's own kernels (core/cuda/kernels.cu) in the emulator, against the CPU kernels
+
+namespace {
+using namespace frugal;
+
+void check_copy(const Tensor& src, DType to) {
+  Tensor expected = empty(src.shape(), {.dtype = to});
+  Tensor emulated = empty(src.shape(), {.dtype = to});
+  cpu::copy_strided(expected.data_ptr(), to, expected.layout(), src.data_ptr(), src.dtype(), src.layout());
+  cuda_emulated::copy_strided(emulated.data_ptr(), to, emulated.layout(), src.data_ptr(), src.dtype(), src.layout());
+  CHECK_MESSAGE(emulated.to_vector<double>() == expected.to_vector<double>(), src.dtype() << " -> " << to);
+}
+}  // namespace
+
+TEST_CASE("core kernels in the emulator match the CPU kernels under two schedules") {
+  for (const Options& schedule : {Options{Schedule::forward}, Options{Schedule::shuffle, 7}}) {
+    OptionsScope scope(schedule);
+    const Tensor base = uniform({5, 7, 11}, -300.0, 300.0);
+    for (const Tensor& src : {base, base.permute({2, 0, 1}), base.slice(1, 1, 7, 3).transpose(0, 2)})
+      for (DType to : kAllDTypes) check_copy(src.to(DType::f32), to);
+    check_copy(base.to(DType::f16).transpose(0, 2), DType::f64);
+    check_copy(base.to(DType::i64).select(0, 2), DType::bf16);
+
+    Tensor cpu_fill = zeros({9, 13}), emu_fill = zeros({9, 13});
+    const Tensor cpu_view = cpu_fill.slice(1, 1, 13, 2), emu_view = emu_fill.slice(1, 1, 13, 2);
+    cpu::fill_strided(cpu_view.data_ptr(), DType::f32, cpu_view.layout(), 2.5);
+    cuda_emulated::fill_strided(emu_view.data_ptr(), DType::f32, emu_view.layout(), 2.5);
+    CHECK(emu_fill.to_vector<float>() == cpu_fill.to_vector<float>());
+
+    for (Distribution distribution : {Distribution::uniform, Distribution::normal, Distribution::randint, Distribution::bernoulli}) {
+      const RandomSpec spec{.distribution = distribution, .a = 0.25, .b = 9.0, .seed = 42, .offset = 3};
+      for (DType dtype : {DType::f32, DType::f64, DType::bf16, DType::i32}) {
+        Tensor expected = empty({1027}, {.dtype = dtype}), emulated = empty({1027}, {.dtype = dtype});
+        cpu::random_fill(expected.data_ptr(), dtype, 1027, spec);
+        cuda_emulated::random_fill(emulated.data_ptr(), dtype, 1027, spec);
+        CHECK(emulated.to_vector<double>() == expected.to_vector<double>());
+      }
+    }
+  }
+}
