@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdlib>
 
 #include "core/error.h"
@@ -140,6 +141,7 @@ Backing::MemoryInfo physical_memory() {
 }  // namespace
 
 void* HostBacking::do_allocate(std::size_t bytes, Stream) {
+  if (bytes > SIZE_MAX - kHostAlignment) return nullptr;  // rounding up would wrap around
   // aligned_alloc wants a multiple of the alignment.
   const std::size_t rounded = (bytes + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
   return std::aligned_alloc(kHostAlignment, rounded);

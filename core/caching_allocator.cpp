@@ -188,12 +188,22 @@ bool CachingAllocator::BlockOrder::operator()(const Block* a, const Block* b) co
 CachingAllocator::CachingAllocator(std::unique_ptr<Backing> backing, CachingOptions options)
     : backing_(std::move(backing)), options_(options), small_pool_(new Pool), large_pool_(new Pool) {
   FRUGAL_CHECK_VALUE(backing_ != nullptr, "CachingAllocator needs a backing");
+  // PyTorch's floor, for the same reason: below it, the 20 MiB segments of 1-10 MiB requests would
+  // count as oversize and never be shared.
+  FRUGAL_CHECK_VALUE(options_.max_split_size >= kLargeBuffer, "max_split_size must be at least ",
+                     format_size(kLargeBuffer), ", got ", format_size(options_.max_split_size));
   small_pool_->small = true;
 }
 
 CachingAllocator::~CachingAllocator() {
   // Anything still allocated would point into memory given back here: the allocator must outlive
-  // its allocations (the per-device ones live until the process ends).
+  // its allocations (the per-device ones live until the process ends). Bypass blocks first: the
+  // loop below deletes the blocks of segments, which live_ also points to.
+  for (auto& [ptr, block] : live_)
+    if (!block->segment) {
+      backing_->free(ptr, block->size);
+      delete block;
+    }
   for (auto& segment : segments_) {
     for (Block* block = segment->first; block;) {
       for (Backing::Event event : block->events) backing_->destroy_event(event);
@@ -208,11 +218,6 @@ CachingAllocator::~CachingAllocator() {
       backing_->free(segment->base, segment->size);
     }
   }
-  for (auto& [ptr, block] : live_)
-    if (!block->segment) {  // bypass blocks have no segment
-      backing_->free(ptr, block->size);
-      delete block;
-    }
 }
 
 CachingAllocator::Pool& CachingAllocator::pool_for(std::size_t rounded) {
@@ -224,12 +229,12 @@ CachingAllocator::Pool& CachingAllocator::pool_for(std::size_t rounded) {
 void* CachingAllocator::raw_allocate(std::size_t bytes, Stream stream) {
   const MemoryTag tag = current_memory_tag();
   std::unique_lock lock(mutex_);
-  Block* block = allocate_block(bytes, stream, tag);
+  Block* block = bytes <= kMaxRequest ? allocate_block(bytes, stream, tag) : nullptr;
   if (block) return block->ptr;
   // Out of memory. Observers run without the lock, so they may take snapshots.
-  const std::size_t rounded = options_.bypass ? bytes : round_block_size(bytes);
+  const std::size_t rounded = options_.bypass || bytes > kMaxRequest ? bytes : round_block_size(bytes);
   const bool expandable = options_.expandable_segments && backing_->supports_expandable() && !options_.bypass;
-  const std::size_t asked_of_backing = options_.bypass  ? rounded
+  const std::size_t asked_of_backing = options_.bypass || bytes > kMaxRequest ? rounded
                                        : expandable     ? round_up(rounded, backing_->map_granularity())
                                                         : segment_size_for(rounded);
   const OomReport report = describe_oom(bytes, rounded, asked_of_backing);
@@ -318,13 +323,18 @@ CachingAllocator::Block* CachingAllocator::new_fixed_segment(Pool& pool, std::si
 CachingAllocator::Block* CachingAllocator::extend_expandable(Pool& pool, std::size_t size, Stream stream) {
   Segment*& segment = pool.expandable[stream_id(stream)];
   if (!segment) {
-    // Address space for everything the device could ever hold: the capacity, or 1 1/8 of the
-    // device's memory (PyTorch's choice, leaving room for alignment), or a fixed amount when even
-    // that is unknown. Reserving address space costs no memory.
+    // The capacity is checked before the first backing call, the reservation included.
     const std::size_t capacity = backing_->capacity(), total = backing_->memory_info().total;
-    const std::size_t wanted = capacity != kUnlimited ? capacity
-                               : total != kUnlimited   ? total + total / 8
-                                                       : options_.expandable_reserve;
+    if (capacity != kUnlimited && size > capacity - std::min(capacity, backing_->held_bytes())) {
+      pool.expandable.erase(stream_id(stream));
+      return nullptr;
+    }
+    // Address space for everything the device could ever hold: at least the fixed default, the
+    // capacity, and 1 1/8 of the device's memory (PyTorch's choice, leaving room for alignment), so
+    // a limit raised later still fits. Reserving address space costs no memory.
+    std::size_t wanted = options_.expandable_reserve;
+    if (capacity != kUnlimited) wanted = std::max(wanted, capacity);
+    if (total != kUnlimited && total < kUnlimited / 2) wanted = std::max(wanted, total + total / 8);
     const std::size_t reserve = round_up(wanted, backing_->map_granularity());
     void* base = backing_->reserve(reserve);
     if (!base) {
@@ -345,8 +355,10 @@ CachingAllocator::Block* CachingAllocator::extend_expandable(Pool& pool, std::si
   while (tail && tail->next) tail = tail->next;
   const bool tail_free = tail && tail->state == BlockState::free;
   const std::size_t have = tail_free ? tail->size : 0;
+  // A free tail already large enough was refused by best fit (max_split): growing cannot help.
+  if (have >= size || size - have > segment->reserved - segment->size) return nullptr;  // or no address space left
   const std::size_t map_bytes = round_up(size - have, backing_->map_granularity());
-  if (map_bytes > segment->reserved - segment->size) return nullptr;  // address space used up
+  if (map_bytes > segment->reserved - segment->size) return nullptr;
   char* at = segment->base + segment->size;
   const std::int64_t inactive_before = segment->inactive_split();
   if (!backing_->map(at, map_bytes)) return nullptr;
@@ -383,10 +395,11 @@ CachingAllocator::Block* CachingAllocator::take(Block* block, std::size_t size, 
     const std::size_t remaining = block->size - size;
     // Small pool and expandable segments: any remainder of a whole block is worth keeping (in an
     // expandable segment a tail remainder merges into the next growth). Large fixed segments:
-    // only remainders over 1 MiB, and never from blocks at or above max_split_size.
+    // only remainders over 1 MiB, and only for requests below max_split_size (PyTorch's rule: an
+    // oversize request takes its block whole).
     const bool split = (segment->pool->small || segment->expandable)
                            ? remaining >= kMinBlockSize
-                           : block->size < options_.max_split_size && remaining > kLargeSplitRemainder;
+                           : size < options_.max_split_size && remaining > kLargeSplitRemainder;
     if (split) {
       auto* rest = new_block<Block>(block->ptr + size, remaining, block->stream, segment);
       rest->prev = block;
@@ -413,7 +426,17 @@ CachingAllocator::Block* CachingAllocator::take(Block* block, std::size_t size, 
 
 // ---- freeing
 
-void CachingAllocator::raw_deallocate(void* ptr, std::size_t) noexcept {
+void CachingAllocator::raw_deallocate(void* ptr, std::size_t bytes) noexcept {
+  // Frees run in destructors and cannot throw. A device call failing here means the device is
+  // already broken (a sticky CUDA error); say so and carry on rather than terminate.
+  try {
+    free_now(ptr, bytes);
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "frugal: freeing %p failed: %s\n", ptr, error.what());
+  }
+}
+
+void CachingAllocator::free_now(void* ptr, std::size_t) {
   std::lock_guard lock(mutex_);
   auto found = live_.find(ptr);
   if (found == live_.end()) return;  // not ours: DataPtr only hands back what we gave
@@ -674,7 +697,7 @@ std::string CachingAllocator::memory_summary() const {
   row("requested (as asked)", asked.requested_bytes, true);
   row("active", s.active_bytes, true);
   row("reserved", s.reserved_bytes, true);
-  row("non-releasable (split)", s.inactive_split_bytes, true);
+  row("inactive split (cached)", s.inactive_split_bytes, true);
   row("allocations", s.allocations, false);
   row("segments", s.segments, false);
   out << rule << "\n";

@@ -53,10 +53,13 @@ inline constexpr std::size_t kLargeSplitRemainder = 1 << 20;
 inline constexpr std::size_t kMaxNonSplitRounding = 20 << 20;
 // Expandable segments map physical memory in chunks of this size (CUDA's usual granularity).
 inline constexpr std::size_t kExpandableChunk = 2 << 20;
+// Larger requests are out of memory without further ado: no device holds 4 EiB, and keeping every
+// size below this keeps sums and roundings far from overflowing.
+inline constexpr std::size_t kMaxRequest = std::size_t{1} << 62;
 
 struct CachingOptions {
   // Blocks at or above this size are never split and never handed to a smaller request
-  // (kUnlimited: no such limit, PyTorch's default).
+  // (kUnlimited: no such limit, PyTorch's default). At least kLargeBuffer (20 MiB), as in PyTorch.
   std::size_t max_split_size = kUnlimited;
   // One growing segment per stream and pool, mapped in kExpandableChunk steps. Falls back to fixed
   // segments when the backing cannot reserve address space.
@@ -174,6 +177,7 @@ class CachingAllocator final : public Allocator {
   };
 
   Block* allocate_block(std::size_t requested, Stream stream, MemoryTag tag);
+  void free_now(void* ptr, std::size_t bytes);
   Block* find_free_block(Pool& pool, std::size_t size, Stream stream);
   Block* grow(Pool& pool, std::size_t size, Stream stream);
   Block* new_fixed_segment(Pool& pool, std::size_t size, Stream stream);

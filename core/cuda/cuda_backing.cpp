@@ -201,10 +201,13 @@ bool CudaBacking::map_chunk(CUdeviceptr at) {
   if (created == CUDA_ERROR_OUT_OF_MEMORY) return false;
   FRUGAL_CU_CHECK(created);
   const CUresult mapped = api.mem_map(at, granularity_, 0, handle, 0);
-  if (mapped != CUDA_SUCCESS) api.mem_release(handle);  // nothing else holds it; the check below throws
+  if (mapped != CUDA_SUCCESS) api.mem_release(handle);  // nothing else holds it
+  if (mapped == CUDA_ERROR_OUT_OF_MEMORY) return false;
   FRUGAL_CU_CHECK(mapped);
   chunks_.emplace(at, handle);  // from here on unmap_chunks can undo it, even if the next call fails
-  FRUGAL_CU_CHECK(api.mem_set_access(at, granularity_, &access_, 1));  // new mappings start inaccessible
+  const CUresult access = api.mem_set_access(at, granularity_, &access_, 1);  // new mappings start inaccessible
+  if (access == CUDA_ERROR_OUT_OF_MEMORY) return false;  // do_map unmaps what this call mapped
+  FRUGAL_CU_CHECK(access);
   return true;
 }
 
@@ -252,15 +255,16 @@ Backing::MemoryInfo CudaBacking::device_memory() const {
   return info;
 }
 
-Backing::Event CudaBacking::record_event(Stream stream) {
-  use_device();  // an event belongs to the device current when it is created
+// Events for stream order, shared by both backings: a block freed while a stream may still use it
+// waits until the event recorded on that stream at free time has completed.
+Backing::Event record_cuda_event(Stream stream) {
   cudaEvent_t event = nullptr;
   FRUGAL_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));  // timing costs, and is unused
   FRUGAL_CUDA_CHECK(cudaEventRecord(event, static_cast<cudaStream_t>(stream.handle)));
   return event;
 }
 
-bool CudaBacking::event_done(Event event) {
+bool cuda_event_done(Backing::Event event) {
   const cudaError_t status = cudaEventQuery(static_cast<cudaEvent_t>(event));
   if (status == cudaErrorNotReady) {
     cudaGetLastError();  // "not yet" is an answer, not an error: keep it out of later checks
@@ -270,11 +274,20 @@ bool CudaBacking::event_done(Event event) {
   return true;
 }
 
-void CudaBacking::destroy_event(Event event) {
+void destroy_cuda_event(Backing::Event event) {
   const cudaError_t status = cudaEventDestroy(static_cast<cudaEvent_t>(event));
   if (status == cudaErrorCudartUnloading) return;  // as in do_free: at exit, the event goes with the process
   FRUGAL_CUDA_CHECK(status);
 }
+
+Backing::Event CudaBacking::record_event(Stream stream) {
+  use_device();  // an event belongs to the device current when it is created
+  return record_cuda_event(stream);
+}
+
+bool CudaBacking::event_done(Event event) { return cuda_event_done(event); }
+
+void CudaBacking::destroy_event(Event event) { destroy_cuda_event(event); }
 
 // ---- PinnedHostBacking
 
@@ -284,6 +297,13 @@ class PinnedHostBacking final : public Backing {
  public:
   PinnedHostBacking() : Backing(Device::cpu()) {}
   std::string_view name() const override { return "pinned-host"; }
+  // Staging buffers feed asynchronous copies: a buffer freed while a copy stream still reads it
+  // (record_stream) must wait for that stream, as device memory does. Without CUDA nothing is async.
+  Event record_event(Stream stream) override { return pinned_ ? record_cuda_event(stream) : nullptr; }
+  bool event_done(Event event) override { return !pinned_ || cuda_event_done(event); }
+  void destroy_event(Event event) override {
+    if (pinned_) destroy_cuda_event(event);
+  }
 
  protected:
   void* do_allocate(std::size_t bytes, Stream stream) override;
@@ -296,7 +316,10 @@ class PinnedHostBacking final : public Backing {
 };
 
 void* PinnedHostBacking::do_allocate(std::size_t bytes, Stream) {
-  if (!pinned_) return std::aligned_alloc(kHostAlignment, round_up(bytes, kHostAlignment));  // wants a multiple
+  if (!pinned_) {
+    if (bytes > SIZE_MAX - kHostAlignment) return nullptr;  // rounding up would wrap around
+    return std::aligned_alloc(kHostAlignment, round_up(bytes, kHostAlignment));  // wants a multiple
+  }
   void* ptr = nullptr;
   const cudaError_t error = cudaHostAlloc(&ptr, bytes, cudaHostAllocDefault);
   if (error == cudaErrorMemoryAllocation) {

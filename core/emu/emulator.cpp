@@ -146,7 +146,7 @@ bool try_complete_warp(Block& block, std::size_t first) {
                    op_name(leader->op), " (mask 0x", std::hex, mask, ")");
     if (named && lane.wait != Wait::warp) return false;  // still on its way
   }
-  if (mask >> (end - first) != 0 && end - first < kWarpSize)
+  if (end - first < kWarpSize && mask >> (end - first) != 0)
     FRUGAL_THROW(KernelError, where(block, leader), ": ", op_name(leader->op), " names lanes beyond the block (mask 0x",
                  std::hex, mask, ")");
   unsigned ballot = 0;
