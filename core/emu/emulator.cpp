@@ -21,9 +21,36 @@
 #include <sstream>
 #include <vector>
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#endif
+
 namespace frugal::emu {
 
 namespace ctx = boost::context;
+
+// Note [Fibers under AddressSanitizer]: ASan tracks one stack per OS thread; when a fiber switch
+// moves the stack pointer elsewhere it must be told, or it reports false errors (an exception thrown
+// on a fiber's stack looks like a stack overflow). These two calls bracket every switch; they do
+// nothing in ordinary builds.
+namespace {
+struct StackBounds {
+  const void* bottom = nullptr;
+  std::size_t size = 0;
+};
+
+void before_switch([[maybe_unused]] void** fake_stack, [[maybe_unused]] const StackBounds& to) {
+#if defined(__SANITIZE_ADDRESS__)
+  __sanitizer_start_switch_fiber(fake_stack, to.bottom, to.size);
+#endif
+}
+
+void after_switch([[maybe_unused]] void* fake_stack, [[maybe_unused]] StackBounds* from) {
+#if defined(__SANITIZE_ADDRESS__)
+  __sanitizer_finish_switch_fiber(fake_stack, from ? &from->bottom : nullptr, from ? &from->size : nullptr);
+#endif
+}
+}  // namespace
 
 namespace {
 
@@ -42,6 +69,8 @@ struct Thread {
   int linear = 0;  // position in the block, x fastest: the warp is linear / 32, the lane linear % 32
   ctx::fiber fiber;   // where to resume this thread
   ctx::fiber sink;    // inside the thread: where to return to the scheduler
+  StackBounds stack;      // this fiber's stack, and the scheduler's: Note [Fibers under AddressSanitizer]
+  StackBounds scheduler;
   Wait wait = Wait::runnable;
   // The warp primitive it waits at.
   WarpOp op = WarpOp::sync;
@@ -54,6 +83,7 @@ struct Thread {
 
 struct Block {
   const char* kernel = "";
+  bool abandoning = false;  // a thread failed: the others are resumed only to unwind
   std::vector<Thread> threads;
   std::vector<unsigned char> shared;  // guard | dynamic shared memory | guard
   std::size_t shared_bytes = 0;
@@ -78,8 +108,43 @@ Thread& running_thread(const char* what) {
   return *t_thread;
 }
 
+// Thrown inside a waiting thread when its block is abandoned, so its stack unwinds normally.
+struct Abandoned {};
+
 // Back to the scheduler until it resumes this thread.
-void suspend(Thread& thread) { thread.sink = std::move(thread.sink).resume(); }
+void suspend(Thread& thread) {
+  void* fake_stack = nullptr;
+  before_switch(&fake_stack, thread.scheduler);
+  thread.sink = std::move(thread.sink).resume();
+  after_switch(fake_stack, &thread.scheduler);
+  if (t_block->abandoning) throw Abandoned{};
+}
+
+// Runs `thread` until it reaches a meeting point or returns.
+void resume(Thread& thread) {
+  t_thread = &thread;
+  void* fake_stack = nullptr;
+  before_switch(&fake_stack, thread.stack);
+  thread.fiber = std::move(thread.fiber).resume();
+  after_switch(fake_stack, nullptr);
+  t_thread = nullptr;
+}
+
+// Hands out pooled stacks and remembers the last one, so the scheduler knows each fiber's bounds.
+class RecordingStack {
+ public:
+  explicit RecordingStack(ctx::pooled_fixedsize_stack& pool, StackBounds& last) : pool_(&pool), last_(&last) {}
+  ctx::stack_context allocate() {
+    ctx::stack_context stack = pool_->allocate();
+    *last_ = {static_cast<char*>(stack.sp) - stack.size, stack.size};  // stacks grow down from sp
+    return stack;
+  }
+  void deallocate(ctx::stack_context& stack) noexcept { pool_->deallocate(stack); }
+
+ private:
+  ctx::pooled_fixedsize_stack* pool_;
+  StackBounds* last_;
+};
 
 // ---- shared memory guards
 
@@ -218,30 +283,47 @@ bool try_open_barrier(Block& block) {
   return true;
 }
 
+void schedule_block(Block& block);
+
 void run_block(Block& block, const std::function<void()>& body) {
   static thread_local ctx::pooled_fixedsize_stack stacks(kStackBytes);
   for (Thread& thread : block.threads) {
-    thread.fiber = ctx::fiber(std::allocator_arg, stacks, [&thread, &body](ctx::fiber&& sink) {
+    thread.fiber = ctx::fiber(std::allocator_arg, RecordingStack(stacks, thread.stack), [&thread, &body](ctx::fiber&& sink) {
+      after_switch(nullptr, &thread.scheduler);
       thread.sink = std::move(sink);
       try {
-        body();
+        if (!t_block->abandoning) body();  // a thread first started to be abandoned has nothing to undo
+      } catch (const Abandoned&) {
+        // another thread failed; this one only had to unwind
       } catch (const ctx::detail::forced_unwind&) {
-        throw;  // an abandoned thread being unwound: let Boost.Context finish it
+        throw;  // Boost.Context unwinding a fiber it destroys (never a suspended one here)
       } catch (...) {
         thread.error = std::current_exception();
       }
       thread.wait = Wait::done;
+      before_switch(nullptr, thread.scheduler);
       return std::move(thread.sink);
     });
   }
+  try {
+    schedule_block(block);
+  } catch (...) {
+    // Every suspended thread is resumed once more to unwind its stack (Abandoned), so no fiber is
+    // ever destroyed mid-kernel.
+    block.abandoning = true;
+    for (Thread& thread : block.threads)
+      if (thread.wait != Wait::done) resume(thread);
+    throw;
+  }
+}
+
+void schedule_block(Block& block) {
   for (std::uint64_t pass = 0;; ++pass) {
     bool ran = false;
     for (std::size_t t : pass_order(block, pass)) {
       Thread& thread = block.threads[t];
       if (thread.wait != Wait::runnable) continue;
-      t_thread = &thread;
-      thread.fiber = std::move(thread.fiber).resume();
-      t_thread = nullptr;
+      resume(thread);
       ran = true;
       if (thread.error) std::rethrow_exception(thread.error);
       check_guards(block, thread);
