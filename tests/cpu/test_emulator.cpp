@@ -127,6 +127,33 @@ __global__ void read_unwritten_shared(float* out) {
   out[threadIdx.x] = values[threadIdx.x];
 }
 
+// Each warp sums its 32 values through shared memory; kSyncWarp false drops the __syncwarp
+// between a lane's write and its neighbour's read: the warp-level race the emulator must expose.
+template <bool kSyncWarp>
+__global__ void warp_shared_sum(const int* in, int* out) {
+  FRUGAL_DYNAMIC_SHARED(int, values);
+  const int t = static_cast<int>(threadIdx.x);
+  values[t] = in[t];
+  if (kSyncWarp) __syncwarp();
+  for (int stride = 16; stride > 0; stride /= 2) {
+    const int mine = values[t] + (t % 32 < stride ? values[t + stride] : 0);
+    if (kSyncWarp) __syncwarp();
+    values[t] = mine;
+    if (kSyncWarp) __syncwarp();
+  }
+  if (t % 32 == 0) atomicAdd(&out[0], values[t]);
+}
+
+// Shared-memory atomics: a block-local histogram, then one global add per bin.
+__global__ void shared_histogram(const int* values, int n, int* bins) {
+  FRUGAL_DYNAMIC_SHARED(int, local);
+  if (threadIdx.x < 4) local[threadIdx.x] = 0;
+  __syncthreads();
+  for (int i = static_cast<int>(threadIdx.x); i < n; i += static_cast<int>(blockDim.x)) atomicAdd(&local[values[i] % 4], 1);
+  __syncthreads();
+  if (threadIdx.x < 4) atomicAdd(&bins[threadIdx.x], local[threadIdx.x]);
+}
+
 std::vector<float> matmul_reference(const std::vector<float>& a, const std::vector<float>& b, int n) {
   std::vector<float> c(static_cast<std::size_t>(n * n), 0.0f);
   for (int i = 0; i < n; ++i)
@@ -225,6 +252,34 @@ TEST_CASE("emulator: warp shuffles and ballots") {
       CHECK(out[t * 5 + 3] == (lane == 0 ? 0 : lane - 1));  // lane 0 keeps its own value
       CHECK(out[t * 5 + 4] == lane / 8 * 8);
     }
+  }
+}
+
+TEST_CASE("emulator: __syncwarp orders a warp's shared memory; without it the race shows") {
+  std::vector<int> in(64);
+  std::iota(in.begin(), in.end(), 1);
+  const int expected = 64 * 65 / 2;
+  int wrong = 0;
+  for (const Options& schedule : kSchedules) {
+    OptionsScope scope(schedule);
+    int out = 0;
+    FRUGAL_LAUNCH(1, 64, 64 * sizeof(int), nullptr, warp_shared_sum<true>)(in.data(), &out);
+    CHECK(out == expected);
+    out = 0;
+    FRUGAL_LAUNCH(1, 64, 64 * sizeof(int), nullptr, warp_shared_sum<false>)(in.data(), &out);
+    wrong += out != expected;
+  }
+  CHECK(wrong > 0);
+}
+
+TEST_CASE("emulator: atomics on shared memory") {
+  std::vector<int> values(777);
+  std::iota(values.begin(), values.end(), 0);
+  for (const Options& schedule : kSchedules) {
+    OptionsScope scope(schedule);
+    std::vector<int> bins(4, 0);
+    FRUGAL_LAUNCH(1, 128, 4 * sizeof(int), nullptr, shared_histogram)(values.data(), 777, bins.data());
+    CHECK(bins == std::vector<int>{195, 194, 194, 194});
   }
 }
 
