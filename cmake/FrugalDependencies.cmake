@@ -1,4 +1,4 @@
-# Finds frugal's dependencies. All come from Debian packages (scripts/setup-deps.sh installs them);
+# Finds frugal's dependencies. All come from Debian packages (scripts/common.sh installs them);
 # nothing is downloaded or vendored. On the lent GPU machine, where apt cannot reach a mirror,
 # scripts/gpu-prepare.sh stages the header-only packages under .gpu-deps/ and passes that folder in
 # CMAKE_PREFIX_PATH; cuDNN and NCCL there come from Python wheels, found through CUDNN_ROOT/NCCL_ROOT.
@@ -7,7 +7,14 @@ find_package(Threads REQUIRED)
 find_package(OpenMP REQUIRED COMPONENTS CXX)
 find_package(nlohmann_json 3.10 CONFIG REQUIRED)
 find_package(CLI11 CONFIG REQUIRED)
-find_package(Boost 1.74 CONFIG REQUIRED COMPONENTS context)  # fibers for the CUDA emulator (core/emu)
+if(FRUGAL_EMULATOR)  # fibers for the CUDA emulator (core/emu)
+  find_package(Boost 1.74 CONFIG COMPONENTS context)
+  if(NOT Boost_FOUND)
+    message(FATAL_ERROR "frugal: Boost.Context not found (Debian: libboost-context-dev). The CUDA emulator "
+                        "needs it; install it, or configure with -DFRUGAL_EMULATOR=OFF to build without the "
+                        "emulator, its tests and sample 00.")
+  endif()
+endif()
 if(FRUGAL_BUILD_TESTS)
   find_package(doctest CONFIG REQUIRED)
 endif()
