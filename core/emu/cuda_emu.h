@@ -7,7 +7,7 @@
 //
 // Deliberately not here: cuBLAS, cuDNN, NCCL (those paths need a GPU), real streams and events (a
 // launch runs to completion before it returns), speed (it checks logic, not performance), and
-// static __shared__ arrays being poisoned (only dynamic shared memory is; see emulator.h).
+// half-precision arithmetic operators (__half + __half computes in float here).
 //
 // Every name lives in frugal::emu and is brought to the global namespace with using-declarations,
 // so an emulated kernel library links into the same binary as the real CUDA runtime without a clash.
@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "core/emu/emulator.h"
 #include "core/half.h"
@@ -44,28 +45,34 @@ inline __nv_bfloat16 __float2bfloat16(float value) { return __nv_bfloat16(value)
 inline float __bfloat162float(__nv_bfloat16 value) { return static_cast<float>(value); }
 
 // ---- math intrinsics: the fast GPU versions compute the same thing, more precisely, on the host
-// __expf and __logf need no definition: glibc's math.h declares both, as expf and logf.
+inline float fast_exp(float x) { return std::exp(x); }  // __expf and __logf, as macros below: glibc
+inline float fast_log(float x) { return std::log(x); }  // declares functions of those names it does not export
 inline float __fdividef(float a, float b) { return a / b; }
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }
 inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
 template <typename T>
 T __ldg(const T* address) { return *address; }
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
+inline int __float_as_int(float x) { int i; std::memcpy(&i, &x, sizeof i); return i; }
+inline float __int_as_float(int i) { float x; std::memcpy(&x, &i, sizeof x); return x; }
+inline __half __float2half_rn(float value) { return __half(value); }
 
 // ---- atomics. Emulated threads run one at a time and switch only at barriers and warp
 // primitives, so a read-modify-write is atomic by construction; these return the old value.
 template <typename T>
-T atomicAdd(T* address, T value) { const T old = *address; *address = old + value; return old; }
+T atomicAdd(T* address, std::type_identity_t<T> value) { const T old = *address; *address = old + value; return old; }
 template <typename T>
-T atomicSub(T* address, T value) { const T old = *address; *address = old - value; return old; }
+T atomicSub(T* address, std::type_identity_t<T> value) { const T old = *address; *address = old - value; return old; }
 template <typename T>
-T atomicMax(T* address, T value) { const T old = *address; *address = old < value ? value : old; return old; }
+T atomicMax(T* address, std::type_identity_t<T> value) { const T old = *address; *address = old < value ? value : old; return old; }
 template <typename T>
-T atomicMin(T* address, T value) { const T old = *address; *address = value < old ? value : old; return old; }
+T atomicMin(T* address, std::type_identity_t<T> value) { const T old = *address; *address = value < old ? value : old; return old; }
 template <typename T>
-T atomicExch(T* address, T value) { const T old = *address; *address = value; return old; }
+T atomicExch(T* address, std::type_identity_t<T> value) { const T old = *address; *address = value; return old; }
 template <typename T>
-T atomicCAS(T* address, T compare, T value) { const T old = *address; if (old == compare) *address = value; return old; }
+T atomicCAS(T* address, std::type_identity_t<T> compare, std::type_identity_t<T> value) { const T old = *address; if (old == compare) *address = value; return old; }
 
 // ---- warp primitives (emulator.h does the exchange between lanes)
 template <typename T>
@@ -84,9 +91,9 @@ template <typename T>
 T __shfl_xor_sync(unsigned mask, T value, int lane_mask, int width = kWarpSize) {
   return warp_shuffle(mask, value, WarpOp::shfl_xor, lane_mask, width);
 }
-inline unsigned __ballot_sync(unsigned mask, int predicate) { return warp_ballot(mask, predicate != 0); }
-inline int __all_sync(unsigned mask, int predicate) { return warp_ballot(mask, predicate == 0) == 0; }
-inline int __any_sync(unsigned mask, int predicate) { return warp_ballot(mask, predicate != 0) != 0; }
+inline unsigned __ballot_sync(unsigned mask, int predicate) { return warp_vote(mask, WarpOp::ballot, predicate != 0); }
+inline int __all_sync(unsigned mask, int predicate) { return static_cast<int>(warp_vote(mask, WarpOp::all, predicate != 0)); }
+inline int __any_sync(unsigned mask, int predicate) { return static_cast<int>(warp_vote(mask, WarpOp::any, predicate != 0)); }
 inline void __syncwarp(unsigned mask = 0xffffffffu) { warp_sync(mask); }
 inline void __syncthreads() { block_barrier(); }
 
@@ -99,6 +106,11 @@ using frugal::emu::__bfloat162float;
 using frugal::emu::__fdividef;
 using frugal::emu::__float2bfloat16;
 using frugal::emu::__float2half;
+using frugal::emu::__float2half_rn;
+using frugal::emu::__float_as_int;
+using frugal::emu::__int_as_float;
+using frugal::emu::__popc;
+using frugal::emu::__popcll;
 using frugal::emu::__half;
 using frugal::emu::__half2float;
 using frugal::emu::__ldg;
@@ -138,9 +150,12 @@ using frugal::emu::cudaSuccess;
 #define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
-// A static __shared__ array is one per OS thread, shared by the fibers of the block running on it
-// (blocks run one at a time). It is not poisoned between blocks: prefer FRUGAL_DYNAMIC_SHARED.
-#define __shared__ static thread_local
+// A static __shared__ array is a static variable shared by the fibers of the running block (blocks
+// run one at a time, launches take turns). All of them live in one section, which the emulator
+// poisons at every block's start, as it does dynamic shared memory.
+#define __shared__ static __attribute__((section("frugal_shared")))
+#define __expf(x) ::frugal::emu::fast_exp(x)
+#define __logf(x) ::frugal::emu::fast_log(x)
 #define warpSize ::frugal::emu::kWarpSize
 
 #define threadIdx (::frugal::emu::current_thread().thread_idx)

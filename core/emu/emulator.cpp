@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <mutex>
 #include <numeric>
 #include <random>
 #include <sstream>
@@ -54,13 +55,21 @@ void after_switch([[maybe_unused]] void* fake_stack, [[maybe_unused]] StackBound
 
 namespace {
 
-// Each fiber's stack. Kernels are small functions; 64 KiB leaves room for printf and std:: calls.
-constexpr std::size_t kStackBytes = 64 << 10;
-// Guard bytes before and after dynamic shared memory, and the value they hold: a write past either
-// end changes one, and the next check names the thread that just ran.
-constexpr std::size_t kGuardBytes = 64;
-constexpr unsigned char kGuardByte = 0xA5;
+// Each fiber's stack: a thread's local variables and arrays live here. 256 KiB holds any kernel
+// frugal writes and printf; pages are only touched as they are used. A kernel whose locals exceed
+// it crashes without a diagnosis (GPUs allow up to 512 KiB of local memory per thread).
+constexpr std::size_t kStackBytes = 256 << 10;
+// Guards before and after dynamic shared memory, each at least as large as the memory itself, so
+// any index up to twice the size lands in a guard: a write changes one and the next check names the
+// thread that just ran; a read gets the guard pattern, which is NaN as a float and as a double.
+constexpr std::size_t kMinGuardBytes = 256;
+constexpr unsigned char kGuardPattern[4] = {0xA5, 0xA5, 0xF5, 0xFF};  // 0xFFF5A5A5: NaN in f32 and f64
 constexpr unsigned char kPoisonByte = 0xFF;  // as float: NaN; as an integer: -1
+
+std::size_t guard_bytes(std::size_t shared_bytes) {
+  return (std::max(kMinGuardBytes, shared_bytes) + 15) / 16 * 16;  // keeps the memory 16-byte aligned
+}
+unsigned char guard_byte(std::size_t offset) { return kGuardPattern[offset % 4]; }
 
 enum class Wait : std::uint8_t { runnable, barrier, warp, done };
 
@@ -88,6 +97,14 @@ struct Block {
   std::vector<unsigned char> shared;  // guard | dynamic shared memory | guard
   std::size_t shared_bytes = 0;
 };
+
+// Static __shared__ arrays all live in the section frugal_shared (cuda_emu.h); the linker marks its
+// bounds with these symbols, absent (null) when no kernel declares one.
+extern "C" char __start_frugal_shared[] __attribute__((weak));
+extern "C" char __stop_frugal_shared[] __attribute__((weak));
+
+// Launches from several OS threads take turns: static __shared__ arrays exist once per process.
+std::mutex g_launch_mutex;
 
 thread_local Options t_options;
 thread_local Block* t_block = nullptr;
@@ -151,10 +168,11 @@ class RecordingStack {
 void check_guards(const Block& block, const Thread& thread) {
   if (block.shared.empty()) return;
   const unsigned char* data = block.shared.data();
-  for (std::size_t i = 0; i < kGuardBytes; ++i) {
-    if (data[kGuardBytes - 1 - i] != kGuardByte)
+  const std::size_t guard = guard_bytes(block.shared_bytes), after = guard + block.shared_bytes;
+  for (std::size_t i = 0; i < guard; ++i) {
+    if (data[guard - 1 - i] != guard_byte(guard - 1 - i))
       FRUGAL_THROW(KernelError, where(block, &thread), " wrote ", i + 1, " bytes before the start of its dynamic shared memory");
-    if (data[kGuardBytes + block.shared_bytes + i] != kGuardByte)
+    if (data[after + i] != guard_byte(after + i))
       FRUGAL_THROW(KernelError, where(block, &thread), " wrote past the end of its dynamic shared memory (",
                    block.shared_bytes, " bytes; byte ", block.shared_bytes + i, " was written)");
   }
@@ -169,6 +187,8 @@ const char* op_name(WarpOp op) {
     case WarpOp::shfl_up: return "__shfl_up_sync";
     case WarpOp::shfl_xor: return "__shfl_xor_sync";
     case WarpOp::ballot: return "__ballot_sync";
+    case WarpOp::all: return "__all_sync";
+    case WarpOp::any: return "__any_sync";
     case WarpOp::sync: return "__syncwarp";
   }
   return "?";
@@ -190,48 +210,60 @@ int source_lane(const Thread& lane, int count) {
   return source < count ? source : self;
 }
 
-// If every lane named in the masks of warp `first` waits at the same warp primitive, completes it
-// and makes those lanes runnable. Returns whether it did.
-bool try_complete_warp(Block& block, std::size_t first) {
+// A shuffle that reads a lane outside the exchange gets an undefined value on a GPU; here it gets
+// bits that are NaN as a float or a double and -1 as an integer, so a test notices if it is used.
+constexpr std::uint64_t kUndefinedLaneBits = ~std::uint64_t{0};
+
+// Completes, in the warp starting at thread `first`, every group of lanes that wait at a warp
+// primitive with the same mask, once all of that mask's live lanes have arrived. As in CUDA, the
+// lanes that take part are the non-exited threads named in the mask: lanes that returned, or that
+// lie beyond the end of the block, are absent (their ballot bit is 0). Lanes named in one mask must
+// arrive at the same primitive with the same mask. Returns whether any group completed.
+bool complete_warps(Block& block, std::size_t first) {
   const std::size_t end = std::min(first + kWarpSize, block.threads.size());
-  Thread* leader = nullptr;
-  for (std::size_t t = first; t < end; ++t)
-    if (block.threads[t].wait == Wait::warp) leader = &block.threads[t];
-  if (!leader) return false;
-  const unsigned mask = leader->mask;
+  bool completed = false;
   for (std::size_t t = first; t < end; ++t) {
-    const Thread& lane = block.threads[t];
-    const bool named = (mask >> (t - first)) & 1u;
-    if (lane.wait == Wait::warp && (lane.mask != mask || lane.op != leader->op))
-      FRUGAL_THROW(KernelError, where(block, &lane), " reached ", op_name(lane.op), " with mask 0x", std::hex, lane.mask,
-                   " while lane ", std::dec, leader->linear % kWarpSize, " waits at ", op_name(leader->op),
-                   " with mask 0x", std::hex, mask, ": the warp diverged at a warp primitive");
-    if (named && lane.wait == Wait::done)
-      FRUGAL_THROW(KernelError, where(block, &lane), " returned, but lanes of its warp wait for it at ",
-                   op_name(leader->op), " (mask 0x", std::hex, mask, ")");
-    if (named && lane.wait != Wait::warp) return false;  // still on its way
-  }
-  if (end - first < kWarpSize && mask >> (end - first) != 0)
-    FRUGAL_THROW(KernelError, where(block, leader), ": ", op_name(leader->op), " names lanes beyond the block (mask 0x",
-                 std::hex, mask, ")");
-  unsigned ballot = 0;
-  for (std::size_t t = first; t < end; ++t)
-    if ((mask >> (t - first)) & 1u && block.threads[t].bits) ballot |= 1u << (t - first);
-  for (std::size_t t = first; t < end; ++t) {
-    Thread& lane = block.threads[t];
-    if (!((mask >> (t - first)) & 1u)) continue;
-    if (lane.op == WarpOp::ballot) {
-      lane.result = ballot;
-    } else {
-      const int source = source_lane(lane, static_cast<int>(end - first));
-      if (!((mask >> source) & 1u))
-        FRUGAL_THROW(KernelError, where(block, &lane), " reads lane ", source, " with ", op_name(lane.op),
-                     ", but that lane is not in the mask 0x", std::hex, mask);
-      lane.result = block.threads[first + static_cast<std::size_t>(source)].bits;
+    const Thread& leader = block.threads[t];
+    if (leader.wait != Wait::warp) continue;
+    const unsigned mask = leader.mask;
+    unsigned present = 0;  // named lanes that take part
+    bool ready = true;
+    for (std::size_t l = first; l < end && ready; ++l) {
+      const Thread& lane = block.threads[l];
+      if (!((mask >> (l - first)) & 1u) || lane.wait == Wait::done) continue;
+      if (lane.wait != Wait::warp) {
+        ready = false;  // still on its way (or stuck at a barrier: the scheduler will say so)
+      } else if (lane.mask != mask || lane.op != leader.op) {
+        FRUGAL_THROW(KernelError, where(block, &lane), " reached ", op_name(lane.op), " with mask 0x", std::hex, lane.mask,
+                     " while lane ", std::dec, leader.linear % kWarpSize, " waits at ", op_name(leader.op),
+                     " with mask 0x", std::hex, mask, ": lanes named in one mask must reach the same primitive with it");
+      } else {
+        present |= 1u << (l - first);
+      }
     }
-    lane.wait = Wait::runnable;
+    if (!ready) continue;
+    unsigned votes = 0;
+    for (std::size_t l = first; l < end; ++l)
+      if ((present >> (l - first)) & 1u && block.threads[l].bits) votes |= 1u << (l - first);
+    for (std::size_t l = first; l < end; ++l) {
+      if (!((present >> (l - first)) & 1u)) continue;
+      Thread& lane = block.threads[l];
+      switch (lane.op) {
+        case WarpOp::ballot: lane.result = votes; break;
+        case WarpOp::all: lane.result = votes == present; break;
+        case WarpOp::any: lane.result = votes != 0; break;
+        case WarpOp::sync: lane.result = 0; break;
+        default: {
+          const int source = source_lane(lane, static_cast<int>(end - first));
+          lane.result = (present >> source) & 1u ? block.threads[first + static_cast<std::size_t>(source)].bits
+                                                 : kUndefinedLaneBits;
+        }
+      }
+      lane.wait = Wait::runnable;
+    }
+    completed = true;
   }
-  return true;
+  return completed;
 }
 
 // ---- the scheduler
@@ -285,6 +317,18 @@ bool try_open_barrier(Block& block) {
 
 void schedule_block(Block& block);
 
+// An exception thrown by the kernel's own code (a failed check, say) gains the kernel, block and
+// thread it came from; KernelErrors already say where.
+[[noreturn]] void rethrow_with_place(const Block& block, const Thread& thread) {
+  try {
+    std::rethrow_exception(thread.error);
+  } catch (const KernelError&) {
+    throw;
+  } catch (const std::exception& error) {
+    FRUGAL_THROW(KernelError, where(block, &thread), " threw: ", error.what());
+  }
+}
+
 void run_block(Block& block, const std::function<void()>& body) {
   static thread_local ctx::pooled_fixedsize_stack stacks(kStackBytes);
   for (Thread& thread : block.threads) {
@@ -325,15 +369,26 @@ void schedule_block(Block& block) {
       if (thread.wait != Wait::runnable) continue;
       resume(thread);
       ran = true;
-      if (thread.error) std::rethrow_exception(thread.error);
+      if (thread.error) rethrow_with_place(block, thread);
       check_guards(block, thread);
     }
     bool warps = false;
-    for (std::size_t first = 0; first < block.threads.size(); first += kWarpSize) warps |= try_complete_warp(block, first);
+    for (std::size_t first = 0; first < block.threads.size(); first += kWarpSize) warps |= complete_warps(block, first);
     if (std::all_of(block.threads.begin(), block.threads.end(), [](const Thread& t) { return t.wait == Wait::done; })) return;
     if (!ran && !warps && !try_open_barrier(block))
       FRUGAL_THROW(KernelError, where(block, nullptr), " is stuck: ", describe_waits(block));
   }
+}
+
+// Guards around the dynamic shared memory (there even when none was asked for, so that using it
+// anyway is caught), the memory itself poisoned, and every static __shared__ array poisoned too.
+void prepare_shared_memory(Block& block) {
+  const std::size_t guard = guard_bytes(block.shared_bytes);
+  block.shared.resize(2 * guard + block.shared_bytes);
+  for (std::size_t i = 0; i < block.shared.size(); ++i) block.shared[i] = guard_byte(i);
+  std::memset(block.shared.data() + guard, t_options.poison_shared ? kPoisonByte : 0, block.shared_bytes);
+  if (t_options.poison_shared && __start_frugal_shared && __stop_frugal_shared)
+    std::memset(__start_frugal_shared, kPoisonByte, static_cast<std::size_t>(__stop_frugal_shared - __start_frugal_shared));
 }
 
 void check_launch(const char* kernel, dim3 grid, dim3 block, std::size_t shared_bytes) {
@@ -388,12 +443,13 @@ std::uint64_t warp_exchange(unsigned mask, WarpOp op, std::uint64_t bits, int op
 
 void* dynamic_shared_memory() {
   running_thread("dynamic shared memory");
-  return t_block->shared.empty() ? nullptr : t_block->shared.data() + kGuardBytes;
+  return t_block->shared.data() + guard_bytes(t_block->shared_bytes);
 }
 
 void run_grid(const char* kernel, dim3 grid, dim3 block_dim, std::size_t shared_bytes, const std::function<void()>& body) {
   FRUGAL_CHECK_AS(KernelError, t_block == nullptr, "launch of ", kernel, " from inside an emulated kernel");
   check_launch(kernel, grid, block_dim, shared_bytes);
+  std::lock_guard lock(g_launch_mutex);
   Block block;
   block.kernel = kernel;
   block.shared_bytes = shared_bytes;
@@ -412,10 +468,7 @@ void run_grid(const char* kernel, dim3 grid, dim3 block_dim, std::size_t shared_
           block.threads[t].index = {dim3(x, y, z), dim3(bx, by, bz), block_dim, grid};
           block.threads[t].linear = static_cast<int>(t);
         }
-        if (shared_bytes) {
-          block.shared.assign(kGuardBytes * 2 + shared_bytes, kGuardByte);
-          std::memset(block.shared.data() + kGuardBytes, t_options.poison_shared ? kPoisonByte : 0, shared_bytes);
-        }
+        prepare_shared_memory(block);
         t_block = &block;
         run_block(block, body);
       }

@@ -74,7 +74,7 @@ const ThreadIndex& current_thread();  // KernelError outside a kernel
 // ---- what kernels call (through cuda_emu.h)
 
 void block_barrier();
-enum class WarpOp : std::uint8_t { shfl_idx, shfl_down, shfl_up, shfl_xor, ballot, sync };
+enum class WarpOp : std::uint8_t { shfl_idx, shfl_down, shfl_up, shfl_xor, ballot, all, any, sync };
 // Exchanges up to 8 bytes with the other lanes of the warp; returns the bytes this lane receives.
 std::uint64_t warp_exchange(unsigned mask, WarpOp op, std::uint64_t bits, int operand, int width);
 
@@ -88,8 +88,8 @@ T warp_shuffle(unsigned mask, T value, WarpOp op, int operand, int width) {
   std::memcpy(&result, &bits, sizeof(T));
   return result;
 }
-inline unsigned warp_ballot(unsigned mask, bool predicate) {
-  return static_cast<unsigned>(warp_exchange(mask, WarpOp::ballot, predicate ? 1 : 0, 0, kWarpSize));
+inline unsigned warp_vote(unsigned mask, WarpOp op, bool predicate) {
+  return static_cast<unsigned>(warp_exchange(mask, op, predicate ? 1 : 0, 0, kWarpSize));
 }
 inline void warp_sync(unsigned mask) { warp_exchange(mask, WarpOp::sync, 0, 0, kWarpSize); }
 
@@ -101,13 +101,20 @@ void* dynamic_shared_memory();
 // Runs grid x block threads of `body`, block after block.
 void run_grid(const char* kernel, dim3 grid, dim3 block, std::size_t shared_bytes, const std::function<void()>& body);
 
+// `from` as a To by copy-initialisation: only implicit conversions compile.
+template <typename To, typename From>
+To implicitly(From&& from) {
+  return std::forward<From>(from);
+}
+
 // FRUGAL_LAUNCH's emulated form: launch(...)(args...) runs the kernel with those arguments.
 template <typename... Params>
 auto launch(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t shared_bytes,
             EmulatedStream* /*stream*/) {
   return [=](auto&&... args) {
-    // Each thread gets the arguments as a kernel does: by value, converted to the parameter types.
-    const std::tuple<std::decay_t<Params>...> values(static_cast<Params>(args)...);
+    // Each thread gets the arguments as a kernel does: by value, converted to the parameter types
+    // implicitly (as nvcc does: a void* does not become a float* without a cast).
+    const std::tuple<std::decay_t<Params>...> values{implicitly<std::decay_t<Params>>(std::forward<decltype(args)>(args))...};
     run_grid(name, grid, block, shared_bytes, [&] { std::apply(kernel, values); });
   };
 }

@@ -154,6 +154,47 @@ __global__ void shared_histogram(const int* values, int n, int* bins) {
   if (threadIdx.x < 4) atomicAdd(&bins[threadIdx.x], local[threadIdx.x]);
 }
 
+__global__ void static_shared_read(float* out) {
+  __shared__ float values[32];
+  if (blockIdx.x == 0) values[threadIdx.x] = 1.0f;  // only the first block writes before reading
+  out[blockIdx.x * 32 + threadIdx.x] = values[threadIdx.x];
+}
+
+// Two half-warps exchange within their own halves, with masks of their own.
+__global__ void half_warp_groups(int* out) {
+  const int lane = static_cast<int>(threadIdx.x);
+  if (lane < 16)
+    out[lane] = __shfl_sync(0x0000ffffu, lane, 0);
+  else
+    out[lane] = __shfl_sync(0xffff0000u, lane, 16);
+}
+
+// Lanes 24..31 return before the vote; a 48-thread block has a partial second warp.
+__global__ void votes_with_absent_lanes(unsigned* out) {
+  if (threadIdx.x % 32 >= 24) return;
+  const unsigned ballot = __ballot_sync(0xffffffffu, 1);
+  const int all = __all_sync(0xffffffffu, threadIdx.x < 40);
+  const int any = __any_sync(0xffffffffu, threadIdx.x == 3);
+  out[threadIdx.x * 3 + 0] = ballot;
+  out[threadIdx.x * 3 + 1] = static_cast<unsigned>(all);
+  out[threadIdx.x * 3 + 2] = static_cast<unsigned>(any);
+}
+
+__global__ void mixed_votes(int* out) {
+  out[threadIdx.x] = threadIdx.x < 16 ? __all_sync(0xffffffffu, 1) : __any_sync(0xffffffffu, 1);
+}
+
+__global__ void failing_check(int* out) {
+  FRUGAL_CHECK(threadIdx.x != 5, "thread 5 refuses");
+  out[threadIdx.x] = 1;
+}
+
+__global__ void uses_missing_shared(int* out) {
+  FRUGAL_DYNAMIC_SHARED(int, values);
+  values[threadIdx.x] = 1;  // the launch asked for no dynamic shared memory
+  out[0] = 0;
+}
+
 std::vector<float> matmul_reference(const std::vector<float>& a, const std::vector<float>& b, int n) {
   std::vector<float> c(static_cast<std::size_t>(n * n), 0.0f);
   for (int i = 0; i < n; ++i)
@@ -345,4 +386,40 @@ TEST_CASE("core kernels in the emulator match the CPU kernels under two schedule
       }
     }
   }
+}
+
+TEST_CASE("emulator: static __shared__ arrays are poisoned at every block's start") {
+  std::vector<float> out(64, 0.0f);
+  for (int launch = 0; launch < 2; ++launch) {  // a second launch does not see the first one's values
+    FRUGAL_LAUNCH(2, 32, 0, nullptr, static_shared_read)(out.data());
+    for (int t = 0; t < 32; ++t) {
+      CHECK(out[t] == 1.0f);
+      CHECK(std::isnan(out[32 + t]));
+    }
+  }
+}
+
+TEST_CASE("emulator: warp primitives follow CUDA's rules for masks and absent lanes") {
+  std::vector<int> out(32, -1);
+  FRUGAL_LAUNCH(1, 32, 0, nullptr, half_warp_groups)(out.data());
+  for (int lane = 0; lane < 32; ++lane) CHECK(out[lane] == (lane < 16 ? 0 : 16));
+  std::vector<unsigned> votes(48 * 3, 7);
+  FRUGAL_LAUNCH(1, 48, 0, nullptr, votes_with_absent_lanes)(votes.data());
+  CHECK(votes[0] == 0x00ffffffu);    // lanes 24..31 returned: absent, bit 0
+  CHECK(votes[32 * 3] == 0x00ffffu);  // the second warp has 16 lanes, 8 of them still present
+  CHECK(votes[1] == 1u);              // every present lane of warp 0 has threadIdx.x < 40
+  CHECK(votes[32 * 3 + 1] == 0u);     // threads 40..47 of warp 1 do not
+  CHECK(votes[2] == 1u);
+  CHECK(votes[32 * 3 + 2] == 0u);
+  std::vector<int> sink(32);
+  CHECK_THROWS_WITH_AS((FRUGAL_LAUNCH(1, 32, 0, nullptr, mixed_votes)(sink.data())),
+                       doctest::Contains("must reach the same primitive"), KernelError);
+}
+
+TEST_CASE("emulator: errors inside a kernel name the kernel, block and thread") {
+  std::vector<int> out(8);
+  CHECK_THROWS_WITH_AS((FRUGAL_LAUNCH(1, 8, 0, nullptr, failing_check)(out.data())),
+                       doctest::Contains("kernel failing_check, block (0,0,0), thread (5,0,0) threw:"), KernelError);
+  CHECK_THROWS_WITH_AS((FRUGAL_LAUNCH(1, 8, 0, nullptr, uses_missing_shared)(out.data())),
+                       doctest::Contains("wrote past the end of its dynamic shared memory (0 bytes"), KernelError);
 }
