@@ -68,8 +68,8 @@ FRUGAL_HOST_DEVICE inline double normal_from_words(std::uint32_t w0, std::uint32
   const double u1 = ((w0 >> 8) + 1) * kTwoPow24Inverse;  // (0, 1]: log(0) must not happen
   const double u2 = (w1 >> 8) * kTwoPow24Inverse;
   constexpr double kTwoPi = 6.283185307179586476925286766559;
-  const double radius = sqrt(-2.0 * log(u1));
-  return radius * (second ? sin(kTwoPi * u2) : cos(kTwoPi * u2));
+  const double radius = ::sqrt(-2.0 * ::log(u1));
+  return radius * (second ? ::sin(kTwoPi * u2) : ::cos(kTwoPi * u2));
 }
 
 // Integer in [low, low + range) with range <= 2^32, by multiply-shift (Lemire). Bias is at most

@@ -1,0 +1,86 @@
+// CPU elementwise kernels (kernels/elementwise_backends.h): one strided loop, parallelised with
+// OpenMP over chunks, around the per-element functions of kernels/elementwise_ops.h.
+#include <array>
+#include <type_traits>
+#include <utility>
+
+#include "core/convert.h"
+#include "core/cpu/strided_cursor.h"
+#include "kernels/elementwise_backends.h"
+
+namespace frugal::cpu {
+
+namespace {
+
+// Calls body(offsets) for every element, where offsets[k] is the element's offset in layouts[k].
+// All layouts have the same sizes (broadcasting made them so with stride-0 dims).
+template <std::size_t N, typename Body>
+void strided_loop(const std::array<const StridedLayout*, N>& layouts, Body&& body) {
+  const std::int64_t n = layout_numel(*layouts[0]);
+#pragma omp parallel for schedule(static)
+  for (std::int64_t chunk = 0; chunk < n; chunk += kChunk) {
+    auto cursors = [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return std::array<StridedCursor, N>{StridedCursor(*layouts[I], chunk)...};
+    }(std::make_index_sequence<N>{});
+    const std::int64_t end = std::min(n, chunk + kChunk);
+    for (std::int64_t i = chunk; i < end; ++i) {
+      std::array<std::int64_t, N> offsets;
+      for (std::size_t k = 0; k < N; ++k) offsets[k] = cursors[k].offset();
+      body(offsets);
+      for (auto& cursor : cursors) cursor.advance();
+    }
+  }
+}
+
+// Runs fn.template operator()<T, C>() with T the storage type and C the compute type.
+template <typename Fn>
+void visit_floating(DType dtype, Fn&& fn) {
+  visit_dtype(dtype, [&]<typename T>() {
+    if constexpr (std::is_floating_point_v<T> || is_half_type_v<T>) {
+      using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
+      fn.template operator()<T, C>();
+    } else {
+      FRUGAL_THROW(DTypeError, "elementwise kernels take floating dtypes, got ", dtype);
+    }
+  });
+}
+
+}  // namespace
+
+void unary(UnaryOp op, double a, double b, DType dtype, void* out, const StridedLayout& out_layout, const void* x,
+           const StridedLayout& x_layout) {
+  visit_floating(dtype, [&]<typename T, typename C>() {
+    T* o = static_cast<T*>(out);
+    const T* in = static_cast<const T*>(x);
+    const C ca = static_cast<C>(a), cb = static_cast<C>(b);
+    strided_loop<2>({&out_layout, &x_layout}, [&](const auto& at) {
+      o[at[0]] = convert<T>(elementwise::unary<C>(op, convert<C>(in[at[1]]), ca, cb));
+    });
+  });
+}
+
+void binary(BinaryOp op, DType dtype, void* out, const StridedLayout& out_layout, const void* x,
+            const StridedLayout& x_layout, const void* y, const StridedLayout& y_layout) {
+  visit_floating(dtype, [&]<typename T, typename C>() {
+    T* o = static_cast<T*>(out);
+    const T* first = static_cast<const T*>(x);
+    const T* second = static_cast<const T*>(y);
+    strided_loop<3>({&out_layout, &x_layout, &y_layout}, [&](const auto& at) {
+      o[at[0]] = convert<T>(elementwise::binary<C>(op, convert<C>(first[at[1]]), convert<C>(second[at[2]])));
+    });
+  });
+}
+
+void where(DType dtype, void* out, const StridedLayout& out_layout, const bool* condition,
+           const StridedLayout& condition_layout, const void* x, const StridedLayout& x_layout, const void* y,
+           const StridedLayout& y_layout) {
+  visit_floating(dtype, [&]<typename T, typename C>() {
+    T* o = static_cast<T*>(out);
+    const T* first = static_cast<const T*>(x);
+    const T* second = static_cast<const T*>(y);
+    strided_loop<4>({&out_layout, &condition_layout, &x_layout, &y_layout},
+                    [&](const auto& at) { o[at[0]] = condition[at[1]] ? first[at[2]] : second[at[3]]; });
+  });
+}
+
+}  // namespace frugal::cpu

@@ -1,0 +1,50 @@
+// GPU suite: the elementwise ops on cuda:0 against the CPU, on odd shapes with broadcast and strided
+// operands, every floating dtype; |gpu - cpu| <= atol + rtol * |cpu|, the worst element printed.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "core/random.h"
+#include "kernels/elementwise.h"
+
+using namespace frugal;
+
+namespace {
+const Device kGpu = Device::cuda(0);
+
+// CUDA's expf/logf/tanhf/powf are within 2 ulp of the correctly rounded value; the host's libm is
+// too. In f32 that is a few 1e-7 relative; the tolerances leave room for both plus a rounding of
+// f16/bf16 results that lands on the other side of a tie.
+void check_close(const Tensor& gpu, const Tensor& cpu, DType dtype, const char* what) {
+  const double rtol = dtype == DType::f64 ? 1e-12 : dtype == DType::f32 ? 2e-6 : dtype == DType::f16 ? 2e-3 : 1.6e-2;
+  const double atol = rtol;
+  const auto g = gpu.to_vector<double>(), c = cpu.to_vector<double>();
+  REQUIRE(g.size() == c.size());
+  double worst = 0;
+  std::size_t worst_index = 0;
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    if (std::isnan(g[i]) && std::isnan(c[i])) continue;
+    const double excess = std::abs(g[i] - c[i]) - (atol + rtol * std::abs(c[i]));
+    if (excess > worst) {
+      worst = excess;
+      worst_index = i;
+    }
+  }
+  CHECK_MESSAGE(worst <= 0, what, " ", dtype, ": worst element ", worst_index, " gpu ", g[worst_index], " cpu ",
+                c[worst_index]);
+}
+}  // namespace
+
+TEST_CASE("elementwise ops on the GPU match the CPU") {
+  for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
+    const Tensor x = uniform({17, 3, 33}, -4.0, 4.0, {.dtype = dtype}).transpose(0, 2);
+    const Tensor y = uniform({33, 1, 1}, 0.5, 3.0, {.dtype = dtype});
+    const Tensor xg = x.to(kGpu), yg = y.to(kGpu);
+    for (int op = 0; op <= static_cast<int>(UnaryOp::clamp); ++op)
+      check_close(unary(static_cast<UnaryOp>(op), xg, 0.5, 2.0), unary(static_cast<UnaryOp>(op), x, 0.5, 2.0), dtype, "unary");
+    for (int op = 0; op <= static_cast<int>(BinaryOp::tanh_backward); ++op)
+      check_close(binary(static_cast<BinaryOp>(op), xg, yg), binary(static_cast<BinaryOp>(op), x, y), dtype, "binary");
+    const Tensor condition = bernoulli({33, 3, 1}, 0.5, {.dtype = DType::boolean});
+    check_close(where(condition.to(kGpu), xg, yg), where(condition, x, y), dtype, "where");
+  }
+}
