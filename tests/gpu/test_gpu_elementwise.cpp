@@ -1,11 +1,13 @@
-// GPU suite: the elementwise ops on cuda:0 against the CPU, on odd shapes with broadcast and strided
-// operands, every floating dtype; |gpu - cpu| <= atol + rtol * |cpu|, the worst element printed.
+// GPU suite: the elementwise ops and reductions on cuda:0 against the CPU, on odd shapes with
+// broadcast and strided operands, every floating dtype; |gpu - cpu| <= atol + rtol * |cpu|, the
+// worst element printed.
 #include <doctest/doctest.h>
 
 #include <cmath>
 
 #include "core/random.h"
 #include "kernels/elementwise.h"
+#include "kernels/reduce.h"
 
 using namespace frugal;
 
@@ -46,5 +48,20 @@ TEST_CASE("elementwise ops on the GPU match the CPU") {
       check_close(binary(static_cast<BinaryOp>(op), xg, yg), binary(static_cast<BinaryOp>(op), x, y), dtype, "binary");
     const Tensor condition = bernoulli({33, 3, 1}, 0.5, {.dtype = DType::boolean});
     check_close(where(condition.to(kGpu), xg, yg), where(condition, x, y), dtype, "where");
+  }
+}
+
+TEST_CASE("reductions on the GPU match the CPU") {
+  for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
+    const Tensor x = uniform({37, 5, 129}, -3.0, 3.0, {.dtype = dtype}).permute({2, 0, 1});
+    const Tensor xg = x.to(kGpu);
+    for (const std::vector<std::int64_t>& dims : {std::vector<std::int64_t>{}, {0}, {1, 2}, {-1}}) {
+      check_close(sum(xg, dims), sum(x, dims), dtype, "sum");
+      check_close(mean(xg, dims, true), mean(x, dims, true), dtype, "mean");
+      check_close(var(xg, dims, 0), var(x, dims, 0), dtype, "var");
+    }
+    const MaxResult gpu = max(xg, 1), cpu = max(x, 1);
+    check_close(gpu.values, cpu.values, dtype, "max");
+    CHECK(gpu.indices.to_vector<std::int64_t>() == cpu.indices.to_vector<std::int64_t>());
   }
 }

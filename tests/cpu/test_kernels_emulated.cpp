@@ -1,11 +1,13 @@
-// kernels/cuda/elementwise.cu in the CUDA emulator against the CPU kernels, every op, every
-// floating dtype, broadcast and strided operands, under two schedules.
+// kernels/cuda/*.cu in the CUDA emulator against the CPU kernels, under two schedules: every
+// elementwise op in every floating dtype with broadcast and strided operands, and every reduction.
 #include <doctest/doctest.h>
 
 #include "core/emu/emulator.h"
 #include "core/random.h"
 #include "kernels/elementwise.h"
 #include "kernels/elementwise_backends.h"
+#include "kernels/reduce.h"
+#include "kernels/reduce_backends.h"
 
 using namespace frugal;
 
@@ -59,6 +61,30 @@ TEST_CASE("elementwise CUDA kernels in the emulator match the CPU kernels") {
         });
       };
       CHECK(with([](auto&&... a) { cuda_emulated::where(a...); }) == with([](auto&&... a) { cpu::where(a...); }));
+    }
+  }
+}
+
+TEST_CASE("the CUDA reduction kernel in the emulator matches the CPU") {
+  for (const emu::Options& schedule : {emu::Options{emu::Schedule::forward}, emu::Options{emu::Schedule::reverse}}) {
+    emu::OptionsScope scope(schedule);
+    for (DType dtype : {DType::f32, DType::f64, DType::bf16}) {
+      CAPTURE(dtype);
+      // 3 outputs of 700 inputs each (more than a block's 256 threads), read through a transpose.
+      const Tensor x = uniform({700, 3}, -5.0, 5.0, {.dtype = dtype}).t();
+      for (Reduction op : {Reduction::sum, Reduction::mean, Reduction::var, Reduction::max, Reduction::argmax}) {
+        Tensor expected = empty({3}, {.dtype = dtype}), emulated = empty({3}, {.dtype = dtype});
+        Tensor expected_index = empty({3}, {.dtype = DType::i64}), emulated_index = empty({3}, {.dtype = DType::i64});
+        cpu::reduce(op, dtype, x.data_ptr(), x.layout(), 3, 700, 1, expected.data_ptr(), expected_index.data<std::int64_t>());
+        cuda_emulated::reduce(op, dtype, x.data_ptr(), x.layout(), 3, 700, 1, emulated.data_ptr(),
+                              emulated_index.data<std::int64_t>());
+        const auto e = expected.to_vector<double>(), g = emulated.to_vector<double>();
+        for (int i = 0; i < 3; ++i)  // a tree adds in another order: equal up to double rounding, then cast
+          CHECK_MESSAGE(std::abs(g[i] - e[i]) <= 1e-12 * (1 + std::abs(e[i])) + (dtype == DType::f64 ? 0.0 : 1e-6 * std::abs(e[i])),
+                        "op " << static_cast<int>(op) << " output " << i);
+        if (op == Reduction::max || op == Reduction::argmax)
+          CHECK(emulated_index.to_vector<std::int64_t>() == expected_index.to_vector<std::int64_t>());
+      }
     }
   }
 }

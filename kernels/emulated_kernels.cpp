@@ -1,3 +1,0 @@
-// kernels/cuda/*.cu built by the host compiler for the CUDA emulator, in frugal::cuda_emulated
-// (see core/cuda/kernel_support.h). The CPU suite runs them against the CPU kernels.
-#include "kernels/cuda/elementwise.cu"
