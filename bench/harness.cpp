@@ -7,10 +7,12 @@
 namespace frugal::bench {
 
 std::vector<Result> tensor_benchmark(const Options& options);  // bench/tensor_bench.cpp
+std::vector<Result> ops_benchmark(const Options& options);     // bench/ops_bench.cpp
 std::vector<Result> alloc_benchmark(const Options& options);   // bench/alloc_bench.cpp
 
 const std::vector<Benchmark>& all_benchmarks() {
   static const std::vector<Benchmark> benchmarks = {
+      {"ops", "GEMM (hand-written against OpenBLAS / cuBLAS), relu and sum", ops_benchmark},
       {"tensor",
        "copies (contiguous, transposed, f32->f16 cast) and Philox random fill, against memcpy, naive loops and "
        "std::mt19937",

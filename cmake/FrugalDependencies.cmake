@@ -7,6 +7,14 @@ find_package(Threads REQUIRED)
 find_package(OpenMP REQUIRED COMPONENTS CXX)
 find_package(nlohmann_json 3.10 CONFIG REQUIRED)
 find_package(CLI11 CONFIG REQUIRED)
+if(FRUGAL_OPENBLAS)  # the CPU's library GEMM
+  find_package(OpenBLAS CONFIG REQUIRED)
+  if(NOT TARGET OpenBLAS::OpenBLAS)  # Debian's config sets variables only
+    add_library(OpenBLAS::OpenBLAS INTERFACE IMPORTED)
+    set_target_properties(OpenBLAS::OpenBLAS PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${OpenBLAS_INCLUDE_DIRS}"
+                                                        INTERFACE_LINK_LIBRARIES "${OpenBLAS_LIBRARIES}")
+  endif()
+endif()
 if(FRUGAL_EMULATOR)  # fibers for the CUDA emulator (core/emu)
   find_package(Boost 1.74 CONFIG COMPONENTS context)
   if(NOT Boost_FOUND)

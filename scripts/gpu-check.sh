@@ -34,8 +34,9 @@ generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 
 step "configure and build (CUDA on)"
-# The emulator needs Boost.Context, which that machine lacks and does not need: the GPU runs the real thing.
-record configure cmake -S . -B build-gpu "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DFRUGAL_CUDA=ON -DFRUGAL_EMULATOR=OFF \
+# The emulator needs Boost.Context and the CPU's library GEMM OpenBLAS; that machine has neither and
+# needs neither: the GPU runs the real thing, and the blocked loop serves as the CPU reference.
+record configure cmake -S . -B build-gpu "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DFRUGAL_CUDA=ON -DFRUGAL_EMULATOR=OFF -DFRUGAL_OPENBLAS=OFF \
   ${cudnn_root:+-DCUDNN_ROOT="$cudnn_root"} ${nccl_root:+-DNCCL_ROOT="$nccl_root"} "${prefix[@]}" || { echo "configure failed"; exit 1; }
 record build cmake --build build-gpu --parallel "$(nproc)" || { tail -50 "$out/build.log"; exit 1; }
 export LD_LIBRARY_PATH="${cudnn_root:+$cudnn_root/lib:}${nccl_root:+$nccl_root/lib:}${LD_LIBRARY_PATH:-}"

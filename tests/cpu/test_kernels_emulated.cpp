@@ -1,11 +1,13 @@
 // kernels/cuda/*.cu in the CUDA emulator against the CPU kernels, under two schedules: every
-// elementwise op in every floating dtype with broadcast and strided operands, and every reduction.
+// elementwise op in every floating dtype with broadcast and strided operands, every reduction, and
+// the naive and tiled GEMM kernels (exact on small integers, odd sizes, every transpose).
 #include <doctest/doctest.h>
 
 #include "core/emu/emulator.h"
 #include "core/random.h"
 #include "kernels/elementwise.h"
 #include "kernels/elementwise_backends.h"
+#include "kernels/gemm_backends.h"
 #include "kernels/reduce.h"
 #include "kernels/reduce_backends.h"
 
@@ -85,6 +87,31 @@ TEST_CASE("the CUDA reduction kernel in the emulator matches the CPU") {
         if (op == Reduction::max || op == Reduction::argmax)
           CHECK(emulated_index.to_vector<std::int64_t>() == expected_index.to_vector<std::int64_t>());
       }
+    }
+  }
+}
+
+TEST_CASE("the naive and tiled CUDA GEMM kernels in the emulator match the CPU exactly") {
+  for (const emu::Options& schedule : {emu::Options{emu::Schedule::forward}, emu::Options{emu::Schedule::shuffle, 5}}) {
+    emu::OptionsScope scope(schedule);
+    for (auto [m, k, n] : {std::array<std::int64_t, 3>{17, 33, 19}, {1, 40, 3}, {32, 16, 16}}) {
+      for (bool trans_a : {false, true})
+        for (bool trans_b : {false, true})
+          for (DType dtype : {DType::f32, DType::bf16}) {
+            const Tensor a = randint(-4, 5, {m * k}, {.dtype = DType::i64}).to(DType::f64).to(dtype);
+            const Tensor b = randint(-4, 5, {k * n}, {.dtype = DType::i64}).to(DType::f64).to(dtype);
+            const Tensor c0 = randint(-4, 5, {m * n}, {.dtype = DType::i64}).to(DType::f64).to(dtype);
+            Tensor expected = c0.clone();
+            cpu::gemm(GemmImpl::blocked, dtype, trans_a, trans_b, m, n, k, 2.0, a.data_ptr(), b.data_ptr(), -1.0,
+                      expected.data_ptr());
+            for (GemmImpl impl : {GemmImpl::naive, GemmImpl::tiled}) {
+              Tensor emulated = c0.clone();
+              cuda_emulated::gemm(impl, dtype, trans_a, trans_b, m, n, k, 2.0, a.data_ptr(), b.data_ptr(), -1.0,
+                                  emulated.data_ptr());
+              CHECK_MESSAGE(emulated.to_vector<double>() == expected.to_vector<double>(),
+                            gemm_impl_name(impl) << " " << m << "x" << k << "x" << n << " trans " << trans_a << trans_b);
+            }
+          }
     }
   }
 }

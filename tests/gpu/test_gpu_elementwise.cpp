@@ -7,6 +7,7 @@
 
 #include "core/random.h"
 #include "kernels/elementwise.h"
+#include "kernels/gemm.h"
 #include "kernels/reduce.h"
 
 using namespace frugal;
@@ -64,4 +65,19 @@ TEST_CASE("reductions on the GPU match the CPU") {
     check_close(gpu.values, cpu.values, dtype, "max");
     CHECK(gpu.indices.to_vector<std::int64_t>() == cpu.indices.to_vector<std::int64_t>());
   }
+}
+
+TEST_CASE("GEMM on the GPU: every implementation exact on small integers, close on random values") {
+  for (GemmImpl impl : {GemmImpl::library, GemmImpl::naive, GemmImpl::tiled}) {
+    set_gemm_impl(DeviceType::CUDA, impl);
+    for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
+      const Tensor a = randint(-4, 5, {67, 129}, {.dtype = DType::i64}).to(dtype);
+      const Tensor b = randint(-4, 5, {33, 129}, {.dtype = DType::i64}).to(dtype).t();  // a transposed operand
+      CHECK_MESSAGE(matmul(a.to(kGpu), b.to(kGpu)).to_vector<double>() == matmul(a, b).to_vector<double>(),
+                    gemm_impl_name(impl), " ", dtype);
+      const Tensor x = uniform({3, 45, 70}, -1.0, 1.0, {.dtype = dtype}), y = uniform({70, 31}, -1.0, 1.0, {.dtype = dtype});
+      check_close(matmul(x.to(kGpu), y.to(kGpu)), matmul(x, y), dtype == DType::f32 ? DType::f16 : dtype, "matmul");
+    }
+  }
+  set_gemm_impl(DeviceType::CUDA, GemmImpl::library);
 }
