@@ -1,6 +1,9 @@
-// CPU reductions (kernels/reduce_backends.h): one output element per loop iteration, parallel over
-// outputs, each a sequential pass over its inputs with the accumulators of kernels/reduce_ops.h.
+// CPU reductions (kernels/reduce_backends.h): each output's inputs folded with the accumulators of
+// kernels/reduce_ops.h, in parallel over outputs, and over pieces of an output's inputs when there
+// are few outputs.
+#include <algorithm>
 #include <type_traits>
+#include <vector>
 
 #include "core/convert.h"
 #include "core/cpu/strided_cursor.h"
@@ -8,36 +11,73 @@
 
 namespace frugal::cpu {
 
+namespace {
+
+// One output's inputs [begin, end) folded into the three accumulators (only the op's one is used).
+struct Partial {
+  SumAccumulator sum;
+  Welford welford;
+  MaxAccumulator best;
+  void merge(const Partial& other) {
+    sum.merge(other.sum);
+    welford.merge(other.welford);
+    best.merge(other.best);
+  }
+};
+
+template <typename T>
+Partial fold(Reduction op, const T* in, const StridedLayout& layout, std::int64_t first, std::int64_t begin,
+             std::int64_t end) {
+  Partial p;
+  if (begin >= end) return p;  // a reduced dim of size 0 has no element to place a cursor on
+  StridedCursor cursor(layout, first + begin);
+  for (std::int64_t r = begin; r < end; ++r, cursor.advance()) {
+    const double v = convert<double>(in[cursor.offset()]);
+    if (op == Reduction::sum || op == Reduction::mean) p.sum.add(v);
+    else if (op == Reduction::var) p.welford.add(v);
+    else p.best.add(v, r);
+  }
+  return p;
+}
+
+double finish(Reduction op, const Partial& p, std::int64_t inner, std::int64_t correction) {
+  switch (op) {
+    case Reduction::sum: return p.sum.sum;
+    case Reduction::mean: return p.sum.sum / static_cast<double>(inner);
+    case Reduction::var: return p.welford.variance(correction);
+    case Reduction::max:
+    case Reduction::argmax: return p.best.value;
+  }
+  return 0.0;
+}
+
+// Few outputs with many inputs each (a whole-tensor sum is one output): each output's inputs are
+// cut into this many pieces, folded in parallel, then merged in order. A fixed count, not the
+// thread count, so the result is the same bits on any machine.
+constexpr std::int64_t kPieces = 64;
+constexpr std::int64_t kMinPiece = 1 << 14;  // smaller pieces cost more to merge than they save
+
+}  // namespace
+
 void reduce(Reduction op, DType dtype, const void* x, const StridedLayout& x_layout, std::int64_t outer,
             std::int64_t inner, std::int64_t correction, void* out, std::int64_t* indices) {
   visit_dtype(dtype, [&]<typename T>() {
     if constexpr (std::is_floating_point_v<T> || is_half_type_v<T>) {
       const T* in = static_cast<const T*>(x);
       T* result = static_cast<T*>(out);
+      const std::int64_t pieces = outer >= kPieces ? 1 : std::clamp<std::int64_t>(inner / kMinPiece, 1, kPieces);
+      std::vector<Partial> partials(static_cast<std::size_t>(outer * pieces));
+      const std::int64_t piece = (inner + pieces - 1) / pieces;
 #pragma omp parallel for schedule(static)
+      for (std::int64_t job = 0; job < outer * pieces; ++job) {
+        const std::int64_t o = job / pieces, begin = job % pieces * piece;
+        partials[job] = fold(op, in, x_layout, o * inner, begin, std::min(inner, begin + piece));
+      }
       for (std::int64_t o = 0; o < outer; ++o) {
-        SumAccumulator sum;
-        Welford welford;
-        MaxAccumulator best;
-        if (inner > 0) {  // a reduced dim of size 0 has no element to place a cursor on
-          StridedCursor cursor(x_layout, o * inner);
-          for (std::int64_t r = 0; r < inner; ++r, cursor.advance()) {
-            const double v = convert<double>(in[cursor.offset()]);
-            if (op == Reduction::sum || op == Reduction::mean) sum.add(v);
-            else if (op == Reduction::var) welford.add(v);
-            else best.add(v, r);
-          }
-        }
-        double value = 0.0;
-        switch (op) {
-          case Reduction::sum: value = sum.sum; break;
-          case Reduction::mean: value = sum.sum / static_cast<double>(inner); break;
-          case Reduction::var: value = welford.variance(correction); break;
-          case Reduction::max:
-          case Reduction::argmax: value = best.value; break;
-        }
-        result[o] = convert<T>(value);
-        if (indices) indices[o] = best.index;
+        Partial total = partials[o * pieces];
+        for (std::int64_t p = 1; p < pieces; ++p) total.merge(partials[o * pieces + p]);
+        result[o] = convert<T>(finish(op, total, inner, correction));
+        if (indices) indices[o] = total.best.index;
       }
     } else {
       FRUGAL_THROW(DTypeError, "reductions take floating dtypes, got ", dtype);
