@@ -9,6 +9,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/gemm.h"
 #include "kernels/reduce.h"
+#include "kernels/softmax.h"
 
 using namespace frugal;
 
@@ -80,4 +81,17 @@ TEST_CASE("GEMM on the GPU: every implementation exact on small integers, close 
     }
   }
   set_gemm_impl(DeviceType::CUDA, GemmImpl::library);
+}
+
+TEST_CASE("softmax and log-softmax on the GPU match the CPU") {
+  for (DType dtype : {DType::f32, DType::f64}) {
+    const Tensor x = uniform({9, 300}, -20.0, 20.0, {.dtype = dtype});
+    const Tensor g = uniform({9, 300}, -1.0, 1.0, {.dtype = dtype});
+    const Tensor xg = x.to(kGpu), gg = g.to(kGpu);
+    check_close(softmax(xg, 1), softmax(x, 1), dtype, "softmax");
+    check_close(log_softmax(xg, 0), log_softmax(x, 0), dtype, "log_softmax");
+    check_close(softmax_backward(gg, softmax(xg, 1), 1), softmax_backward(g, softmax(x, 1), 1), dtype, "softmax_backward");
+    check_close(log_softmax_backward(gg, log_softmax(xg, 1), 1), log_softmax_backward(g, log_softmax(x, 1), 1), dtype,
+                "log_softmax_backward");
+  }
 }
