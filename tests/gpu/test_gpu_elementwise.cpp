@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/random.h"
+#include "kernels/dropout.h"
 #include "kernels/elementwise.h"
 #include "kernels/gemm.h"
 #include "kernels/reduce.h"
@@ -94,4 +95,13 @@ TEST_CASE("softmax and log-softmax on the GPU match the CPU") {
     check_close(log_softmax_backward(gg, log_softmax(xg, 1), 1), log_softmax_backward(g, log_softmax(x, 1), 1), dtype,
                 "log_softmax_backward");
   }
+}
+
+TEST_CASE("dropout draws the same mask on the GPU as on the CPU") {
+  Generator cpu_generator(21), gpu_generator(21);
+  const Tensor x = uniform({1001}, -1.0, 1.0);
+  const DropoutResult cpu = dropout(x, 0.4, true, &cpu_generator);
+  const DropoutResult gpu = dropout(x.to(kGpu), 0.4, true, &gpu_generator);
+  CHECK(gpu.mask.to_vector<float>() == cpu.mask.to_vector<float>());
+  check_close(gpu.output, cpu.output, DType::f32, "dropout");
 }
