@@ -9,6 +9,7 @@
 #include "kernels/dropout.h"
 #include "kernels/elementwise.h"
 #include "kernels/gemm.h"
+#include "kernels/optimizer.h"
 #include "kernels/reduce.h"
 #include "kernels/softmax.h"
 
@@ -104,4 +105,33 @@ TEST_CASE("dropout draws the same mask on the GPU as on the CPU") {
   const DropoutResult gpu = dropout(x.to(kGpu), 0.4, true, &gpu_generator);
   CHECK(gpu.mask.to_vector<float>() == cpu.mask.to_vector<float>());
   check_close(gpu.output, cpu.output, DType::f32, "dropout");
+}
+
+TEST_CASE("fused SGD and AdamW steps on the GPU match the CPU") {
+  Generator generator(4);
+  std::vector<Tensor> p, g, b;
+  for (std::int64_t n : {7, 1000, 33}) {
+    p.push_back(uniform({n}, -1.0, 1.0, {}, &generator));
+    g.push_back(uniform({n}, -1.0, 1.0, {}, &generator));
+    b.push_back(uniform({n}, -1.0, 1.0, {}, &generator));
+  }
+  auto on_gpu = [](const std::vector<Tensor>& list) {
+    std::vector<Tensor> out;
+    for (const Tensor& t : list) out.push_back(t.to(kGpu));
+    return out;
+  };
+  const auto pg = on_gpu(p), gg = on_gpu(g), bg = on_gpu(b);
+  const SgdConfig sgd{.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-4, .nesterov = true};
+  sgd_step(p, g, b, sgd);
+  sgd_step(pg, gg, bg, sgd);
+  for (std::size_t i = 0; i < p.size(); ++i) check_close(pg[i], p[i], DType::f32, "sgd");
+  std::vector<Tensor> m, v;
+  for (const Tensor& t : p) {
+    m.push_back(zeros(t.shape()));
+    v.push_back(zeros(t.shape()));
+  }
+  const auto mg = on_gpu(m), vg = on_gpu(v);
+  adamw_step(p, g, m, v, {.lr = 0.01, .step = 1});
+  adamw_step(pg, gg, mg, vg, {.lr = 0.01, .step = 1});
+  for (std::size_t i = 0; i < p.size(); ++i) check_close(pg[i], p[i], DType::f32, "adamw");
 }

@@ -1,0 +1,59 @@
+// CPU fused optimizer steps (kernels/optimizer_backends.h): every tensor of the list, every element,
+// through the per-element updates of kernels/optimizer_ops.h.
+#include <type_traits>
+
+#include "core/convert.h"
+#include "kernels/optimizer_backends.h"
+
+namespace frugal::cpu {
+
+namespace {
+// Runs fn.template operator()<T, C>() for the floating dtypes (C: the compute type).
+template <typename Fn>
+void visit_floating(DType dtype, Fn&& fn) {
+  visit_dtype(dtype, [&]<typename T>() {
+    if constexpr (std::is_floating_point_v<T> || is_half_type_v<T>)
+      fn.template operator()<T, std::conditional_t<std::is_same_v<T, double>, double, float>>();
+    else
+      FRUGAL_THROW(DTypeError, "optimizer steps take floating dtypes, got ", dtype);
+  });
+}
+}  // namespace
+
+void sgd_step(DType dtype, const TensorList& list, const SgdConfig& config) {
+  visit_floating(dtype, [&]<typename T, typename C>() {
+    for (int t = 0; t < list.count; ++t) {
+      T* p = static_cast<T*>(list.params[t]);
+      const T* g = static_cast<const T*>(list.grads[t]);
+      T* buffer = static_cast<T*>(list.state1[t]);
+#pragma omp parallel for schedule(static)
+      for (std::int64_t i = 0; i < list.sizes[t]; ++i) {
+        C param = convert<C>(p[i]), b = buffer ? convert<C>(buffer[i]) : C(0);
+        optimizer::sgd<C>(param, convert<C>(g[i]), b, config);
+        p[i] = convert<T>(param);
+        if (buffer) buffer[i] = convert<T>(b);
+      }
+    }
+  });
+}
+
+void adamw_step(DType dtype, const TensorList& list, const AdamWConfig& config) {
+  visit_floating(dtype, [&]<typename T, typename C>() {
+    for (int t = 0; t < list.count; ++t) {
+      T* p = static_cast<T*>(list.params[t]);
+      const T* g = static_cast<const T*>(list.grads[t]);
+      T* m = static_cast<T*>(list.state1[t]);
+      T* v = static_cast<T*>(list.state2[t]);
+#pragma omp parallel for schedule(static)
+      for (std::int64_t i = 0; i < list.sizes[t]; ++i) {
+        C param = convert<C>(p[i]), mi = convert<C>(m[i]), vi = convert<C>(v[i]);
+        optimizer::adamw<C>(param, convert<C>(g[i]), mi, vi, config);
+        p[i] = convert<T>(param);
+        m[i] = convert<T>(mi);
+        v[i] = convert<T>(vi);
+      }
+    }
+  });
+}
+
+}  // namespace frugal::cpu

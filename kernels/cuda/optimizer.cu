@@ -1,0 +1,79 @@
+// CUDA fused optimizer steps (kernels/optimizer_backends.h): one launch updates every tensor of a
+// TensorList ("multi-tensor apply"): blockIdx.y picks the tensor, the x dimension strides over its
+// elements, and each element goes through the same per-element update as on the CPU
+// (kernels/optimizer_ops.h). Built by nvcc and for the CUDA emulator (core/cuda/kernel_support.h).
+#include <type_traits>
+
+#include "core/convert.h"
+#include "core/cuda/kernel_support.h"
+#include "kernels/optimizer_backends.h"
+
+namespace frugal::FRUGAL_CUDA_NAMESPACE {
+
+namespace {
+constexpr int kThreadsPerBlock = 256;  // 8 warps: enough resident work per SM for this memory-bound loop
+constexpr unsigned kBlocksPerTensor = 64;  // x blocks per tensor; they stride over larger tensors
+
+template <typename T, typename C>
+__global__ void sgd_kernel(TensorList list, SgdConfig config) {
+  const int t = blockIdx.y;
+  T* p = static_cast<T*>(list.params[t]);
+  const T* g = static_cast<const T*>(list.grads[t]);
+  T* buffer = static_cast<T*>(list.state1[t]);
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < list.sizes[t];
+       i += static_cast<std::int64_t>(blockDim.x) * gridDim.x) {
+    C param = convert<C>(p[i]), b = buffer ? convert<C>(buffer[i]) : C(0);
+    optimizer::sgd<C>(param, convert<C>(g[i]), b, config);
+    p[i] = convert<T>(param);
+    if (buffer) buffer[i] = convert<T>(b);
+  }
+}
+
+template <typename T, typename C>
+__global__ void adamw_kernel(TensorList list, AdamWConfig config) {
+  const int t = blockIdx.y;
+  T* p = static_cast<T*>(list.params[t]);
+  const T* g = static_cast<const T*>(list.grads[t]);
+  T* m = static_cast<T*>(list.state1[t]);
+  T* v = static_cast<T*>(list.state2[t]);
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < list.sizes[t];
+       i += static_cast<std::int64_t>(blockDim.x) * gridDim.x) {
+    C param = convert<C>(p[i]), mi = convert<C>(m[i]), vi = convert<C>(v[i]);
+    optimizer::adamw<C>(param, convert<C>(g[i]), mi, vi, config);
+    p[i] = convert<T>(param);
+    m[i] = convert<T>(mi);
+    v[i] = convert<T>(vi);
+  }
+}
+
+template <typename Fn>
+void visit_floating(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::f32: return fn.template operator()<float, float>();
+    case DType::f64: return fn.template operator()<double, double>();
+    case DType::f16: return fn.template operator()<Half, float>();
+    case DType::bf16: return fn.template operator()<BFloat16, float>();
+    default: FRUGAL_THROW(DTypeError, "optimizer steps take floating dtypes, got ", dtype);
+  }
+}
+}  // namespace
+
+void sgd_step(DType dtype, const TensorList& list, const SgdConfig& config) {
+  if (list.count == 0) return;
+  const dim3 grid(kBlocksPerTensor, static_cast<unsigned>(list.count));
+  visit_floating(dtype, [&]<typename T, typename C>() {
+    FRUGAL_LAUNCH(grid, kThreadsPerBlock, 0, nullptr, sgd_kernel<T, C>)(list, config);
+  });
+  FRUGAL_CUDA_CHECK_LAUNCH();
+}
+
+void adamw_step(DType dtype, const TensorList& list, const AdamWConfig& config) {
+  if (list.count == 0) return;
+  const dim3 grid(kBlocksPerTensor, static_cast<unsigned>(list.count));
+  visit_floating(dtype, [&]<typename T, typename C>() {
+    FRUGAL_LAUNCH(grid, kThreadsPerBlock, 0, nullptr, adamw_kernel<T, C>)(list, config);
+  });
+  FRUGAL_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace frugal::FRUGAL_CUDA_NAMESPACE

@@ -1,0 +1,3 @@
+// kernels/cuda/optimizer.cu built by the host compiler for the CUDA emulator, in
+// frugal::cuda_emulated (see core/cuda/kernel_support.h). The CPU suite runs it against the CPU.
+#include "kernels/cuda/optimizer.cu"
