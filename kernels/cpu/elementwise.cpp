@@ -1,12 +1,12 @@
 // CPU elementwise kernels (kernels/elementwise_backends.h): one strided loop, parallelised with
 // OpenMP over chunks, around the per-element functions of kernels/elementwise_ops.h.
 #include <array>
-#include <type_traits>
 #include <utility>
 
 #include "core/convert.h"
 #include "core/cpu/strided_cursor.h"
 #include "kernels/elementwise_backends.h"
+#include "kernels/visit_floating.h"
 
 namespace frugal::cpu {
 
@@ -43,19 +43,6 @@ void strided_loop(const std::array<const StridedLayout*, N>& layouts, Body&& bod
   }
 }
 
-// Runs fn.template operator()<T, C>() with T the storage type and C the compute type.
-template <typename Fn>
-void visit_floating(DType dtype, Fn&& fn) {
-  visit_dtype(dtype, [&]<typename T>() {
-    if constexpr (std::is_floating_point_v<T> || is_half_type_v<T>) {
-      using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
-      fn.template operator()<T, C>();
-    } else {
-      FRUGAL_THROW(DTypeError, "elementwise kernels take floating dtypes, got ", dtype);
-    }
-  });
-}
-
 // Calls fn.template operator()<Op>() with the op as a compile-time constant, so the switch inside
 // the per-element function folds away and each loop compiles to straight, vectorisable code.
 template <typename Enum, Enum... kOps, typename Fn>
@@ -82,7 +69,7 @@ void visit_binary(BinaryOp op, Fn&& fn) {
 
 void unary(UnaryOp op, double a, double b, DType dtype, void* out, const StridedLayout& out_layout, const void* x,
            const StridedLayout& x_layout) {
-  visit_floating(dtype, [&]<typename T, typename C>() {
+  visit_floating(dtype, "elementwise kernels", [&]<typename T, typename C>() {
     T* o = static_cast<T*>(out);
     const T* in = static_cast<const T*>(x);
     const C ca = static_cast<C>(a), cb = static_cast<C>(b);
@@ -96,7 +83,7 @@ void unary(UnaryOp op, double a, double b, DType dtype, void* out, const Strided
 
 void binary(BinaryOp op, DType dtype, void* out, const StridedLayout& out_layout, const void* x,
             const StridedLayout& x_layout, const void* y, const StridedLayout& y_layout) {
-  visit_floating(dtype, [&]<typename T, typename C>() {
+  visit_floating(dtype, "elementwise kernels", [&]<typename T, typename C>() {
     T* o = static_cast<T*>(out);
     const T* first = static_cast<const T*>(x);
     const T* second = static_cast<const T*>(y);
@@ -111,7 +98,7 @@ void binary(BinaryOp op, DType dtype, void* out, const StridedLayout& out_layout
 void where(DType dtype, void* out, const StridedLayout& out_layout, const bool* condition,
            const StridedLayout& condition_layout, const void* x, const StridedLayout& x_layout, const void* y,
            const StridedLayout& y_layout) {
-  visit_floating(dtype, [&]<typename T, typename C>() {
+  visit_floating(dtype, "elementwise kernels", [&]<typename T, typename C>() {
     T* o = static_cast<T*>(out);
     const T* first = static_cast<const T*>(x);
     const T* second = static_cast<const T*>(y);

@@ -10,6 +10,7 @@
 
 #include "core/convert.h"
 #include "kernels/gemm_backends.h"
+#include "kernels/visit_floating.h"
 
 #if FRUGAL_WITH_OPENBLAS
 #include <cblas.h>
@@ -126,21 +127,16 @@ void gemm(GemmImpl impl, DType dtype, bool trans_a, bool trans_b, std::int64_t m
           double alpha, const void* a, const void* b, double beta, void* c) {
   FRUGAL_CHECK_VALUE(impl == GemmImpl::library || impl == GemmImpl::blocked, "cpu gemm: no ", gemm_impl_name(impl),
                      " implementation on the CPU (library or blocked)");
-  visit_dtype(dtype, [&]<typename T>() {
-    if constexpr (std::is_floating_point_v<T> || is_half_type_v<T>) {
-      using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  visit_floating(dtype, "gemm", [&]<typename T, typename C>() {
 #if FRUGAL_WITH_OPENBLAS
-      if constexpr (std::is_same_v<T, C>) {
-        if (impl == GemmImpl::library)
-          return openblas<T>(trans_a, trans_b, m, n, k, alpha, static_cast<const T*>(a), static_cast<const T*>(b), beta,
-                             static_cast<T*>(c));
-      }
-#endif
-      blocked<T, C>(trans_a, trans_b, m, n, k, static_cast<C>(alpha), static_cast<const T*>(a), static_cast<const T*>(b),
-                    static_cast<C>(beta), static_cast<T*>(c));
-    } else {
-      FRUGAL_THROW(DTypeError, "gemm takes floating dtypes, got ", dtype);
+    if constexpr (std::is_same_v<T, C>) {
+      if (impl == GemmImpl::library)
+        return openblas<T>(trans_a, trans_b, m, n, k, alpha, static_cast<const T*>(a), static_cast<const T*>(b), beta,
+                           static_cast<T*>(c));
     }
+#endif
+    blocked<T, C>(trans_a, trans_b, m, n, k, static_cast<C>(alpha), static_cast<const T*>(a), static_cast<const T*>(b),
+                  static_cast<C>(beta), static_cast<T*>(c));
   });
 }
 

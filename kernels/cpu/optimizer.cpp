@@ -1,27 +1,13 @@
 // CPU fused optimizer steps (kernels/optimizer_backends.h): every tensor of the list, every element,
 // through the per-element updates of kernels/optimizer_ops.h.
-#include <type_traits>
-
 #include "core/convert.h"
 #include "kernels/optimizer_backends.h"
+#include "kernels/visit_floating.h"
 
 namespace frugal::cpu {
 
-namespace {
-// Runs fn.template operator()<T, C>() for the floating dtypes (C: the compute type).
-template <typename Fn>
-void visit_floating(DType dtype, Fn&& fn) {
-  visit_dtype(dtype, [&]<typename T>() {
-    if constexpr (std::is_floating_point_v<T> || is_half_type_v<T>)
-      fn.template operator()<T, std::conditional_t<std::is_same_v<T, double>, double, float>>();
-    else
-      FRUGAL_THROW(DTypeError, "optimizer steps take floating dtypes, got ", dtype);
-  });
-}
-}  // namespace
-
 void sgd_step(DType dtype, const TensorList& list, const SgdConfig& config) {
-  visit_floating(dtype, [&]<typename T, typename C>() {
+  visit_floating(dtype, "optimizer steps", [&]<typename T, typename C>() {
     for (int t = 0; t < list.count; ++t) {
       T* p = static_cast<T*>(list.params[t]);
       const T* g = static_cast<const T*>(list.grads[t]);
@@ -38,7 +24,7 @@ void sgd_step(DType dtype, const TensorList& list, const SgdConfig& config) {
 }
 
 void adamw_step(DType dtype, const TensorList& list, const AdamWConfig& config) {
-  visit_floating(dtype, [&]<typename T, typename C>() {
+  visit_floating(dtype, "optimizer steps", [&]<typename T, typename C>() {
     for (int t = 0; t < list.count; ++t) {
       T* p = static_cast<T*>(list.params[t]);
       const T* g = static_cast<const T*>(list.grads[t]);

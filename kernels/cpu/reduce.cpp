@@ -8,6 +8,7 @@
 #include "core/convert.h"
 #include "core/cpu/strided_cursor.h"
 #include "kernels/reduce_backends.h"
+#include "kernels/visit_floating.h"
 
 namespace frugal::cpu {
 
@@ -61,26 +62,22 @@ constexpr std::int64_t kMinPiece = 1 << 14;  // smaller pieces cost more to merg
 
 void reduce(Reduction op, DType dtype, const void* x, const StridedLayout& x_layout, std::int64_t outer,
             std::int64_t inner, std::int64_t correction, void* out, std::int64_t* indices) {
-  visit_dtype(dtype, [&]<typename T>() {
-    if constexpr (std::is_floating_point_v<T> || is_half_type_v<T>) {
-      const T* in = static_cast<const T*>(x);
-      T* result = static_cast<T*>(out);
-      const std::int64_t pieces = outer >= kPieces ? 1 : std::clamp<std::int64_t>(inner / kMinPiece, 1, kPieces);
-      std::vector<Partial> partials(static_cast<std::size_t>(outer * pieces));
-      const std::int64_t piece = (inner + pieces - 1) / pieces;
+  visit_floating(dtype, "reductions", [&]<typename T, typename>() {  // accumulators are double, whatever C
+    const T* in = static_cast<const T*>(x);
+    T* result = static_cast<T*>(out);
+    const std::int64_t pieces = outer >= kPieces ? 1 : std::clamp<std::int64_t>(inner / kMinPiece, 1, kPieces);
+    std::vector<Partial> partials(static_cast<std::size_t>(outer * pieces));
+    const std::int64_t piece = (inner + pieces - 1) / pieces;
 #pragma omp parallel for schedule(static)
-      for (std::int64_t job = 0; job < outer * pieces; ++job) {
-        const std::int64_t o = job / pieces, begin = job % pieces * piece;
-        partials[job] = fold(op, in, x_layout, o * inner, begin, std::min(inner, begin + piece));
-      }
-      for (std::int64_t o = 0; o < outer; ++o) {
-        Partial total = partials[o * pieces];
-        for (std::int64_t p = 1; p < pieces; ++p) total.merge(partials[o * pieces + p]);
-        result[o] = convert<T>(finish(op, total, inner, correction));
-        if (indices) indices[o] = total.best.index;
-      }
-    } else {
-      FRUGAL_THROW(DTypeError, "reductions take floating dtypes, got ", dtype);
+    for (std::int64_t job = 0; job < outer * pieces; ++job) {
+      const std::int64_t o = job / pieces, begin = job % pieces * piece;
+      partials[job] = fold(op, in, x_layout, o * inner, begin, std::min(inner, begin + piece));
+    }
+    for (std::int64_t o = 0; o < outer; ++o) {
+      Partial total = partials[o * pieces];
+      for (std::int64_t p = 1; p < pieces; ++p) total.merge(partials[o * pieces + p]);
+      result[o] = convert<T>(finish(op, total, inner, correction));
+      if (indices) indices[o] = total.best.index;
     }
   });
 }

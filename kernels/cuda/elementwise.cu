@@ -8,6 +8,7 @@
 
 #include "core/convert.h"
 #include "core/cuda/kernel_support.h"
+#include "kernels/visit_floating.h"
 #include "kernels/elementwise_backends.h"
 
 namespace frugal::FRUGAL_CUDA_NAMESPACE {
@@ -46,23 +47,12 @@ __global__ void where_kernel(T* out, StridedLayout out_layout, const bool* condi
         condition[strided_offset(condition_layout, i)] ? x[strided_offset(x_layout, i)] : y[strided_offset(y_layout, i)];
 }
 
-// Runs fn.template operator()<T, C>() for the floating dtypes (C: the compute type).
-template <typename Fn>
-void visit_floating(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::f32: return fn.template operator()<float, float>();
-    case DType::f64: return fn.template operator()<double, double>();
-    case DType::f16: return fn.template operator()<Half, float>();
-    case DType::bf16: return fn.template operator()<BFloat16, float>();
-    default: FRUGAL_THROW(DTypeError, "elementwise kernels take floating dtypes, got ", dtype);
-  }
-}
 }  // namespace
 
 void unary(UnaryOp op, double a, double b, DType dtype, void* out, const StridedLayout& out_layout, const void* x,
            const StridedLayout& x_layout) {
   const std::int64_t n = layout_numel(out_layout);
-  visit_floating(dtype, [&]<typename T, typename C>() {
+  visit_floating(dtype, "elementwise kernels", [&]<typename T, typename C>() {
     FRUGAL_LAUNCH(blocks_for(n), kThreadsPerBlock, 0, nullptr, unary_kernel<T, C>)(
         op, static_cast<C>(a), static_cast<C>(b), static_cast<T*>(out), out_layout, static_cast<const T*>(x), x_layout, n);
   });
@@ -72,7 +62,7 @@ void unary(UnaryOp op, double a, double b, DType dtype, void* out, const Strided
 void binary(BinaryOp op, DType dtype, void* out, const StridedLayout& out_layout, const void* x,
             const StridedLayout& x_layout, const void* y, const StridedLayout& y_layout) {
   const std::int64_t n = layout_numel(out_layout);
-  visit_floating(dtype, [&]<typename T, typename C>() {
+  visit_floating(dtype, "elementwise kernels", [&]<typename T, typename C>() {
     FRUGAL_LAUNCH(blocks_for(n), kThreadsPerBlock, 0, nullptr, binary_kernel<T, C>)(
         op, static_cast<T*>(out), out_layout, static_cast<const T*>(x), x_layout, static_cast<const T*>(y), y_layout, n);
   });
@@ -83,7 +73,7 @@ void where(DType dtype, void* out, const StridedLayout& out_layout, const bool* 
            const StridedLayout& condition_layout, const void* x, const StridedLayout& x_layout, const void* y,
            const StridedLayout& y_layout) {
   const std::int64_t n = layout_numel(out_layout);
-  visit_floating(dtype, [&]<typename T, typename C>() {
+  visit_floating(dtype, "elementwise kernels", [&]<typename T, typename C>() {
     FRUGAL_LAUNCH(blocks_for(n), kThreadsPerBlock, 0, nullptr, where_kernel<T>)(
         static_cast<T*>(out), out_layout, condition, condition_layout, static_cast<const T*>(x), x_layout,
         static_cast<const T*>(y), y_layout, n);

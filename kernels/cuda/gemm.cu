@@ -10,6 +10,7 @@
 
 #include "core/convert.h"
 #include "core/cuda/kernel_support.h"
+#include "kernels/visit_floating.h"
 #include "kernels/gemm_backends.h"
 
 namespace frugal::FRUGAL_CUDA_NAMESPACE {
@@ -64,10 +65,9 @@ __global__ void tiled_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int6
   if (row < m && col < n) store(c, row * n + col, alpha, sum, beta);
 }
 
-template <typename T>
+template <typename T, typename C>
 void launch(GemmImpl impl, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, double alpha,
             const void* a, const void* b, double beta, void* c) {
-  using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
   const dim3 block(kTile, kTile);
   const dim3 grid(static_cast<unsigned>((n + kTile - 1) / kTile), static_cast<unsigned>((m + kTile - 1) / kTile));
   const auto* ta = static_cast<const T*>(a);
@@ -85,13 +85,9 @@ void gemm(GemmImpl impl, DType dtype, bool trans_a, bool trans_b, std::int64_t m
           double alpha, const void* a, const void* b, double beta, void* c) {
   FRUGAL_CHECK_VALUE(impl == GemmImpl::naive || impl == GemmImpl::tiled, "cuda gemm: the hand-written kernels are naive "
                      "and tiled, not ", gemm_impl_name(impl));
-  switch (dtype) {
-    case DType::f32: launch<float>(impl, trans_a, trans_b, m, n, k, alpha, a, b, beta, c); break;
-    case DType::f64: launch<double>(impl, trans_a, trans_b, m, n, k, alpha, a, b, beta, c); break;
-    case DType::f16: launch<Half>(impl, trans_a, trans_b, m, n, k, alpha, a, b, beta, c); break;
-    case DType::bf16: launch<BFloat16>(impl, trans_a, trans_b, m, n, k, alpha, a, b, beta, c); break;
-    default: FRUGAL_THROW(DTypeError, "gemm takes floating dtypes, got ", dtype);
-  }
+  visit_floating(dtype, "gemm kernels", [&]<typename T, typename C>() {
+    launch<T, C>(impl, trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
+  });
   FRUGAL_CUDA_CHECK_LAUNCH();
 }
 

@@ -6,6 +6,7 @@
 
 #include "core/convert.h"
 #include "core/cuda/kernel_support.h"
+#include "kernels/visit_floating.h"
 #include "kernels/optimizer_backends.h"
 
 namespace frugal::FRUGAL_CUDA_NAMESPACE {
@@ -46,22 +47,12 @@ __global__ void adamw_kernel(TensorList list, AdamWConfig config) {
   }
 }
 
-template <typename Fn>
-void visit_floating(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::f32: return fn.template operator()<float, float>();
-    case DType::f64: return fn.template operator()<double, double>();
-    case DType::f16: return fn.template operator()<Half, float>();
-    case DType::bf16: return fn.template operator()<BFloat16, float>();
-    default: FRUGAL_THROW(DTypeError, "optimizer steps take floating dtypes, got ", dtype);
-  }
-}
 }  // namespace
 
 void sgd_step(DType dtype, const TensorList& list, const SgdConfig& config) {
   if (list.count == 0) return;
   const dim3 grid(kBlocksPerTensor, static_cast<unsigned>(list.count));
-  visit_floating(dtype, [&]<typename T, typename C>() {
+  visit_floating(dtype, "optimizer steps", [&]<typename T, typename C>() {
     FRUGAL_LAUNCH(grid, kThreadsPerBlock, 0, nullptr, sgd_kernel<T, C>)(list, config);
   });
   FRUGAL_CUDA_CHECK_LAUNCH();
@@ -70,7 +61,7 @@ void sgd_step(DType dtype, const TensorList& list, const SgdConfig& config) {
 void adamw_step(DType dtype, const TensorList& list, const AdamWConfig& config) {
   if (list.count == 0) return;
   const dim3 grid(kBlocksPerTensor, static_cast<unsigned>(list.count));
-  visit_floating(dtype, [&]<typename T, typename C>() {
+  visit_floating(dtype, "optimizer steps", [&]<typename T, typename C>() {
     FRUGAL_LAUNCH(grid, kThreadsPerBlock, 0, nullptr, adamw_kernel<T, C>)(list, config);
   });
   FRUGAL_CUDA_CHECK_LAUNCH();

@@ -8,6 +8,7 @@
 
 #include "core/convert.h"
 #include "core/cuda/kernel_support.h"
+#include "kernels/visit_floating.h"
 #include "kernels/reduce_backends.h"
 
 namespace frugal::FRUGAL_CUDA_NAMESPACE {
@@ -103,13 +104,9 @@ void reduce_as(Reduction op, const void* x, const StridedLayout& x_layout, std::
 
 void reduce(Reduction op, DType dtype, const void* x, const StridedLayout& x_layout, std::int64_t outer,
             std::int64_t inner, std::int64_t correction, void* out, std::int64_t* indices) {
-  switch (dtype) {
-    case DType::f32: reduce_as<float>(op, x, x_layout, outer, inner, correction, out, indices); break;
-    case DType::f64: reduce_as<double>(op, x, x_layout, outer, inner, correction, out, indices); break;
-    case DType::f16: reduce_as<Half>(op, x, x_layout, outer, inner, correction, out, indices); break;
-    case DType::bf16: reduce_as<BFloat16>(op, x, x_layout, outer, inner, correction, out, indices); break;
-    default: FRUGAL_THROW(DTypeError, "reductions take floating dtypes, got ", dtype);
-  }
+  visit_floating(dtype, "reductions", [&]<typename T, typename C>() {
+    reduce_as<T>(op, x, x_layout, outer, inner, correction, out, indices);  // accumulators are double, whatever C
+  });
   FRUGAL_CUDA_CHECK_LAUNCH();
 }
 
