@@ -2,6 +2,7 @@
 // op that picks the device's kernel.
 #include "kernels/elementwise.h"
 
+#include "kernels/dispatch.h"
 #include "kernels/elementwise_backends.h"
 
 namespace frugal {
@@ -31,12 +32,6 @@ void check_operands(const Tensor& x, const Tensor& y, const char* op) {
   check_same_device(x, y, op);
 }
 
-#if !FRUGAL_WITH_CUDA
-[[noreturn]] void no_cuda(const char* op) {
-  FRUGAL_THROW(DeviceError, op, ": CUDA tensors need a build with CUDA (this one has FRUGAL_CUDA=OFF)");
-}
-#endif
-
 void run_unary(UnaryOp op, double a, double b, const Tensor& out, const Tensor& x) {
   if (out.numel() == 0) return;
   switch (out.device().type()) {
@@ -46,7 +41,7 @@ void run_unary(UnaryOp op, double a, double b, const Tensor& out, const Tensor& 
 #if FRUGAL_WITH_CUDA
       return cuda::unary(op, a, b, out.dtype(), out.data_ptr(), out.layout(), x.data_ptr(), x.layout());
 #else
-      no_cuda("unary op");
+      throw_no_cuda("unary op");
 #endif
   }
 }
@@ -84,7 +79,7 @@ Tensor binary(BinaryOp op, const Tensor& x, const Tensor& y) {
       cuda::binary(op, out.dtype(), out.data_ptr(), out.layout(), xs.data_ptr(), xs.layout(), ys.data_ptr(), ys.layout());
       break;
 #else
-      no_cuda("binary op");
+      throw_no_cuda("binary op");
 #endif
   }
   return out;
@@ -109,7 +104,7 @@ Tensor where(const Tensor& condition, const Tensor& x, const Tensor& y) {
                   ys.data_ptr(), ys.layout());
       break;
 #else
-      no_cuda("where");
+      throw_no_cuda("where");
 #endif
   }
   return out;

@@ -4,6 +4,7 @@
 
 #include <array>
 
+#include "kernels/dispatch.h"
 #include "kernels/elementwise.h"
 #include "kernels/gemm_backends.h"
 #include "kernels/reduce.h"
@@ -53,10 +54,6 @@ Operand as_operand(const Tensor& m) {
   return {m.contiguous(), false};
 }
 
-#if !FRUGAL_WITH_CUDA
-[[noreturn]] void no_cuda() { FRUGAL_THROW(DeviceError, "matmul: CUDA tensors need a build with CUDA (FRUGAL_CUDA=OFF)"); }
-#endif
-
 // c = alpha * a b + beta * c for 2-D a [m, k], b [k, n] and a contiguous c [m, n].
 void gemm_2d(const Tensor& a, const Tensor& b, double alpha, double beta, const Tensor& c) {
   const Operand oa = as_operand(a), ob = as_operand(b);
@@ -83,7 +80,7 @@ void gemm_2d(const Tensor& a, const Tensor& b, double alpha, double beta, const 
       return cuda::gemm(impl, c.dtype(), oa.trans, ob.trans, m, n, k, alpha, oa.data.data_ptr(), ob.data.data_ptr(), beta,
                         c.data_ptr());
 #else
-      no_cuda();
+      throw_no_cuda("matmul");
 #endif
   }
 }

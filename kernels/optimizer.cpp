@@ -2,6 +2,7 @@
 // tensors, and the one switch that picks the device's kernel.
 #include "kernels/optimizer.h"
 
+#include "kernels/dispatch.h"
 #include "kernels/optimizer_backends.h"
 
 namespace frugal {
@@ -29,12 +30,6 @@ void check_params(std::span<const Tensor> params, const char* op) {
     check_same_device(params[0], params[i], op);
   }
 }
-
-#if !FRUGAL_WITH_CUDA
-[[noreturn]] void no_cuda(const char* op) {
-  FRUGAL_THROW(DeviceError, op, ": CUDA tensors need a build with CUDA (this one has FRUGAL_CUDA=OFF)");
-}
-#endif
 
 // Calls launch(list) for consecutive groups of at most kMaxTensorsPerLaunch tensors; `fill`
 // sets a group member's pointers from tensor index i.
@@ -73,7 +68,7 @@ void sgd_step(std::span<const Tensor> params, std::span<const Tensor> grads, std
 #if FRUGAL_WITH_CUDA
             return cuda::sgd_step(dtype, list, config);
 #else
-            no_cuda("sgd_step");
+            throw_no_cuda("sgd_step");
 #endif
         }
       });
@@ -108,7 +103,7 @@ void adamw_step(std::span<const Tensor> params, std::span<const Tensor> grads, s
 #if FRUGAL_WITH_CUDA
             return cuda::adamw_step(dtype, list, config);
 #else
-            no_cuda("adamw_step");
+            throw_no_cuda("adamw_step");
 #endif
         }
       });

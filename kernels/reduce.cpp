@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "kernels/dispatch.h"
 #include "kernels/reduce_backends.h"
 
 namespace frugal {
@@ -51,12 +52,6 @@ Plan plan(const Tensor& x, std::vector<std::int64_t> dims, bool keepdim, const c
   return p;
 }
 
-#if !FRUGAL_WITH_CUDA
-[[noreturn]] void no_cuda(const char* op) {
-  FRUGAL_THROW(DeviceError, op, ": CUDA tensors need a build with CUDA (this one has FRUGAL_CUDA=OFF)");
-}
-#endif
-
 // Runs `op` into `out` (and `indices`), both contiguous with p.outer elements.
 void run(Reduction op, const Plan& p, std::int64_t correction, const Tensor& out, const Tensor* indices, const char* name) {
   if (p.outer == 0) return;
@@ -70,7 +65,7 @@ void run(Reduction op, const Plan& p, std::int64_t correction, const Tensor& out
       return cuda::reduce(op, p.view.dtype(), p.view.data_ptr(), p.view.layout(), p.outer, p.inner, correction,
                           out.data_ptr(), index_data);
 #else
-      no_cuda(name);
+      throw_no_cuda(name);
 #endif
   }
   (void)name;

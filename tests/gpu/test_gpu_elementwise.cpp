@@ -1,6 +1,5 @@
 // GPU suite: the elementwise ops and reductions on cuda:0 against the CPU, on odd shapes with
-// broadcast and strided operands, every floating dtype; |gpu - cpu| <= atol + rtol * |cpu|, the
-// worst element printed.
+// broadcast and strided operands, every floating dtype (tolerances: tests/gpu/gpu_compare.h).
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -12,34 +11,10 @@
 #include "kernels/optimizer.h"
 #include "kernels/reduce.h"
 #include "kernels/softmax.h"
+#include "tests/gpu/gpu_compare.h"
 
 using namespace frugal;
-
-namespace {
-const Device kGpu = Device::cuda(0);
-
-// CUDA's expf/logf/tanhf/powf are within 2 ulp of the correctly rounded value; the host's libm is
-// too. In f32 that is a few 1e-7 relative; the tolerances leave room for both plus a rounding of
-// f16/bf16 results that lands on the other side of a tie.
-void check_close(const Tensor& gpu, const Tensor& cpu, DType dtype, const char* what) {
-  const double rtol = dtype == DType::f64 ? 1e-12 : dtype == DType::f32 ? 2e-6 : dtype == DType::f16 ? 2e-3 : 1.6e-2;
-  const double atol = rtol;
-  const auto g = gpu.to_vector<double>(), c = cpu.to_vector<double>();
-  REQUIRE(g.size() == c.size());
-  double worst = 0;
-  std::size_t worst_index = 0;
-  for (std::size_t i = 0; i < g.size(); ++i) {
-    if (std::isnan(g[i]) && std::isnan(c[i])) continue;
-    const double excess = std::abs(g[i] - c[i]) - (atol + rtol * std::abs(c[i]));
-    if (excess > worst) {
-      worst = excess;
-      worst_index = i;
-    }
-  }
-  CHECK_MESSAGE(worst <= 0, what, " ", dtype, ": worst element ", worst_index, " gpu ", g[worst_index], " cpu ",
-                c[worst_index]);
-}
-}  // namespace
+using namespace frugal::test;
 
 TEST_CASE("elementwise ops on the GPU match the CPU") {
   for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
@@ -79,7 +54,7 @@ TEST_CASE("GEMM on the GPU: every implementation exact on small integers, close 
       CHECK_MESSAGE(matmul(a.to(kGpu), b.to(kGpu)).to_vector<double>() == matmul(a, b).to_vector<double>(),
                     gemm_impl_name(impl), " ", dtype);
       const Tensor x = uniform({3, 45, 70}, -1.0, 1.0, {.dtype = dtype}), y = uniform({70, 31}, -1.0, 1.0, {.dtype = dtype});
-      check_close(matmul(x.to(kGpu), y.to(kGpu)), matmul(x, y), dtype == DType::f32 ? DType::f16 : dtype, "matmul");
+      check_close(matmul(x.to(kGpu), y.to(kGpu)), matmul(x, y), accumulation_tolerance(dtype), "matmul");
     }
   }
   set_gemm_impl(DeviceType::CUDA, GemmImpl::library);
