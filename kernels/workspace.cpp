@@ -1,0 +1,11 @@
+// kernels/workspace.h: scratch memory tagged `workspace`.
+#include "kernels/workspace.h"
+
+namespace frugal {
+
+DataPtr allocate_workspace(Device device, std::size_t bytes) {
+  MemoryTagScope scope(MemoryTag::workspace);
+  return allocator_for(device).allocate(bytes);
+}
+
+}  // namespace frugal
