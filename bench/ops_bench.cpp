@@ -1,12 +1,17 @@
 // `frugal bench ops`: what the kernels cost, frugal's hand-written implementations beside the
 // libraries, in one run.
-//   gemm_1024   C = A B for 1024 x 1024 f32 matrices, GFLOP/s   CPU: blocked vs openblas;  GPU: naive, tiled vs cublas
+//   gemm_1024   C = A B for 1024 x 1024 f32 matrices, GFLOP/s   CPU: blocked vs openblas;  GPU: naive, tiled,
+//               register_blocked vs cublas
 //   relu_16M    relu of 16M f32 elements, GB/s read + written
 //   sum_16M     sum of 16M f32 elements, GB/s read
-// Targets (docs/benchmarks.md): blocked >= 0.5x openblas on 2 threads; tiled >= 0.6x cublas.
+//   conv3x3_64ch_56x56, depthwise3x3_144ch_56x56   convolutions, GFLOP/s and GB/s   CPU: native;
+//               GPU: native vs cudnn, and the depthwise kernel's fraction of DRAM bandwidth
+// Targets (docs/benchmarks.md): blocked >= 0.5x openblas on 2 threads; the best hand-written CUDA
+// kernel (register_blocked) >= 0.6x cublas.
 #include "bench/bench.h"
 #include "core/cuda_status.h"
 #include "core/random.h"
+#include "kernels/conv.h"
 #include "kernels/elementwise.h"
 #include "kernels/gemm.h"
 #include "kernels/reduce.h"
@@ -40,7 +45,8 @@ void gemm_cases(const Options& options, const Sizes& sizes, std::vector<Result>&
   const std::vector<std::pair<GemmImpl, const char*>> impls =
       type == DeviceType::CPU ? std::vector<std::pair<GemmImpl, const char*>>{{GemmImpl::blocked, "blocked"},
                                                                                {GemmImpl::library, "openblas"}}
-                              : std::vector<std::pair<GemmImpl, const char*>>{{GemmImpl::tiled, "tiled"},
+                              : std::vector<std::pair<GemmImpl, const char*>>{{GemmImpl::register_blocked, "register_blocked"},
+                                                                               {GemmImpl::tiled, "tiled"},
                                                                                {GemmImpl::naive, "naive"},
                                                                                {GemmImpl::library, "cublas"}};
   const std::string name = "gemm_" + std::to_string(n);
@@ -61,6 +67,47 @@ void memory_cases(const Options& options, const Sizes& sizes, std::vector<Result
   results.push_back({"sum_" + suffix, "frugal", bytes / seconds(options, sizes, [&] { sum(x); }) / 1e9, "GB/s", true});
 }
 
+// The convolutions that dominate MobileNetV2 and ResNet: a dense 3x3 (compute-bound, GFLOP/s) and a
+// depthwise 3x3 (memory-bound, GB/s of input read + output written), by each implementation of the
+// device. On a GPU the depthwise case also reports the native kernel's fraction of the device's
+// theoretical DRAM bandwidth (target: >= 0.6).
+void conv_cases(const Options& options, const Sizes& sizes, std::vector<Result>& results) {
+  const std::int64_t batch = options.quick ? 2 : 32, side = options.quick ? 8 : 56;
+  const std::int64_t dense_channels = options.quick ? 8 : 64, depthwise_channels = options.quick ? 8 : 144;
+  const TensorOptions on{.device = options.device};
+  const DeviceType type = options.device.type();
+  const std::vector<ConvImpl> impls =
+      type == DeviceType::CPU ? std::vector<ConvImpl>{ConvImpl::native} : std::vector<ConvImpl>{ConvImpl::native, ConvImpl::cudnn};
+  const ConvImpl previous = conv_impl(type);
+  const std::string px = std::to_string(side) + "x" + std::to_string(side);
+
+  const Tensor x = uniform({batch, dense_channels, side, side}, -1.0, 1.0, on);
+  const Tensor w = uniform({dense_channels, dense_channels, 3, 3}, -1.0, 1.0, on);
+  const double flops = 2.0 * static_cast<double>(batch * dense_channels * side * side * dense_channels * 9);
+  const Tensor xd = uniform({batch, depthwise_channels, side, side}, -1.0, 1.0, on);
+  const Tensor wd = uniform({depthwise_channels, 1, 3, 3}, -1.0, 1.0, on);
+  const double bytes = 2.0 * static_cast<double>(xd.nbytes());
+  const Conv2dOptions same{.padding = {1, 1}};
+  const Conv2dOptions depthwise{.padding = {1, 1}, .groups = depthwise_channels};
+  double native_bytes_per_s = 0.0;
+  for (ConvImpl impl : impls) {
+    set_conv_impl(type, impl);
+    const std::string name(conv_impl_name(impl));
+    const double dense_s = seconds(options, sizes, [&] { conv2d(x, w, Tensor(), same); });
+    results.push_back({"conv3x3_" + std::to_string(dense_channels) + "ch_" + px, name, flops / dense_s / 1e9, "GFLOP/s", true});
+    const double depthwise_s = seconds(options, sizes, [&] { conv2d(xd, wd, Tensor(), depthwise); });
+    if (impl == ConvImpl::native) native_bytes_per_s = bytes / depthwise_s;
+    results.push_back({"depthwise3x3_" + std::to_string(depthwise_channels) + "ch_" + px, name, bytes / depthwise_s / 1e9,
+                       "GB/s", true});
+  }
+  set_conv_impl(type, previous);
+  if (options.device.is_cuda()) {
+    const double peak = cuda_device_info(options.device.index()).peak_bandwidth_bytes_per_s;
+    results.push_back({"depthwise3x3_" + std::to_string(depthwise_channels) + "ch_" + px, "native_fraction_of_peak",
+                       native_bytes_per_s / peak, "fraction", true});
+  }
+}
+
 }  // namespace
 
 std::vector<Result> ops_benchmark(const Options& options) {
@@ -68,6 +115,7 @@ std::vector<Result> ops_benchmark(const Options& options) {
   std::vector<Result> results;
   gemm_cases(options, sizes, results);
   memory_cases(options, sizes, results);
+  conv_cases(options, sizes, results);
   return results;
 }
 

@@ -43,6 +43,7 @@ json collect_info() {
                        {"name", device.name},
                        {"compute_capability", std::to_string(device.compute_major) + "." + std::to_string(device.compute_minor)},
                        {"multiprocessors", device.multiprocessors},
+                       {"peak_bandwidth_gb_per_s", device.peak_bandwidth_bytes_per_s / 1e9},
                        {"total_bytes", device.total_bytes},
                        {"free_bytes", device.free_bytes}});
   }

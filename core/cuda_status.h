@@ -27,6 +27,9 @@ struct CudaDeviceInfo {
   int compute_major = 0, compute_minor = 0;
   int multiprocessors = 0;
   std::size_t total_bytes = 0, free_bytes = 0;
+  // Theoretical DRAM bandwidth from the memory clock and bus width the driver reports (two
+  // transfers per clock); what bandwidth-bound kernels are measured against.
+  double peak_bandwidth_bytes_per_s = 0.0;
 };
 CudaDeviceInfo cuda_device_info(int index);  // DeviceError if CUDA is not usable
 

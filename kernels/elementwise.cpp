@@ -45,6 +45,28 @@ void run_unary(UnaryOp op, double a, double b, const Tensor& out, const Tensor& 
 #endif
   }
 }
+
+void run_binary(BinaryOp op, const Tensor& out, const Tensor& xs, const Tensor& ys) {
+  if (out.numel() == 0) return;
+  switch (out.device().type()) {
+    case DeviceType::CPU:
+      return cpu::binary(op, out.dtype(), out.data_ptr(), out.layout(), xs.data_ptr(), xs.layout(), ys.data_ptr(),
+                         ys.layout());
+    case DeviceType::CUDA:
+#if FRUGAL_WITH_CUDA
+      return cuda::binary(op, out.dtype(), out.data_ptr(), out.layout(), xs.data_ptr(), xs.layout(), ys.data_ptr(),
+                          ys.layout());
+#else
+      throw_no_cuda("binary op");
+#endif
+  }
+}
+
+void check_writable(const Tensor& x, const char* op) {
+  for (std::int64_t d = 0; d < x.dim(); ++d)
+    FRUGAL_CHECK_VALUE(x.strides()[d] != 0 || x.shape()[d] <= 1, op, " on an expanded view of shape ",
+                       shape_str(x.shape()), ": several elements share one address");
+}
 }  // namespace
 
 Tensor unary(UnaryOp op, const Tensor& x, double a, double b) {
@@ -56,9 +78,7 @@ Tensor unary(UnaryOp op, const Tensor& x, double a, double b) {
 
 Tensor& unary_(UnaryOp op, Tensor& x, double a, double b) {
   check_floating(x, "in-place unary op");
-  for (std::int64_t d = 0; d < x.dim(); ++d)
-    FRUGAL_CHECK_VALUE(x.strides()[d] != 0 || x.shape()[d] <= 1, "in-place op on an expanded view of shape ",
-                       shape_str(x.shape()), ": several elements share one address");
+  check_writable(x, "in-place unary op");
   run_unary(op, a, b, x, x);  // each element reads and writes only itself, so aliasing is safe
   x.storage()->bump_version();
   return x;
@@ -68,21 +88,23 @@ Tensor binary(BinaryOp op, const Tensor& x, const Tensor& y) {
   check_operands(x, y, "binary op");
   const Shape shape = broadcast_shapes(x.shape(), y.shape(), "binary op");
   Tensor out = empty(shape, {.dtype = x.dtype(), .device = x.device()});
-  if (out.numel() == 0) return out;
-  const Tensor xs = x.expand(shape), ys = y.expand(shape);
-  switch (out.device().type()) {
-    case DeviceType::CPU:
-      cpu::binary(op, out.dtype(), out.data_ptr(), out.layout(), xs.data_ptr(), xs.layout(), ys.data_ptr(), ys.layout());
-      break;
-    case DeviceType::CUDA:
-#if FRUGAL_WITH_CUDA
-      cuda::binary(op, out.dtype(), out.data_ptr(), out.layout(), xs.data_ptr(), xs.layout(), ys.data_ptr(), ys.layout());
-      break;
-#else
-      throw_no_cuda("binary op");
-#endif
-  }
+  run_binary(op, out, x.expand(shape), y.expand(shape));
   return out;
+}
+
+Tensor& binary_(BinaryOp op, Tensor& x, const Tensor& y) {
+  check_operands(x, y, "in-place binary op");
+  check_writable(x, "in-place binary op");
+  FRUGAL_CHECK_SHAPE(broadcast_shapes(x.shape(), y.shape(), "in-place binary op") == x.shape(),
+                     "in-place binary op: ", shape_str(y.shape()), " does not broadcast to the result's shape ",
+                     shape_str(x.shape()));
+  // Element i reads x[i] and y[i] and writes x[i]: safe when y is x itself or shares none of its
+  // memory, wrong when y is another view into x's elements (it would read values already written).
+  FRUGAL_CHECK_VALUE(y.is_same(x) || !memory_overlaps(x, y), "in-place binary op: the operand of shape ",
+                     shape_str(y.shape()), " overlaps the result in memory");
+  run_binary(op, x, x, y.expand(x.shape()));
+  x.storage()->bump_version();
+  return x;
 }
 
 Tensor where(const Tensor& condition, const Tensor& x, const Tensor& y) {

@@ -17,6 +17,7 @@ Shape broadcast_shapes(std::span<const std::int64_t> a, std::span<const std::int
 Tensor unary(UnaryOp op, const Tensor& x, double a = 0.0, double b = 0.0);
 Tensor& unary_(UnaryOp op, Tensor& x, double a = 0.0, double b = 0.0);  // in place (x must not be an expanded view)
 Tensor binary(BinaryOp op, const Tensor& x, const Tensor& y);
+Tensor& binary_(BinaryOp op, Tensor& x, const Tensor& y);  // x = x op y in place; y broadcasts to x's shape
 Tensor where(const Tensor& condition, const Tensor& x, const Tensor& y);  // condition: bool
 
 // ---- by name
@@ -42,6 +43,8 @@ inline Tensor relu(const Tensor& x) { return unary(UnaryOp::relu, x); }
 inline Tensor relu6(const Tensor& x) { return unary(UnaryOp::relu6, x); }
 inline Tensor sigmoid(const Tensor& x) { return unary(UnaryOp::sigmoid, x); }
 inline Tensor tanh(const Tensor& x) { return unary(UnaryOp::tanh, x); }
+inline Tensor& add_(Tensor& x, const Tensor& y) { return binary_(BinaryOp::add, x, y); }
+inline Tensor& mul_(Tensor& x, const Tensor& y) { return binary_(BinaryOp::mul, x, y); }
 inline Tensor& relu_(Tensor& x) { return unary_(UnaryOp::relu, x); }
 inline Tensor& relu6_(Tensor& x) { return unary_(UnaryOp::relu6, x); }
 

@@ -17,14 +17,16 @@ std::string_view gemm_impl_name(GemmImpl impl) {
     case GemmImpl::blocked: return "blocked";
     case GemmImpl::naive: return "naive";
     case GemmImpl::tiled: return "tiled";
+    case GemmImpl::register_blocked: return "register_blocked";
   }
   return "?";
 }
 
 GemmImpl parse_gemm_impl(std::string_view name) {
-  for (GemmImpl impl : {GemmImpl::library, GemmImpl::blocked, GemmImpl::naive, GemmImpl::tiled})
+  for (GemmImpl impl : {GemmImpl::library, GemmImpl::blocked, GemmImpl::naive, GemmImpl::tiled, GemmImpl::register_blocked})
     if (gemm_impl_name(impl) == name) return impl;
-  FRUGAL_THROW(ValueError, "unknown gemm implementation '", name, "': expected library, blocked, naive or tiled");
+  FRUGAL_THROW(ValueError, "unknown gemm implementation '", name,
+               "': expected library, blocked, naive, tiled or register_blocked");
 }
 
 namespace {
@@ -35,7 +37,7 @@ void set_gemm_impl(DeviceType device, GemmImpl impl) {
   const bool cpu = device == DeviceType::CPU;
   FRUGAL_CHECK_VALUE(impl == GemmImpl::library || (cpu ? impl == GemmImpl::blocked : impl != GemmImpl::blocked),
                      "set_gemm_impl: ", gemm_impl_name(impl), " does not exist on ", cpu ? "the CPU" : "CUDA",
-                     cpu ? " (library or blocked)" : " (library, naive or tiled)");
+                     cpu ? " (library or blocked)" : " (library, naive, tiled or register_blocked)");
   g_impl[static_cast<int>(device)] = impl;
 }
 
@@ -113,6 +115,17 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   Tensor c = empty({batch, a.size(1), b.size(-1)}, {.dtype = a.dtype(), .device = a.device()});
   for (std::int64_t i = 0; i < batch; ++i) gemm_2d(a.select(0, i), b.dim() == 3 ? b.select(0, i) : b, 1.0, 0.0, c.select(0, i));
   return c;
+}
+
+void matmul_into(const Tensor& c, const Tensor& a, const Tensor& b, double alpha, double beta) {
+  check_matmul(a, b);
+  FRUGAL_CHECK_SHAPE(a.dim() == 2 && c.defined() && c.dim() == 2 && c.size(0) == a.size(0) && c.size(1) == b.size(1),
+                     "matmul_into: expects a 2-D [M, N] result for ", shape_str(a.shape()), " x ", shape_str(b.shape()),
+                     ", got ", c.defined() ? shape_str(c.shape()) : std::string("undefined"));
+  FRUGAL_CHECK_VALUE(c.is_contiguous(), "matmul_into: the result must be contiguous, got strides ", shape_str(c.strides()));
+  check_same_dtype(a, c, "matmul_into");
+  check_same_device(a, c, "matmul_into");
+  gemm_2d(a, b, alpha, beta, c);
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {

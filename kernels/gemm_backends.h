@@ -17,7 +17,7 @@ namespace frugal {
             std::int64_t k, double alpha, const void* a, const void* b, double beta, void* c);
 
 namespace cpu { FRUGAL_GEMM_KERNELS }            // library (OpenBLAS) and blocked
-namespace cuda { FRUGAL_GEMM_KERNELS }           // the hand-written kernels: naive and tiled
+namespace cuda { FRUGAL_GEMM_KERNELS }           // the hand-written kernels: naive, tiled, register_blocked
 namespace cuda_emulated { FRUGAL_GEMM_KERNELS }  // the same, in the emulator
 
 namespace cuda {

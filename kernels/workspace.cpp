@@ -8,4 +8,9 @@ DataPtr allocate_workspace(Device device, std::size_t bytes) {
   return allocator_for(device).allocate(bytes);
 }
 
+Tensor empty_workspace(const Shape& shape, const TensorOptions& options) {
+  MemoryTagScope scope(MemoryTag::workspace);
+  return empty(shape, options);
+}
+
 }  // namespace frugal

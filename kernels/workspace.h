@@ -8,9 +8,11 @@
 #include <cstddef>
 
 #include "core/allocator.h"
+#include "core/tensor.h"
 
 namespace frugal {
 
 DataPtr allocate_workspace(Device device, std::size_t bytes);
+Tensor empty_workspace(const Shape& shape, const TensorOptions& options);  // an uninitialised tensor, tagged
 
 }  // namespace frugal

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The one prepared script for a lent GPU machine: builds with CUDA, runs the GPU suite with
-# FRUGAL_REQUIRE_GPU=1 (a missing device fails), the CPU suite, `frugal info` and the benchmarks on
-# the GPU, and writes every log to the folder given as its argument. Meant to finish well inside
-# 8 minutes. Run scripts/gpu-prepare.sh here first and carry .gpu-deps; cuDNN and NCCL come from
+# FRUGAL_REQUIRE_GPU=1 (a missing device fails), the CPU suite, `frugal info`, the benchmarks and
+# samples on the GPU, and last the GPU suite's kernels under compute-sanitizer's memcheck (cut off
+# by a timeout so the whole run stays inside 8 minutes), writing every log to the folder given as
+# its argument. Run scripts/gpu-prepare.sh here first and carry .gpu-deps; cuDNN and NCCL come from
 # the Python wheels (nvidia-cudnn-cu13, nvidia-nccl-cu13) installed there.
 #   scripts/gpu-check.sh OUT_DIR
 set -uo pipefail
@@ -55,8 +56,16 @@ step "benchmarks"
 record bench_tensor_gpu build-gpu/bin/frugal bench tensor --json --device cuda:0
 record bench_tensor_cpu build-gpu/bin/frugal bench tensor --json --device cpu
 record bench_alloc_gpu build-gpu/bin/frugal bench alloc --json --device cuda:0
+record bench_ops_gpu build-gpu/bin/frugal bench ops --json --device cuda:0
 record tensor_tour build-gpu/bin/01_tensor_tour
 record caching_allocator_sample build-gpu/bin/02_caching_allocator "$out/allocator_trace.json"
+record convolution_sample build-gpu/bin/03_convolution
+
+step "compute-sanitizer memcheck over the GPU suite (timeout ${FRUGAL_MEMCHECK_SECONDS:=150} s)"
+# Out-of-bounds and misaligned device accesses, in frugal's kernels and in what it passes to
+# cuBLAS/cuDNN. A timeout (exit 124) means the suite was only partly checked: the log says how far.
+record memcheck timeout "$FRUGAL_MEMCHECK_SECONDS" compute-sanitizer --tool memcheck --error-exitcode 1 \
+  --print-limit 20 build-gpu/bin/frugal_gpu_tests --duration=true
 
 step "done: overall status $status"
 cat "$out/summary.txt"

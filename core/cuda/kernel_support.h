@@ -34,3 +34,26 @@
 #define FRUGAL_CUDA_CHECK_LAUNCH() FRUGAL_CUDA_CHECK(cudaGetLastError())
 
 #endif
+
+#include <algorithm>
+#include <cstdint>
+
+namespace frugal::FRUGAL_CUDA_NAMESPACE {
+
+// Grid-stride loops, the shape of every one-thread-per-element kernel:
+//   FRUGAL_LAUNCH(grid_for(n), kGridBlockThreads, 0, nullptr, kernel)(..., n);
+//   for (std::int64_t i = grid_thread(); i < n; i += grid_threads()) ...
+// A multiple of the 32-thread warp that keeps enough warps resident per SM for memory-bound loops.
+inline constexpr int kGridBlockThreads = 256;
+// Grid-stride loops cover any size; past this many blocks more would only add scheduling work
+// (132 SMs on an H100/H200 x 16 resident blocks of 256 threads is about 2100).
+inline constexpr std::int64_t kMaxGridBlocks = 4096;
+
+inline int grid_for(std::int64_t work_items) {
+  return static_cast<int>(
+      std::clamp<std::int64_t>((work_items + kGridBlockThreads - 1) / kGridBlockThreads, 1, kMaxGridBlocks));
+}
+__device__ inline std::int64_t grid_thread() { return blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; }
+__device__ inline std::int64_t grid_threads() { return static_cast<std::int64_t>(blockDim.x) * gridDim.x; }
+
+}  // namespace frugal::FRUGAL_CUDA_NAMESPACE

@@ -4,7 +4,6 @@
 // runs in the CUDA emulator (core/cuda/kernel_support.h), where the CPU suite compares it with
 // the CPU kernels.
 // Not here: anything that computes (kernels/cuda/), streams (all launches use the default stream).
-#include <algorithm>
 
 #include "core/copy.h"
 #include "core/cuda/kernel_support.h"
@@ -12,34 +11,21 @@
 namespace frugal::FRUGAL_CUDA_NAMESPACE {
 
 namespace {
-// A multiple of the 32-thread warp that keeps enough warps resident per SM for memory-bound loops.
-constexpr int kThreadsPerBlock = 256;
-// Grid-stride loops cover any size; past this many blocks more would only add scheduling work
-// (132 SMs on an H100/H200 x 16 resident blocks of 256 threads is about 2100).
-constexpr std::int64_t kMaxBlocks = 4096;
-
-int blocks_for(std::int64_t work_items) {
-  return static_cast<int>(std::clamp<std::int64_t>((work_items + kThreadsPerBlock - 1) / kThreadsPerBlock, 1, kMaxBlocks));
-}
-
-__device__ std::int64_t first_index() { return blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; }
-__device__ std::int64_t grid_stride() { return static_cast<std::int64_t>(blockDim.x) * gridDim.x; }
-
 template <typename To, typename From>
 __global__ void copy_strided_kernel(To* dst, StridedLayout dst_layout, const From* src, StridedLayout src_layout,
                                     std::int64_t n) {
-  for (std::int64_t i = first_index(); i < n; i += grid_stride())
+  for (std::int64_t i = grid_thread(); i < n; i += grid_threads())
     dst[strided_offset(dst_layout, i)] = convert<To>(src[strided_offset(src_layout, i)]);
 }
 
 template <typename T>
 __global__ void fill_strided_kernel(T* dst, StridedLayout layout, T value, std::int64_t n) {
-  for (std::int64_t i = first_index(); i < n; i += grid_stride()) dst[strided_offset(layout, i)] = value;
+  for (std::int64_t i = grid_thread(); i < n; i += grid_threads()) dst[strided_offset(layout, i)] = value;
 }
 
 template <typename T>
 __global__ void random_fill_kernel(T* out, std::int64_t numel, RandomSpec spec, std::int64_t blocks) {
-  for (std::int64_t block = first_index(); block < blocks; block += grid_stride()) random_fill_block(out, numel, spec, block);
+  for (std::int64_t block = grid_thread(); block < blocks; block += grid_threads()) random_fill_block(out, numel, spec, block);
 }
 }  // namespace
 
@@ -52,7 +38,7 @@ void copy_strided(void* dst, DType dst_dtype, const StridedLayout& dst_layout, c
   }
   visit_dtype(dst_dtype, [&]<typename To>() {
     visit_dtype(src_dtype, [&]<typename From>() {
-      FRUGAL_LAUNCH(blocks_for(n), kThreadsPerBlock, 0, nullptr, copy_strided_kernel<To, From>)(
+      FRUGAL_LAUNCH(grid_for(n), kGridBlockThreads, 0, nullptr, copy_strided_kernel<To, From>)(
           static_cast<To*>(dst), dst_layout, static_cast<const From*>(src), src_layout, n);
     });
   });
@@ -62,7 +48,7 @@ void copy_strided(void* dst, DType dst_dtype, const StridedLayout& dst_layout, c
 void fill_strided(void* dst, DType dtype, const StridedLayout& layout, double value) {
   const std::int64_t n = layout_numel(layout);
   visit_dtype(dtype, [&]<typename T>() {
-    FRUGAL_LAUNCH(blocks_for(n), kThreadsPerBlock, 0, nullptr, fill_strided_kernel<T>)(static_cast<T*>(dst), layout,
+    FRUGAL_LAUNCH(grid_for(n), kGridBlockThreads, 0, nullptr, fill_strided_kernel<T>)(static_cast<T*>(dst), layout,
                                                                                      convert<T>(value), n);
   });
   FRUGAL_CUDA_CHECK_LAUNCH();
@@ -71,7 +57,7 @@ void fill_strided(void* dst, DType dtype, const StridedLayout& layout, double va
 void random_fill(void* dst, DType dtype, std::int64_t numel, const RandomSpec& spec) {
   const std::int64_t blocks = (numel + 3) / 4;  // one thread per Philox call of four words
   visit_dtype(dtype, [&]<typename T>() {
-    FRUGAL_LAUNCH(blocks_for(blocks), kThreadsPerBlock, 0, nullptr, random_fill_kernel<T>)(static_cast<T*>(dst), numel,
+    FRUGAL_LAUNCH(grid_for(blocks), kGridBlockThreads, 0, nullptr, random_fill_kernel<T>)(static_cast<T*>(dst), numel,
                                                                                           spec, blocks);
   });
   FRUGAL_CUDA_CHECK_LAUNCH();

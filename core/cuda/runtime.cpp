@@ -53,6 +53,11 @@ CudaDeviceInfo device_info(int index) {
   info.compute_major = properties.major;
   info.compute_minor = properties.minor;
   info.multiprocessors = properties.multiProcessorCount;
+  int memory_clock_khz = 0, bus_width_bits = 0;
+  FRUGAL_CUDA_CHECK(cudaDeviceGetAttribute(&memory_clock_khz, cudaDevAttrMemoryClockRate, index));
+  FRUGAL_CUDA_CHECK(cudaDeviceGetAttribute(&bus_width_bits, cudaDevAttrGlobalMemoryBusWidth, index));
+  constexpr double kTransfersPerClock = 2.0;  // double data rate
+  info.peak_bandwidth_bytes_per_s = kTransfersPerClock * memory_clock_khz * 1e3 * bus_width_bits / 8.0;
   set_current_device(index);
   FRUGAL_CUDA_CHECK(cudaMemGetInfo(&info.free_bytes, &info.total_bytes));
   return info;

@@ -12,7 +12,6 @@
 namespace frugal::FRUGAL_CUDA_NAMESPACE {
 
 namespace {
-constexpr int kThreadsPerBlock = 256;  // 8 warps: enough resident work per SM for this memory-bound loop
 constexpr unsigned kBlocksPerTensor = 64;  // x blocks per tensor; they stride over larger tensors
 
 template <typename T, typename C>
@@ -21,8 +20,7 @@ __global__ void sgd_kernel(TensorList list, SgdConfig config) {
   T* p = static_cast<T*>(list.params[t]);
   const T* g = static_cast<const T*>(list.grads[t]);
   T* buffer = static_cast<T*>(list.state1[t]);
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < list.sizes[t];
-       i += static_cast<std::int64_t>(blockDim.x) * gridDim.x) {
+  for (std::int64_t i = grid_thread(); i < list.sizes[t]; i += grid_threads()) {
     C param = convert<C>(p[i]), b = buffer ? convert<C>(buffer[i]) : C(0);
     optimizer::sgd<C>(param, convert<C>(g[i]), b, config);
     p[i] = convert<T>(param);
@@ -37,8 +35,7 @@ __global__ void adamw_kernel(TensorList list, AdamWConfig config) {
   const T* g = static_cast<const T*>(list.grads[t]);
   T* m = static_cast<T*>(list.state1[t]);
   T* v = static_cast<T*>(list.state2[t]);
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < list.sizes[t];
-       i += static_cast<std::int64_t>(blockDim.x) * gridDim.x) {
+  for (std::int64_t i = grid_thread(); i < list.sizes[t]; i += grid_threads()) {
     C param = convert<C>(p[i]), mi = convert<C>(m[i]), vi = convert<C>(v[i]);
     optimizer::adamw<C>(param, convert<C>(g[i]), mi, vi, config);
     p[i] = convert<T>(param);
@@ -53,7 +50,7 @@ void sgd_step(DType dtype, const TensorList& list, const SgdConfig& config) {
   if (list.count == 0) return;
   const dim3 grid(kBlocksPerTensor, static_cast<unsigned>(list.count));
   visit_floating(dtype, "optimizer steps", [&]<typename T, typename C>() {
-    FRUGAL_LAUNCH(grid, kThreadsPerBlock, 0, nullptr, sgd_kernel<T, C>)(list, config);
+    FRUGAL_LAUNCH(grid, kGridBlockThreads, 0, nullptr, sgd_kernel<T, C>)(list, config);
   });
   FRUGAL_CUDA_CHECK_LAUNCH();
 }
@@ -62,7 +59,7 @@ void adamw_step(DType dtype, const TensorList& list, const AdamWConfig& config) 
   if (list.count == 0) return;
   const dim3 grid(kBlocksPerTensor, static_cast<unsigned>(list.count));
   visit_floating(dtype, "optimizer steps", [&]<typename T, typename C>() {
-    FRUGAL_LAUNCH(grid, kThreadsPerBlock, 0, nullptr, adamw_kernel<T, C>)(list, config);
+    FRUGAL_LAUNCH(grid, kGridBlockThreads, 0, nullptr, adamw_kernel<T, C>)(list, config);
   });
   FRUGAL_CUDA_CHECK_LAUNCH();
 }

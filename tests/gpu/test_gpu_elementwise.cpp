@@ -46,7 +46,7 @@ TEST_CASE("reductions on the GPU match the CPU") {
 }
 
 TEST_CASE("GEMM on the GPU: every implementation exact on small integers, close on random values") {
-  for (GemmImpl impl : {GemmImpl::library, GemmImpl::naive, GemmImpl::tiled}) {
+  for (GemmImpl impl : {GemmImpl::library, GemmImpl::naive, GemmImpl::tiled, GemmImpl::register_blocked}) {
     set_gemm_impl(DeviceType::CUDA, impl);
     for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
       const Tensor a = randint(-4, 5, {67, 129}, {.dtype = DType::i64}).to(dtype);

@@ -1,0 +1,296 @@
+// 2-D convolution (see conv.h): shape checks, the choice between cuDNN and the native path, and the
+// native path's plan, one sample and one group at a time:
+//   forward          y[n, g]  = W[g] x col(x[n, g])                 (col = im2col, or x itself for 1x1)
+//   backward input   dx[n, g] = col2im(W[g]^T x dy[n, g])
+//   backward weight  dW[g]   += dy[n, g] x col(x[n, g])^T           (summed over samples with beta = 1)
+// where W[g] is [C_out / groups, C_in / groups * KH * KW] and every product is a GEMM through
+// kernels/gemm.h, written straight into the result. Depthwise convolutions skip GEMM for the direct
+// kernels of kernels/conv_backends.h.
+#include "kernels/conv.h"
+
+#include <limits>
+
+#include "kernels/conv_backends.h"
+#include "kernels/dispatch.h"
+#include "kernels/elementwise.h"
+#include "kernels/gemm.h"
+#include "kernels/reduce.h"
+#include "kernels/workspace.h"
+
+namespace frugal {
+
+std::string_view conv_impl_name(ConvImpl impl) { return impl == ConvImpl::native ? "native" : "cudnn"; }
+
+ConvImpl parse_conv_impl(std::string_view name) {
+  for (ConvImpl impl : {ConvImpl::native, ConvImpl::cudnn})
+    if (conv_impl_name(impl) == name) return impl;
+  FRUGAL_THROW(ValueError, "unknown convolution implementation '", name, "': expected native or cudnn");
+}
+
+namespace {
+std::array<ConvImpl, 2> g_impl = {ConvImpl::native, ConvImpl::cudnn};  // by DeviceType
+std::size_t g_workspace_limit = std::numeric_limits<std::size_t>::max();
+thread_local ConvDecision t_last_decision;
+}  // namespace
+
+void set_conv_impl(DeviceType device, ConvImpl impl) {
+  FRUGAL_CHECK_VALUE(device == DeviceType::CUDA || impl == ConvImpl::native,
+                     "set_conv_impl: the CPU has the native convolution only");
+  g_impl[static_cast<int>(device)] = impl;
+}
+
+ConvImpl conv_impl(DeviceType device) { return g_impl[static_cast<int>(device)]; }
+void set_conv_workspace_limit(std::size_t bytes) { g_workspace_limit = bytes; }
+std::size_t conv_workspace_limit() { return g_workspace_limit; }
+const ConvDecision& last_conv2d_decision() { return t_last_decision; }
+
+namespace {
+
+// A checked convolution: the batch, the channel split, and one group's geometry.
+struct Problem {
+  std::int64_t batch = 0, in_channels = 0, out_channels = 0, groups = 1;
+  ConvGeometry g;  // channels = C_in / groups
+
+  std::int64_t group_out() const { return out_channels / groups; }
+  std::int64_t rows() const { return g.channels * g.taps(); }  // of im2col: the GEMMs' inner size K
+  bool depthwise() const { return g.channels == 1; }           // each output channel reads one input channel
+  ConvGeometry whole_sample() const {                          // what the depthwise kernels take
+    ConvGeometry sample = g;
+    sample.channels = in_channels;
+    return sample;
+  }
+  bool pointwise() const {  // im2col would copy x unchanged: use x itself
+    return g.kernel_h == 1 && g.kernel_w == 1 && g.stride_h == 1 && g.stride_w == 1 && g.pad_h == 0 && g.pad_w == 0;
+  }
+  Shape output_shape() const { return {batch, out_channels, g.out_height, g.out_width}; }
+};
+
+Problem make_problem(const Shape& x, const Shape& w, const Conv2dOptions& o, const char* op) {
+  const std::string shapes = "input " + shape_str(x) + ", weight " + shape_str(w);
+  FRUGAL_CHECK_SHAPE(x.size() == 4 && w.size() == 4, op, ": expects a 4-D input [N, C, H, W] and a 4-D weight, got ",
+                     shapes);
+  FRUGAL_CHECK_VALUE(o.stride[0] > 0 && o.stride[1] > 0 && o.dilation[0] > 0 && o.dilation[1] > 0 && o.padding[0] >= 0 &&
+                         o.padding[1] >= 0 && o.groups > 0,
+                     op, ": stride and dilation must be positive, padding non-negative and groups positive (", shapes,
+                     ", stride ", shape_str(o.stride), ", padding ", shape_str(o.padding), ", dilation ",
+                     shape_str(o.dilation), ", groups ", o.groups, ")");
+  FRUGAL_CHECK_SHAPE(x[0] >= 0 && x[1] > 0 && x[2] > 0 && x[3] > 0 && w[0] > 0 && w[1] > 0 && w[2] > 0 && w[3] > 0, op,
+                     ": every size but the batch must be positive, got ", shapes);
+  FRUGAL_CHECK_SHAPE(x[1] % o.groups == 0 && w[0] % o.groups == 0, op, ": groups = ", o.groups,
+                     " must divide both the input channels and the output channels (", shapes, ")");
+  FRUGAL_CHECK_SHAPE(w[1] * o.groups == x[1], op, ": the weight expects ", w[1] * o.groups, " input channels (",
+                     w[1], " per group x ", o.groups, " groups), got ", shapes);
+  for (int d = 0; d < 2; ++d) {
+    const std::int64_t padded = x[2 + d] + 2 * o.padding[d], span = o.dilation[d] * (w[2 + d] - 1) + 1;
+    FRUGAL_CHECK_SHAPE(span <= padded, op, ": the kernel spans ", span, " pixels (dilation included) but the padded input has ",
+                       padded, " along ", d == 0 ? "H" : "W", " (", shapes, ")");
+  }
+  const ConvGeometry g{.channels = w[1], .height = x[2], .width = x[3],
+                       .out_height = conv_output_size(x[2], w[2], o.stride[0], o.padding[0], o.dilation[0]),
+                       .out_width = conv_output_size(x[3], w[3], o.stride[1], o.padding[1], o.dilation[1]),
+                       .kernel_h = w[2], .kernel_w = w[3], .stride_h = o.stride[0], .stride_w = o.stride[1],
+                       .pad_h = o.padding[0], .pad_w = o.padding[1], .dilation_h = o.dilation[0], .dilation_w = o.dilation[1]};
+  const Problem p{.batch = x[0], .in_channels = x[1], .out_channels = w[0], .groups = o.groups, .g = g};
+  return p;
+}
+
+void check_operands(const Tensor& a, const Tensor& b, const char* op) {
+  FRUGAL_CHECK_VALUE(a.defined() && b.defined(), op, ": an operand is undefined");
+  FRUGAL_CHECK_DTYPE(is_floating(a.dtype()), op, ": needs a floating dtype, got ", a.dtype());
+  check_same_dtype(a, b, op);
+  check_same_device(a, b, op);
+}
+
+// The native kernels of the tensors' device: the one switch by device of the native path.
+struct NativeKernels {
+  decltype(&cpu::im2col) im2col;
+  decltype(&cpu::col2im) col2im;
+  decltype(&cpu::depthwise_forward) depthwise_forward;
+  decltype(&cpu::depthwise_backward_input) depthwise_backward_input;
+  decltype(&cpu::depthwise_backward_weight) depthwise_backward_weight;
+};
+
+const NativeKernels& native_kernels(Device device, const char* op) {
+  static const NativeKernels on_cpu{cpu::im2col, cpu::col2im, cpu::depthwise_forward, cpu::depthwise_backward_input,
+                                    cpu::depthwise_backward_weight};
+  switch (device.type()) {
+    case DeviceType::CPU: return on_cpu;
+    case DeviceType::CUDA: {
+#if FRUGAL_WITH_CUDA
+      static const NativeKernels on_cuda{cuda::im2col, cuda::col2im, cuda::depthwise_forward,
+                                         cuda::depthwise_backward_input, cuda::depthwise_backward_weight};
+      return on_cuda;
+#else
+      throw_no_cuda(op);
+#endif
+    }
+  }
+  throw_no_cuda(op);
+}
+
+bool use_cudnn(Device device) { return device.is_cuda() && conv_impl(DeviceType::CUDA) == ConvImpl::cudnn; }
+
+// Slices of sample n, group g, as the GEMMs see them.
+Tensor group_input(const Tensor& x, const Problem& p, std::int64_t n, std::int64_t g) {  // [C_in / groups, H * W]
+  return x.select(0, n).narrow(0, g * p.g.channels, p.g.channels).view({p.g.channels, p.g.plane()});
+}
+Tensor group_output(const Tensor& y, const Problem& p, std::int64_t n, std::int64_t g) {  // [C_out / groups, OH * OW]
+  return y.select(0, n).narrow(0, g * p.group_out(), p.group_out()).view({p.group_out(), p.g.out_plane()});
+}
+Tensor group_weight(const Tensor& w, const Problem& p, std::int64_t g) {  // [C_out / groups, K]
+  return w.narrow(0, g * p.group_out(), p.group_out()).view({p.group_out(), p.rows()});
+}
+
+// The im2col buffer for one sample's group, from the allocator (tag `workspace`); none for 1x1.
+Tensor make_columns(const Tensor& like, const Problem& p) {
+  if (p.pointwise()) return Tensor();
+  return empty_workspace({p.rows(), p.g.out_plane()}, {.dtype = like.dtype(), .device = like.device()});
+}
+
+// col(x[n, g]): x's own slice for 1x1 convolutions, otherwise im2col into `columns`.
+Tensor columns_of(const NativeKernels& k, const Tensor& x, const Problem& p, std::int64_t n, std::int64_t g,
+                  const Tensor& columns) {
+  const Tensor slice = group_input(x, p, n, g);
+  if (!columns.defined()) return slice;
+  k.im2col(x.dtype(), p.g, slice.data_ptr(), columns.data_ptr());
+  return columns;
+}
+
+void record(ConvDecision decision) { t_last_decision = std::move(decision); }
+
+void record_native(const Problem& p, const Tensor& columns) {
+  record({ConvImpl::native, p.depthwise() ? "depthwise" : p.pointwise() ? "1x1 gemm" : "im2col+gemm",
+          columns.defined() ? columns.nbytes() : 0});
+}
+
+Tensor bias_view(const Tensor& bias, const Problem& p) { return bias.view({1, p.out_channels, 1, 1}); }
+
+void native_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, const Problem& p) {
+  const NativeKernels& k = native_kernels(x.device(), "conv2d");
+  if (p.depthwise()) {
+    k.depthwise_forward(x.dtype(), p.whole_sample(), p.batch, p.group_out(), x.data_ptr(), w.data_ptr(),
+                        bias.defined() ? bias.data_ptr() : nullptr, y.data_ptr());
+    return record_native(p, Tensor());
+  }
+  // With a bias, y starts as the bias broadcast and each GEMM adds onto it (beta = 1): no temporary.
+  if (bias.defined()) Tensor(y).copy_(bias_view(bias, p).expand(y.shape()));
+  const double beta = bias.defined() ? 1.0 : 0.0;
+  const Tensor columns = make_columns(x, p);
+  for (std::int64_t n = 0; n < p.batch; ++n)
+    for (std::int64_t g = 0; g < p.groups; ++g)
+      matmul_into(group_output(y, p, n, g), group_weight(w, p, g), columns_of(k, x, p, n, g, columns), 1.0, beta);
+  record_native(p, columns);
+}
+
+void native_backward_input(const Tensor& dy, const Tensor& w, const Tensor& dx, const Problem& p) {
+  const NativeKernels& k = native_kernels(dy.device(), "conv2d_backward_input");
+  if (p.depthwise()) {
+    k.depthwise_backward_input(dy.dtype(), p.whole_sample(), p.batch, p.group_out(), dy.data_ptr(), w.data_ptr(), dx.data_ptr());
+    return record_native(p, Tensor());
+  }
+  const Tensor columns = make_columns(dy, p);
+  for (std::int64_t n = 0; n < p.batch; ++n)
+    for (std::int64_t g = 0; g < p.groups; ++g) {
+      const Tensor target = columns.defined() ? columns : group_input(dx, p, n, g);
+      matmul_into(target, group_weight(w, p, g).t(), group_output(dy, p, n, g));
+      if (columns.defined()) k.col2im(dy.dtype(), p.g, columns.data_ptr(), group_input(dx, p, n, g).data_ptr());
+    }
+  record_native(p, columns);
+}
+
+void native_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dw, const Problem& p) {
+  const NativeKernels& k = native_kernels(dy.device(), "conv2d_backward_weight");
+  if (p.depthwise()) {
+    k.depthwise_backward_weight(dy.dtype(), p.whole_sample(), p.batch, p.group_out(), dy.data_ptr(), x.data_ptr(), dw.data_ptr());
+    return record_native(p, Tensor());
+  }
+  Tensor(dw).fill_(0.0);  // an empty batch has a zero gradient; otherwise every sample adds onto it
+  const Tensor columns = make_columns(x, p);
+  for (std::int64_t n = 0; n < p.batch; ++n)
+    for (std::int64_t g = 0; g < p.groups; ++g)
+      matmul_into(group_weight(dw, p, g), group_output(dy, p, n, g), columns_of(k, x, p, n, g, columns).t(), 1.0, 1.0);
+  record_native(p, columns);
+}
+
+void check_grad_shape(const Tensor& grad_output, const Problem& p, const char* op) {
+  FRUGAL_CHECK_SHAPE(grad_output.shape() == p.output_shape(), op, ": the output gradient has shape ",
+                     shape_str(grad_output.shape()), " but the convolution's output has shape ", shape_str(p.output_shape()));
+}
+
+}  // namespace
+
+Shape conv2d_output_shape(const Shape& x, const Shape& weight, const Conv2dOptions& options) {
+  return make_problem(x, weight, options, "conv2d").output_shape();
+}
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& options) {
+  check_operands(x, weight, "conv2d");
+  const Problem p = make_problem(x.shape(), weight.shape(), options, "conv2d");
+  if (bias.defined()) {
+    check_operands(x, bias, "conv2d");
+    FRUGAL_CHECK_SHAPE(bias.dim() == 1 && bias.size(0) == p.out_channels, "conv2d: bias of shape ",
+                       shape_str(bias.shape()), " does not match ", p.out_channels, " output channels");
+  }
+  Tensor y = empty(p.output_shape(), {.dtype = x.dtype(), .device = x.device()});
+  if (y.numel() == 0) return y;
+  const Tensor xc = x.contiguous(), wc = weight.contiguous(), bc = bias.defined() ? bias.contiguous() : bias;
+  if (!use_cudnn(x.device())) {
+    native_forward(xc, wc, bc, y, p);
+    return y;
+  }
+#if FRUGAL_WITH_CUDA
+  record(cuda::cudnn_conv2d_forward(xc, wc, y, options, g_workspace_limit));
+  if (bias.defined()) add_(y, bias_view(bc, p));
+  return y;
+#else
+  throw_no_cuda("conv2d");
+#endif
+}
+
+Tensor conv2d_backward_input(const Tensor& grad_output, const Tensor& weight, const Shape& input_shape,
+                             const Conv2dOptions& options) {
+  check_operands(grad_output, weight, "conv2d_backward_input");
+  const Problem p = make_problem(input_shape, weight.shape(), options, "conv2d_backward_input");
+  check_grad_shape(grad_output, p, "conv2d_backward_input");
+  Tensor dx = empty(input_shape, {.dtype = grad_output.dtype(), .device = grad_output.device()});
+  if (dx.numel() == 0) return dx;
+  const Tensor dy = grad_output.contiguous(), wc = weight.contiguous();
+  if (!use_cudnn(dy.device())) {
+    native_backward_input(dy, wc, dx, p);
+    return dx;
+  }
+#if FRUGAL_WITH_CUDA
+  record(cuda::cudnn_conv2d_backward_input(dy, wc, dx, options, g_workspace_limit));
+  return dx;
+#else
+  throw_no_cuda("conv2d_backward_input");
+#endif
+}
+
+Tensor conv2d_backward_weight(const Tensor& grad_output, const Tensor& x, const Shape& weight_shape,
+                              const Conv2dOptions& options) {
+  check_operands(grad_output, x, "conv2d_backward_weight");
+  const Problem p = make_problem(x.shape(), weight_shape, options, "conv2d_backward_weight");
+  check_grad_shape(grad_output, p, "conv2d_backward_weight");
+  Tensor dw = empty(weight_shape, {.dtype = x.dtype(), .device = x.device()});
+  const Tensor dy = grad_output.contiguous(), xc = x.contiguous();
+  if (!use_cudnn(dy.device()) || p.batch == 0) {  // cuDNN rejects an empty batch; the native path writes zeros
+    native_backward_weight(dy, xc, dw, p);
+    return dw;
+  }
+#if FRUGAL_WITH_CUDA
+  record(cuda::cudnn_conv2d_backward_weight(dy, xc, dw, options, g_workspace_limit));
+  return dw;
+#else
+  throw_no_cuda("conv2d_backward_weight");
+#endif
+}
+
+Tensor conv2d_backward_bias(const Tensor& grad_output) {
+  FRUGAL_CHECK_SHAPE(grad_output.defined() && grad_output.dim() == 4,
+                     "conv2d_backward_bias: expects a 4-D gradient [N, C_out, OH, OW], got ",
+                     grad_output.defined() ? shape_str(grad_output.shape()) : std::string("undefined"));
+  return sum(grad_output, {0, 2, 3});
+}
+
+}  // namespace frugal
