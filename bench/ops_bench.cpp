@@ -4,16 +4,23 @@
 //               register_blocked vs cublas
 //   relu_16M    relu of 16M f32 elements, GB/s read + written
 //   sum_16M     sum of 16M f32 elements, GB/s read
+//   cross_entropy_4096x1000   fused cross-entropy forward + backward of f32 logits, GB/s of logits read
+//   max_pool_3x3s2   max pool 3x3 stride 2 of [32, 64, 112, 112] f32, GB/s read + written
 //   conv3x3_64ch_56x56, depthwise3x3_144ch_56x56   convolutions, GFLOP/s and GB/s   CPU: native;
 //               GPU: native vs cudnn, and the depthwise kernel's fraction of DRAM bandwidth
+//   batch_norm   training forward of [32, 96, 56, 56] f32, GB/s of x read twice + y written   CPU: frugal;
+//               GPU: native vs cudnn
 // Targets (docs/benchmarks.md): blocked >= 0.5x openblas on 2 threads; the best hand-written CUDA
 // kernel (register_blocked) >= 0.6x cublas.
 #include "bench/bench.h"
 #include "core/cuda_status.h"
 #include "core/random.h"
+#include "kernels/batch_norm.h"
 #include "kernels/conv.h"
 #include "kernels/elementwise.h"
 #include "kernels/gemm.h"
+#include "kernels/loss.h"
+#include "kernels/pool.h"
 #include "kernels/reduce.h"
 
 namespace frugal::bench {
@@ -67,6 +74,24 @@ void memory_cases(const Options& options, const Sizes& sizes, std::vector<Result
   results.push_back({"sum_" + suffix, "frugal", bytes / seconds(options, sizes, [&] { sum(x); }) / 1e9, "GB/s", true});
 }
 
+// Fused cross-entropy, forward then backward, on ImageNet-sized logits (4096 rows of 1000 classes,
+// f32): GB/s of logits read, counting one read per direction (the backward reads them twice and
+// writes the gradient, so the memory traffic is higher than reported). On a GPU each direction
+// also waits once for its bad-target flag (kernels/cuda/loss.cu).
+void softmax_cases(const Options& options, const Sizes& sizes, std::vector<Result>& results) {
+  const std::int64_t rows = options.quick ? 64 : 4096, classes = options.quick ? 100 : 1000;
+  const TensorOptions on{.device = options.device};
+  const Tensor logits = uniform({rows, classes}, -4.0, 4.0, on);
+  const Tensor targets = randint(0, classes, {rows}, {.dtype = DType::i64, .device = options.device});
+  const Tensor grad = ones({}, on);
+  const double bytes = 2.0 * static_cast<double>(rows * classes) * sizeof(float);
+  const double s = seconds(options, sizes, [&] {
+    cross_entropy(logits, targets);
+    cross_entropy_backward(grad, logits, targets);
+  });
+  results.push_back({"cross_entropy_" + std::to_string(rows) + "x" + std::to_string(classes), "frugal", bytes / s / 1e9, "GB/s", true});
+}
+
 // The convolutions that dominate MobileNetV2 and ResNet: a dense 3x3 (compute-bound, GFLOP/s) and a
 // depthwise 3x3 (memory-bound, GB/s of input read + output written), by each implementation of the
 // device. On a GPU the depthwise case also reports the native kernel's fraction of the device's
@@ -108,6 +133,39 @@ void conv_cases(const Options& options, const Sizes& sizes, std::vector<Result>&
   }
 }
 
+// ResNet's stem pooling: max pool 3x3, stride 2, padding 1 over [32, 64, 112, 112] f32, GB/s of
+// input read + output written (the i64 indices it also writes, twice the output's bytes, are not counted).
+void pool_cases(const Options& options, const Sizes& sizes, std::vector<Result>& results) {
+  const Shape shape = options.quick ? Shape{2, 4, 16, 16} : Shape{32, 64, 112, 112};
+  const Tensor x = uniform(shape, -1.0, 1.0, {.device = options.device});
+  const Pool2dOptions stem{.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}};
+  const double bytes = static_cast<double>(x.nbytes() + max_pool2d(x, stem).output.nbytes());
+  const double s = seconds(options, sizes, [&] { max_pool2d(x, stem); });
+  results.push_back({"max_pool_3x3s2", "frugal", bytes / s / 1e9, "GB/s", true});
+}
+
+// Batch norm's training forward, as a MobileNetV2 block runs it (f32, running statistics tracked):
+// GB/s counting x read twice (statistics, then normalisation) and y written once, by each
+// implementation of the device.
+void batch_norm_cases(const Options& options, const Sizes& sizes, std::vector<Result>& results) {
+  const Shape shape = options.quick ? Shape{2, 3, 5, 5} : Shape{32, 96, 56, 56};
+  const TensorOptions on{.device = options.device};
+  const Tensor x = uniform(shape, -1.0, 1.0, on), weight = ones({shape[1]}, on), bias = zeros({shape[1]}, on);
+  const Tensor running_mean = zeros({shape[1]}, on), running_var = ones({shape[1]}, on);
+  const double bytes = 3.0 * static_cast<double>(x.numel()) * sizeof(float);
+  const BatchNormImpl previous = batch_norm_impl();  // the CUDA choice; the CPU has one implementation
+  const std::vector<std::pair<BatchNormImpl, const char*>> impls =
+      options.device.is_cuda()
+          ? std::vector<std::pair<BatchNormImpl, const char*>>{{BatchNormImpl::native, "native"}, {BatchNormImpl::cudnn, "cudnn"}}
+          : std::vector<std::pair<BatchNormImpl, const char*>>{{previous, "frugal"}};
+  for (const auto& [impl, label] : impls) {
+    set_batch_norm_impl(impl);
+    const double s = seconds(options, sizes, [&] { batch_norm_train(x, weight, bias, running_mean, running_var, 0.1, 1e-5); });
+    results.push_back({"batch_norm", label, bytes / s / 1e9, "GB/s", true});
+  }
+  set_batch_norm_impl(previous);
+}
+
 }  // namespace
 
 std::vector<Result> ops_benchmark(const Options& options) {
@@ -115,7 +173,10 @@ std::vector<Result> ops_benchmark(const Options& options) {
   std::vector<Result> results;
   gemm_cases(options, sizes, results);
   memory_cases(options, sizes, results);
+  softmax_cases(options, sizes, results);
   conv_cases(options, sizes, results);
+  pool_cases(options, sizes, results);
+  batch_norm_cases(options, sizes, results);
   return results;
 }
 

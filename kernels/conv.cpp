@@ -8,6 +8,7 @@
 // kernels of kernels/conv_backends.h.
 #include "kernels/conv.h"
 
+#include <cstdlib>
 #include <limits>
 
 #include "kernels/conv_backends.h"
@@ -28,20 +29,43 @@ ConvImpl parse_conv_impl(std::string_view name) {
 }
 
 namespace {
-std::array<ConvImpl, 2> g_impl = {ConvImpl::native, ConvImpl::cudnn};  // by DeviceType
-std::size_t g_workspace_limit = std::numeric_limits<std::size_t>::max();
+// The CUDA default, cudnn, or FRUGAL_CONV_IMPL=native|cudnn for the whole run (a bad value is an
+// error at the first convolution, not a silent default).
+ConvImpl cuda_default() {
+  const char* name = std::getenv("FRUGAL_CONV_IMPL");
+  return name ? parse_conv_impl(name) : ConvImpl::cudnn;
+}
+// Unlimited, or FRUGAL_CONV_WORKSPACE_MB for the whole run.
+std::size_t default_workspace_limit() {
+  const char* mib = std::getenv("FRUGAL_CONV_WORKSPACE_MB");
+  if (!mib) return std::numeric_limits<std::size_t>::max();
+  char* end = nullptr;
+  const unsigned long long value = std::strtoull(mib, &end, 10);
+  FRUGAL_CHECK_VALUE(end != mib && *end == '\0', "FRUGAL_CONV_WORKSPACE_MB='", mib, "' is not a whole number of MiB");
+  return static_cast<std::size_t>(value) << 20;
+}
+// Function-local statics, so the environment is read at the first convolution (where a bad value
+// can be thrown to a caller) rather than during static initialisation.
+std::array<ConvImpl, 2>& impls() {  // by DeviceType
+  static std::array<ConvImpl, 2> impl = {ConvImpl::native, cuda_default()};
+  return impl;
+}
+std::size_t& workspace_limit() {
+  static std::size_t limit = default_workspace_limit();
+  return limit;
+}
 thread_local ConvDecision t_last_decision;
 }  // namespace
 
 void set_conv_impl(DeviceType device, ConvImpl impl) {
   FRUGAL_CHECK_VALUE(device == DeviceType::CUDA || impl == ConvImpl::native,
                      "set_conv_impl: the CPU has the native convolution only");
-  g_impl[static_cast<int>(device)] = impl;
+  impls()[static_cast<int>(device)] = impl;
 }
 
-ConvImpl conv_impl(DeviceType device) { return g_impl[static_cast<int>(device)]; }
-void set_conv_workspace_limit(std::size_t bytes) { g_workspace_limit = bytes; }
-std::size_t conv_workspace_limit() { return g_workspace_limit; }
+ConvImpl conv_impl(DeviceType device) { return impls()[static_cast<int>(device)]; }
+void set_conv_workspace_limit(std::size_t bytes) { workspace_limit() = bytes; }
+std::size_t conv_workspace_limit() { return workspace_limit(); }
 const ConvDecision& last_conv2d_decision() { return t_last_decision; }
 
 namespace {
@@ -239,7 +263,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
     return y;
   }
 #if FRUGAL_WITH_CUDA
-  record(cuda::cudnn_conv2d_forward(xc, wc, y, options, g_workspace_limit));
+  record(cuda::cudnn_conv2d_forward(xc, wc, y, options, workspace_limit()));
   if (bias.defined()) add_(y, bias_view(bc, p));
   return y;
 #else
@@ -260,7 +284,7 @@ Tensor conv2d_backward_input(const Tensor& grad_output, const Tensor& weight, co
     return dx;
   }
 #if FRUGAL_WITH_CUDA
-  record(cuda::cudnn_conv2d_backward_input(dy, wc, dx, options, g_workspace_limit));
+  record(cuda::cudnn_conv2d_backward_input(dy, wc, dx, options, workspace_limit()));
   return dx;
 #else
   throw_no_cuda("conv2d_backward_input");
@@ -279,7 +303,7 @@ Tensor conv2d_backward_weight(const Tensor& grad_output, const Tensor& x, const 
     return dw;
   }
 #if FRUGAL_WITH_CUDA
-  record(cuda::cudnn_conv2d_backward_weight(dy, xc, dw, options, g_workspace_limit));
+  record(cuda::cudnn_conv2d_backward_weight(dy, xc, dw, options, workspace_limit()));
   return dw;
 #else
   throw_no_cuda("conv2d_backward_weight");

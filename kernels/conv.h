@@ -37,12 +37,14 @@ ConvImpl parse_conv_impl(std::string_view name);  // ValueError on anything else
 
 // The implementation used for `device`'s convolutions: cudnn on CUDA by default (a library path is
 // the default until a hand-written kernel has been measured to beat it on a GPU), native on the
-// CPU. Setting cudnn for the CPU is a ValueError.
+// CPU. The environment variable FRUGAL_CONV_IMPL=native|cudnn sets the CUDA choice for a whole run.
+// Setting cudnn for the CPU is a ValueError.
 void set_conv_impl(DeviceType device, ConvImpl impl);
 ConvImpl conv_impl(DeviceType device);
 
 // The most workspace (bytes) cuDNN may use for one call; algorithms that need more are skipped.
-// Unlimited by default, as in PyTorch; 0 forces the algorithms that need none (usually slower).
+// Unlimited by default, as in PyTorch, or FRUGAL_CONV_WORKSPACE_MB for a whole run; 0 forces the
+// algorithms that need none (usually slower).
 void set_conv_workspace_limit(std::size_t bytes);
 std::size_t conv_workspace_limit();
 

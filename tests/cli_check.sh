@@ -115,6 +115,26 @@ assert set(ratios) == {"caching-expandable", "pytorch-rules"}, ratios
 assert all(r["unit"] == "ratio" and r["value"] >= 1.0 for r in ratios.values()), ratios
 PY
     ;;
+  bench_ops_json)
+    expect_exit 0 "$frugal" bench ops --json --quick --device cpu
+    python3 - "$out" <<'PY' || fail "bench ops --json is not as expected: $out"
+import json, sys
+report = json.loads(sys.argv[1])
+assert report["bench"] == "ops" and report["device"] == "cpu"
+impls = {}
+for r in report["results"]:
+    assert set(r) == {"case", "impl", "value", "unit", "higher_is_better"}, r
+    assert r["value"] > 0, r
+    impls.setdefault(r["case"].split("_")[0], set()).add(r["impl"])
+assert impls["gemm"] == {"blocked", "openblas"}, impls
+for family in ("relu", "sum", "conv3x3", "depthwise3x3", "cross", "max", "batch"):
+    assert family in impls, (family, impls)
+assert impls["conv3x3"] == {"native"} and impls["depthwise3x3"] == {"native"}, impls
+PY
+    # The CUDA convolution choice for a run: a bad value is a one-line error, not a silent default.
+    expect_exit 2 env FRUGAL_CONV_IMPL=winograd "$frugal" bench ops --quick --device cpu
+    grep -q "unknown convolution implementation 'winograd'" <<<"$err" || fail "bad FRUGAL_CONV_IMPL not named: $err"
+    ;;
   *) fail "unknown check $check" ;;
 esac
 echo "ok: $check"

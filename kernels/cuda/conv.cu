@@ -3,11 +3,12 @@
 //   im2col, col2im and the depthwise forward / input gradient: one thread per element written
 //   (gathers, so no atomics and a fixed summation order);
 //   depthwise weight gradient: one block per (output channel, tap), whose threads share out the
-//   batch's pixels and combine their sums with warp shuffles, then through shared memory. Simple
+//   batch's pixels and combine their sums with kernels/cuda/block_reduce.cuh. Simple
 //   rather than fastest: each block rereads the gradient plane once per tap.
 // Built by nvcc for the GPU and by the host compiler for the emulator (core/cuda/kernel_support.h).
 #include "core/convert.h"
 #include "core/cuda/kernel_support.h"
+#include "kernels/cuda/block_reduce.cuh"
 #include "kernels/conv_backends.h"
 #include "kernels/visit_floating.h"
 
@@ -15,7 +16,6 @@ namespace frugal::FRUGAL_CUDA_NAMESPACE {
 
 namespace {
 constexpr int kWarps = kGridBlockThreads / 32;
-constexpr unsigned kFullWarp = 0xffffffffu;
 
 template <typename T>
 __global__ void im2col_kernel(ConvGeometry g, const T* x, T* col) {
@@ -57,36 +57,29 @@ __global__ void depthwise_backward_input_kernel(ConvGeometry g, std::int64_t bat
   }
 }
 
-// The sum of every thread's `value`, valid in thread 0. per_warp: shared memory for kWarps values.
+// A plain sum as a block_reduce accumulator (kernels/cuda/block_reduce.cuh).
 template <typename C>
-__device__ C block_sum(C value, C* per_warp) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  for (int delta = 16; delta > 0; delta /= 2) value += __shfl_down_sync(kFullWarp, value, delta);
-  if (lane == 0) per_warp[warp] = value;
-  __syncthreads();
-  if (warp == 0) {
-    value = lane < kWarps ? per_warp[lane] : C(0);
-    for (int delta = 16; delta > 0; delta /= 2) value += __shfl_down_sync(kFullWarp, value, delta);
-  }
-  return value;
-}
+struct Sum {
+  C value = 0;
+  __device__ void merge(const Sum& other) { value += other.value; }
+};
 
 // Block b computes grad_weight[b]: output channel b / taps, tap b % taps.
 template <typename T, typename C>
 __global__ void depthwise_backward_weight_kernel(ConvGeometry g, std::int64_t batch, std::int64_t multiplier,
                                                  const T* grad_y, const T* x, T* grad_weight) {
   FRUGAL_DYNAMIC_SHARED(unsigned char, raw);
-  C* per_warp = reinterpret_cast<C*>(raw);
+  Sum<C>* per_warp = reinterpret_cast<Sum<C>*>(raw);
   const std::int64_t oc = blockIdx.x / g.taps(), kh = blockIdx.x % g.taps() / g.kernel_w, kw = blockIdx.x % g.kernel_w;
   const std::int64_t out_channels = g.channels * multiplier;
-  C total = 0;
+  Sum<C> total;
   for (std::int64_t i = threadIdx.x; i < batch * g.out_plane(); i += blockDim.x) {
     const std::int64_t sample = i / g.out_plane();
-    total += depthwise_weight_term<C>(g, x + (sample * g.channels + oc / multiplier) * g.plane(),
-                                      grad_y + (sample * out_channels + oc) * g.out_plane(), kh, kw, i % g.out_plane());
+    total.value += depthwise_weight_term<C>(g, x + (sample * g.channels + oc / multiplier) * g.plane(),
+                                            grad_y + (sample * out_channels + oc) * g.out_plane(), kh, kw, i % g.out_plane());
   }
-  total = block_sum(total, per_warp);
-  if (threadIdx.x == 0) grad_weight[blockIdx.x] = convert<T>(total);
+  total = block_reduce(total, per_warp);
+  if (threadIdx.x == 0) grad_weight[blockIdx.x] = convert<T>(total.value);
 }
 
 }  // namespace
@@ -132,7 +125,7 @@ void depthwise_backward_weight(DType dtype, const ConvGeometry& g, std::int64_t 
                                const void* grad_y, const void* x, void* grad_weight) {
   const std::int64_t blocks = g.channels * multiplier * g.taps();  // one per weight element
   visit_floating(dtype, "conv2d_backward_weight", [&]<typename T, typename C>() {
-    FRUGAL_LAUNCH(static_cast<int>(blocks), kGridBlockThreads, kWarps * sizeof(C), nullptr,
+    FRUGAL_LAUNCH(static_cast<int>(blocks), kGridBlockThreads, kWarps * sizeof(Sum<C>), nullptr,
                   depthwise_backward_weight_kernel<T, C>)(g, batch, multiplier, static_cast<const T*>(grad_y),
                                                           static_cast<const T*>(x), static_cast<T*>(grad_weight));
   });

@@ -1,13 +1,14 @@
 // CUDA reductions (kernels/reduce_backends.h), the same name as the CPU one. One block per output
 // element: each thread folds a strided share of the inputs into an accumulator of
-// kernels/reduce_ops.h, then the block combines them as a tree, first within each warp with
-// shuffles (no shared memory, no barrier), then across warps through shared memory.
+// kernels/reduce_ops.h, then the block combines them with block_reduce (kernels/cuda/block_reduce.cuh):
+// within each warp by shuffles, then across warps through shared memory.
 // Built by nvcc for the GPU and by the host compiler for the emulator (core/cuda/kernel_support.h).
 #include <algorithm>
 #include <type_traits>
 
 #include "core/convert.h"
 #include "core/cuda/kernel_support.h"
+#include "kernels/cuda/block_reduce.cuh"
 #include "kernels/visit_floating.h"
 #include "kernels/reduce_backends.h"
 
@@ -17,32 +18,6 @@ namespace {
 constexpr int kThreadsPerBlock = 256;  // 8 warps per output: enough to hide memory latency
 constexpr int kWarps = kThreadsPerBlock / 32;
 constexpr std::int64_t kMaxBlocks = 65535;  // more outputs than this: blocks loop over them
-constexpr unsigned kFullWarp = 0xffffffffu;
-
-// Every field of an accumulator moved down the warp by `delta` lanes.
-__device__ SumAccumulator shuffle_down(SumAccumulator a, int delta) {
-  a.sum = __shfl_down_sync(kFullWarp, a.sum, delta);
-  a.compensation = __shfl_down_sync(kFullWarp, a.compensation, delta);
-  return a;
-}
-__device__ Welford shuffle_down(Welford a, int delta) {
-  a.count = __shfl_down_sync(kFullWarp, a.count, delta);
-  a.mean = __shfl_down_sync(kFullWarp, a.mean, delta);
-  a.m2 = __shfl_down_sync(kFullWarp, a.m2, delta);
-  return a;
-}
-__device__ MaxAccumulator shuffle_down(MaxAccumulator a, int delta) {
-  a.value = __shfl_down_sync(kFullWarp, a.value, delta);
-  a.index = __shfl_down_sync(kFullWarp, a.index, delta);
-  return a;
-}
-
-// After the tree, lane 0 holds the warp's result (the other lanes hold partial junk, never read).
-template <typename Acc>
-__device__ Acc warp_reduce(Acc acc) {
-  for (int delta = 16; delta > 0; delta /= 2) acc.merge(shuffle_down(acc, delta));
-  return acc;
-}
 
 template <typename Acc>
 __device__ void add_element(Acc& acc, double v, std::int64_t r) {
@@ -55,29 +30,21 @@ __global__ void reduce_kernel(Reduction op, const T* x, StridedLayout x_layout, 
                               std::int64_t correction, T* out, std::int64_t* indices) {
   FRUGAL_DYNAMIC_SHARED(unsigned char, raw);  // one accumulator per warp
   Acc* per_warp = reinterpret_cast<Acc*>(raw);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   for (std::int64_t o = blockIdx.x; o < outer; o += gridDim.x) {
     Acc acc;
     for (std::int64_t r = threadIdx.x; r < inner; r += blockDim.x)
       add_element(acc, convert<double>(x[strided_offset(x_layout, o * inner + r)]), r);
-    acc = warp_reduce(acc);
-    if (lane == 0) per_warp[warp] = acc;
-    __syncthreads();
-    if (warp == 0) {
-      acc = lane < kWarps ? per_warp[lane] : Acc();
-      acc = warp_reduce(acc);
-      if (lane == 0) {
-        double value = 0.0;
-        if constexpr (std::is_same_v<Acc, SumAccumulator>) value = op == Reduction::mean ? acc.sum / static_cast<double>(inner) : acc.sum;
-        if constexpr (std::is_same_v<Acc, Welford>) value = acc.variance(correction);
-        if constexpr (std::is_same_v<Acc, MaxAccumulator>) {
-          value = acc.value;
-          if (indices) indices[o] = acc.index;
-        }
-        out[o] = convert<T>(value);
+    acc = block_reduce(acc, per_warp);
+    if (threadIdx.x == 0) {
+      double value = 0.0;
+      if constexpr (std::is_same_v<Acc, SumAccumulator>) value = op == Reduction::mean ? acc.sum / static_cast<double>(inner) : acc.sum;
+      if constexpr (std::is_same_v<Acc, Welford>) value = acc.variance(correction);
+      if constexpr (std::is_same_v<Acc, MaxAccumulator>) {
+        value = acc.value;
+        if (indices) indices[o] = acc.index;
       }
+      out[o] = convert<T>(value);
     }
-    __syncthreads();  // per_warp is reused by the next output
   }
 }
 

@@ -1,0 +1,266 @@
+// Batch norm (see batch_norm.h): checks, the operands every backend takes (contiguous data,
+// per-channel tensors in the statistics dtype), and the one switch on the device, where CUDA picks
+// between frugal's kernels and cuDNN.
+#include "kernels/batch_norm.h"
+
+#include "kernels/batch_norm_backends.h"
+#include "kernels/dispatch.h"
+#include "kernels/elementwise.h"
+
+namespace frugal {
+
+namespace {
+BatchNormImpl g_impl = BatchNormImpl::cudnn;
+}
+
+std::string_view batch_norm_impl_name(BatchNormImpl impl) {
+  switch (impl) {
+    case BatchNormImpl::native: return "native";
+    case BatchNormImpl::cudnn: return "cudnn";
+  }
+  return "?";
+}
+
+void set_batch_norm_impl(BatchNormImpl impl) { g_impl = impl; }
+
+BatchNormImpl batch_norm_impl() { return g_impl; }
+
+namespace {
+
+DType statistics_dtype(DType x) { return x == DType::f64 ? DType::f64 : DType::f32; }
+
+BatchNormShape check_input(const Tensor& x, const char* op) {
+  FRUGAL_CHECK_VALUE(x.defined(), op, ": the input is undefined");
+  FRUGAL_CHECK_DTYPE(is_floating(x.dtype()), op, ": needs a floating input, got ", x.dtype());
+  FRUGAL_CHECK_SHAPE(x.dim() >= 2, op, ": expects an input of shape [N, C] or [N, C, *], got ", shape_str(x.shape()));
+  BatchNormShape shape{x.size(0), x.size(1), 1};
+  for (std::int64_t d = 2; d < x.dim(); ++d) shape.spatial *= x.size(d);
+  return shape;
+}
+
+// A per-channel tensor (undefined is fine): [C], on x's device, in x's dtype or f32 for 16-bit x.
+void check_per_channel(const Tensor& t, const Tensor& x, const char* what, const char* op) {
+  if (!t.defined()) return;
+  FRUGAL_CHECK_SHAPE(t.dim() == 1 && t.size(0) == x.size(1), op, ": ", what, " of shape ", shape_str(t.shape()),
+                     " does not match the ", x.size(1), " channels of an input of shape ", shape_str(x.shape()));
+  check_same_device(t, x, op);
+  const bool mixed = (x.dtype() == DType::f16 || x.dtype() == DType::bf16) && t.dtype() == DType::f32;
+  FRUGAL_CHECK_DTYPE(t.dtype() == x.dtype() || mixed, op, ": ", what, " is ", t.dtype(), " but the input is ", x.dtype(),
+                     " (per-channel tensors share the input's dtype, or are f32 for f16/bf16 input)");
+}
+
+void check_pair(const Tensor& a, const Tensor& b, const Tensor& x, const char* what_a, const char* what_b, const char* op) {
+  FRUGAL_CHECK_VALUE(a.defined() == b.defined(), op, ": pass both ", what_a, " and ", what_b, " or neither");
+  check_per_channel(a, x, what_a, op);
+  check_per_channel(b, x, what_b, op);
+}
+
+// A per-channel tensor as the kernels read it: contiguous in the statistics dtype. No copy for the
+// usual case (f32 parameters of an f32 or mixed-precision model); undefined stays undefined.
+Tensor as_statistics(const Tensor& t, DType stats) { return t.defined() ? t.to(stats).contiguous() : t; }
+
+// After a kernel updated `work` (from as_statistics(running)): the running statistic holds the
+// new values and its version moved on, whether the kernel wrote it directly or through a copy.
+void write_back(const Tensor& running, const Tensor& work) {
+  if (!running.defined()) return;
+  if (work.is_same(running))
+    running.storage()->bump_version();
+  else
+    Tensor(running).copy_(work);  // copy_ bumps the version
+}
+
+void* ptr(const Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }  // null for an absent operand
+
+// What both forwards start from.
+struct Forward {
+  BatchNormShape shape;
+  DType stats;
+  Tensor x;              // contiguous
+  Tensor weight, bias;   // statistics dtype, or undefined
+  Tensor output;         // contiguous, x's shape and dtype
+};
+
+Forward prepare_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, const char* op) {
+  Forward f;
+  f.shape = check_input(x, op);
+  check_pair(weight, bias, x, "weight", "bias", op);
+  FRUGAL_CHECK_VALUE(eps >= 0.0, op, ": eps must be >= 0, got ", eps);
+  f.stats = statistics_dtype(x.dtype());
+  f.x = x.contiguous();
+  f.weight = as_statistics(weight, f.stats);
+  f.bias = as_statistics(bias, f.stats);
+  f.output = empty(x.shape(), {.dtype = x.dtype(), .device = x.device()});
+  return f;
+}
+
+// x's [N, C, S], after checking the backward's operands against it.
+BatchNormShape check_backward(const Tensor& grad_output, const Tensor& x, const Tensor& weight, const Tensor& save_mean,
+                              const Tensor& save_invstd, const Tensor& fused_output, const char* op) {
+  const BatchNormShape shape = check_input(x, op);
+  FRUGAL_CHECK_VALUE(grad_output.defined() && save_mean.defined() && save_invstd.defined(), op,
+                     ": grad_output, save_mean and save_invstd must be defined");
+  for (const Tensor& t : {grad_output, fused_output}) {
+    if (!t.defined()) continue;  // fused_output is optional
+    check_same_shape(t, x, op);
+    check_same_dtype(t, x, op);
+    check_same_device(t, x, op);
+  }
+  check_per_channel(weight, x, "weight", op);
+  check_per_channel(save_mean, x, "save_mean", op);
+  check_per_channel(save_invstd, x, "save_invstd", op);
+  return shape;
+}
+
+#if FRUGAL_WITH_CUDA
+// cuDNN always scales and shifts: ones and zeros stand in for an absent weight and bias, shaped and
+// typed like the per-channel tensor `like`.
+Tensor or_filled(const Tensor& t, double value, const Tensor& like) {
+  return t.defined() ? t : full(like.shape(), value, {.dtype = like.dtype(), .device = like.device()});
+}
+#endif
+
+}  // namespace
+
+BatchNormOutput batch_norm_train(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                                 const Tensor& running_var, double momentum, double eps, bool fuse_relu6) {
+  const char* op = "batch_norm_train";
+  const Forward f = prepare_forward(x, weight, bias, eps, op);
+  check_pair(running_mean, running_var, x, "running_mean", "running_var", op);
+  FRUGAL_CHECK_VALUE(f.shape.per_channel() > 1, op,
+                     ": expected more than 1 value per channel when training, got input of shape ", shape_str(x.shape()));
+  const TensorOptions per_channel{.dtype = f.stats, .device = x.device()};
+  BatchNormOutput out{f.output, empty({f.shape.channels}, per_channel), empty({f.shape.channels}, per_channel)};
+  const Tensor mean_work = as_statistics(running_mean, f.stats), var_work = as_statistics(running_var, f.stats);
+  const DType dtype = x.dtype();
+  switch (x.device().type()) {
+    case DeviceType::CPU:
+      cpu::batch_norm_statistics(dtype, f.x.data_ptr(), f.shape, momentum, eps, out.save_mean.data_ptr(),
+                                 out.save_invstd.data_ptr(), ptr(mean_work), ptr(var_work));
+      cpu::batch_norm_normalize(dtype, f.x.data_ptr(), f.shape, out.save_mean.data_ptr(), out.save_invstd.data_ptr(),
+                                ptr(f.weight), ptr(f.bias), fuse_relu6, out.output.data_ptr());
+      break;
+    case DeviceType::CUDA:
+#if FRUGAL_WITH_CUDA
+      if (g_impl == BatchNormImpl::cudnn) {
+        cuda::cudnn_batch_norm_train(dtype, f.x.data_ptr(), f.shape, or_filled(f.weight, 1.0, out.save_mean).data_ptr(),
+                                     or_filled(f.bias, 0.0, out.save_mean).data_ptr(), momentum, eps,
+                                     ptr(mean_work), ptr(var_work), out.output.data_ptr(),
+                                     out.save_mean.data_ptr(), out.save_invstd.data_ptr());
+        if (fuse_relu6) relu6_(out.output);  // the legacy cuDNN API cannot fuse ReLU6: frugal's clamp, a second pass
+      } else {
+        cuda::batch_norm_statistics(dtype, f.x.data_ptr(), f.shape, momentum, eps, out.save_mean.data_ptr(),
+                                    out.save_invstd.data_ptr(), ptr(mean_work), ptr(var_work));
+        cuda::batch_norm_normalize(dtype, f.x.data_ptr(), f.shape, out.save_mean.data_ptr(), out.save_invstd.data_ptr(),
+                                   ptr(f.weight), ptr(f.bias), fuse_relu6, out.output.data_ptr());
+      }
+      break;
+#else
+      throw_no_cuda(op);
+#endif
+  }
+  write_back(running_mean, mean_work);
+  write_back(running_var, var_work);
+  return out;
+}
+
+Tensor batch_norm_invstd(const Tensor& running_var, double eps) {
+  FRUGAL_CHECK_VALUE(running_var.defined(), "batch_norm_invstd: running_var is undefined");
+  FRUGAL_CHECK_DTYPE(is_floating(running_var.dtype()), "batch_norm_invstd: needs a floating running_var, got ",
+                     running_var.dtype());
+  return rsqrt(add(running_var.to(statistics_dtype(running_var.dtype())), eps));
+}
+
+Tensor batch_norm_eval(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                       const Tensor& running_var, double eps, bool fuse_relu6) {
+  const char* op = "batch_norm_eval";
+  Forward f = prepare_forward(x, weight, bias, eps, op);
+  FRUGAL_CHECK_VALUE(running_mean.defined() && running_var.defined(), op,
+                     ": eval mode normalises with the running statistics; both must be defined");
+  check_pair(running_mean, running_var, x, "running_mean", "running_var", op);
+  if (x.numel() == 0) return f.output;
+  const Tensor mean = as_statistics(running_mean, f.stats);
+  const DType dtype = x.dtype();
+  switch (x.device().type()) {
+    case DeviceType::CPU:
+      cpu::batch_norm_normalize(dtype, f.x.data_ptr(), f.shape, mean.data_ptr(),
+                                batch_norm_invstd(running_var, eps).data_ptr(), ptr(f.weight), ptr(f.bias), fuse_relu6,
+                                f.output.data_ptr());
+      break;
+    case DeviceType::CUDA:
+#if FRUGAL_WITH_CUDA
+      if (g_impl == BatchNormImpl::cudnn) {
+        cuda::cudnn_batch_norm_eval(dtype, f.x.data_ptr(), f.shape, or_filled(f.weight, 1.0, mean).data_ptr(),
+                                    or_filled(f.bias, 0.0, mean).data_ptr(), mean.data_ptr(),
+                                    as_statistics(running_var, f.stats).data_ptr(), eps, f.output.data_ptr());
+        if (fuse_relu6) relu6_(f.output);  // as in training: cuDNN's legacy API has no ReLU6
+      } else {
+        cuda::batch_norm_normalize(dtype, f.x.data_ptr(), f.shape, mean.data_ptr(),
+                                   batch_norm_invstd(running_var, eps).data_ptr(), ptr(f.weight), ptr(f.bias), fuse_relu6,
+                                   f.output.data_ptr());
+      }
+      break;
+#else
+      throw_no_cuda(op);
+#endif
+  }
+  return f.output;
+}
+
+BatchNormGrads batch_norm_backward(const Tensor& grad_output, const Tensor& x, const Tensor& weight,
+                                   const Tensor& save_mean, const Tensor& save_invstd, bool training,
+                                   const Tensor& fused_output) {
+  const char* op = "batch_norm_backward";
+  const BatchNormShape shape = check_backward(grad_output, x, weight, save_mean, save_invstd, fused_output, op);
+  const DType dtype = x.dtype(), stats = statistics_dtype(dtype);
+  const Tensor xc = x.contiguous(), grad = grad_output.contiguous();
+  const Tensor fused = fused_output.defined() ? fused_output.contiguous() : fused_output;
+  const Tensor mean = as_statistics(save_mean, stats), invstd = as_statistics(save_invstd, stats);
+  const Tensor w = as_statistics(weight, stats);
+  const bool affine = weight.defined();
+  // sum(dy) and sum(dy * xhat): the bias's and weight's gradients, and the training-mode terms.
+  const bool sums = training || affine;
+  const TensorOptions per_channel{.dtype = stats, .device = x.device()};
+  const Tensor sum_dy = sums ? zeros({shape.channels}, per_channel) : Tensor();
+  const Tensor sum_dy_xhat = sums ? zeros({shape.channels}, per_channel) : Tensor();
+  BatchNormGrads grads{empty(x.shape(), {.dtype = dtype, .device = x.device()}), Tensor(), Tensor()};
+  if (x.numel() > 0) {
+    switch (x.device().type()) {
+      case DeviceType::CPU:
+        if (sums)
+          cpu::batch_norm_backward_sums(dtype, grad.data_ptr(), xc.data_ptr(), ptr(fused), shape, mean.data_ptr(),
+                                        invstd.data_ptr(), sum_dy.data_ptr(), sum_dy_xhat.data_ptr());
+        cpu::batch_norm_backward_input(dtype, grad.data_ptr(), xc.data_ptr(), ptr(fused), shape, mean.data_ptr(),
+                                       invstd.data_ptr(), ptr(w), ptr(sum_dy), ptr(sum_dy_xhat), training,
+                                       grads.input.data_ptr());
+        break;
+      case DeviceType::CUDA:
+#if FRUGAL_WITH_CUDA
+        if (g_impl == BatchNormImpl::cudnn && training) {
+          // The legacy cuDNN API has no ReLU6: the gradient goes back through it first, as its own op.
+          const Tensor gated = fused.defined() ? relu6_backward(grad, fused) : grad;
+          cuda::cudnn_batch_norm_backward(dtype, gated.data_ptr(), xc.data_ptr(), shape,
+                                          or_filled(w, 1.0, mean).data_ptr(), mean.data_ptr(),
+                                          invstd.data_ptr(), grads.input.data_ptr(), sum_dy_xhat.data_ptr(),
+                                          sum_dy.data_ptr());
+        } else {  // frugal's kernels, and for either impl in eval mode, which cuDNN's legacy API does not cover
+          if (sums)
+            cuda::batch_norm_backward_sums(dtype, grad.data_ptr(), xc.data_ptr(), ptr(fused), shape, mean.data_ptr(),
+                                           invstd.data_ptr(), sum_dy.data_ptr(), sum_dy_xhat.data_ptr());
+          cuda::batch_norm_backward_input(dtype, grad.data_ptr(), xc.data_ptr(), ptr(fused), shape, mean.data_ptr(),
+                                          invstd.data_ptr(), ptr(w), ptr(sum_dy), ptr(sum_dy_xhat), training,
+                                          grads.input.data_ptr());
+        }
+        break;
+#else
+        throw_no_cuda(op);
+#endif
+    }
+  }
+  if (affine) {
+    grads.weight = sum_dy_xhat.to(weight.dtype());
+    grads.bias = sum_dy.to(weight.dtype());
+  }
+  return grads;
+}
+
+}  // namespace frugal

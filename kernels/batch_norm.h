@@ -1,0 +1,60 @@
+// Batch normalisation with PyTorch's semantics (torch.nn.functional.batch_norm), its backward, and
+// an optional fused ReLU6 (MobileNetV2's conv-BN-ReLU6 blocks). Kernels: kernels/cpu/batch_norm.cpp,
+// kernels/cuda/batch_norm.cu (hand-written), kernels/cuda/cudnn_batch_norm.cpp (cuDNN).
+// Not here: the module that owns the parameters and chooses train or eval (nn/).
+//
+// Shapes: x [N, C] or [N, C, *] (images: [N, C, H, W]); statistics per channel over every other dim.
+// weight, bias [C], both or neither (affine); running_mean, running_var [C], both or neither
+// (track_running_stats). They share x's dtype, or are f32 for f16/bf16 x (mixed precision keeps BN
+// parameters in f32). Statistics accumulate in double; save_mean and save_invstd are f64 for f64
+// input and f32 otherwise. The output is contiguous; a strided x is read through a contiguous copy.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "core/tensor.h"
+
+namespace frugal {
+
+// The implementation on CUDA: cuDNN (the default, until a GPU measurement says the hand-written
+// kernels are as fast) or frugal's own kernels. The CPU has one implementation.
+enum class BatchNormImpl : std::uint8_t { native, cudnn };
+std::string_view batch_norm_impl_name(BatchNormImpl impl);
+void set_batch_norm_impl(BatchNormImpl impl);
+BatchNormImpl batch_norm_impl();
+
+struct BatchNormOutput {
+  Tensor output;                 // x's shape and dtype
+  Tensor save_mean, save_invstd;  // [C], for the backward: batch mean and 1 / sqrt(biased var + eps)
+};
+
+// Training mode: normalises with the batch's mean and biased variance, and updates the running
+// statistics in place (bumping their version): running = (1 - momentum) * running + momentum * batch,
+// with the unbiased variance for running_var. ValueError unless each channel has more than one value.
+// fuse_relu6 clamps the output to [0, 6] in the same pass.
+BatchNormOutput batch_norm_train(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                                 const Tensor& running_var, double momentum, double eps, bool fuse_relu6 = false);
+
+// Eval mode: normalises with the running statistics (both required).
+Tensor batch_norm_eval(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                       const Tensor& running_var, double eps, bool fuse_relu6 = false);
+
+// 1 / sqrt(running_var + eps) in the statistics dtype: the save_invstd of an eval-mode forward, for
+// batch_norm_backward(..., save_mean = running_mean, save_invstd = this, training = false).
+Tensor batch_norm_invstd(const Tensor& running_var, double eps);
+
+struct BatchNormGrads {
+  Tensor input;         // x's shape and dtype
+  Tensor weight, bias;  // weight's dtype; undefined when not affine (weight undefined)
+};
+
+// The gradients of either forward. training: the batch statistics depend on x (save_mean and
+// save_invstd from batch_norm_train); eval: they are constants (running_mean and batch_norm_invstd).
+// fused_output: the output of a forward run with fuse_relu6, whose ReLU6 the gradient goes back
+// through first (passing only where 0 < output < 6); undefined otherwise.
+BatchNormGrads batch_norm_backward(const Tensor& grad_output, const Tensor& x, const Tensor& weight,
+                                   const Tensor& save_mean, const Tensor& save_invstd, bool training,
+                                   const Tensor& fused_output = Tensor());
+
+}  // namespace frugal

@@ -1,0 +1,57 @@
+// The batch norm kernels each backend implements under one name: cpu::, cuda:: and cuda_emulated::,
+// plus cuDNN on the GPU. No CUDA types here.
+// Every backend sees the operands kernels/batch_norm.cpp prepares:
+//   x, y, grad, fused_output   the input's dtype, contiguous [N, C, S] (BatchNormShape)
+//   per-channel arrays [C]     the statistics dtype, contiguous: f64 for f64 input, else f32
+//                              (mean, invstd, weight, bias, running statistics, the two sums)
+// weight and bias are both null when not affine, the running statistics both null when not
+// tracked, fused_output null unless a ReLU6 was fused into the forward. The dispatcher calls no
+// kernel on an empty input.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "kernels/batch_norm_ops.h"
+
+namespace frugal {
+
+// statistics:      save_mean, save_invstd from the batch, and the running statistics updated
+// normalize:       y = (x - mean) * invstd * weight + bias, then ReLU6 when asked
+// backward_sums:   sum_dy = sum(dy), sum_dy_xhat = sum(dy * xhat) per channel (dy gated by the
+//                  fused ReLU6 when fused_output is set)
+// backward_input:  grad_input (training: with the batch statistics' terms; eval: without)
+#define FRUGAL_BATCH_NORM_KERNELS                                                                                     \
+  void batch_norm_statistics(DType dtype, const void* x, const BatchNormShape& shape, double momentum, double eps,    \
+                             void* save_mean, void* save_invstd, void* running_mean, void* running_var);             \
+  void batch_norm_normalize(DType dtype, const void* x, const BatchNormShape& shape, const void* mean,                \
+                            const void* invstd, const void* weight, const void* bias, bool relu6, void* y);          \
+  void batch_norm_backward_sums(DType dtype, const void* grad, const void* x, const void* fused_output,              \
+                                const BatchNormShape& shape, const void* mean, const void* invstd, void* sum_dy,     \
+                                void* sum_dy_xhat);                                                                  \
+  void batch_norm_backward_input(DType dtype, const void* grad, const void* x, const void* fused_output,             \
+                                 const BatchNormShape& shape, const void* mean, const void* invstd,                  \
+                                 const void* weight, const void* sum_dy, const void* sum_dy_xhat, bool training,     \
+                                 void* grad_input);
+
+namespace cpu { FRUGAL_BATCH_NORM_KERNELS }
+namespace cuda { FRUGAL_BATCH_NORM_KERNELS }           // the hand-written kernels (BatchNormImpl::native)
+namespace cuda_emulated { FRUGAL_BATCH_NORM_KERNELS }  // the same, in the emulator
+
+namespace cuda {
+// The library implementation (BatchNormImpl::cudnn, kernels/cuda/cudnn_batch_norm.cpp). cuDNN needs
+// weight and bias (the dispatcher passes ones and zeros when not affine) and cannot run in the
+// emulator, so it is declared apart. Backward: training mode only, on an already gated gradient.
+void cudnn_batch_norm_train(DType dtype, const void* x, const BatchNormShape& shape, const void* weight,
+                            const void* bias, double momentum, double eps, void* running_mean, void* running_var,
+                            void* y, void* save_mean, void* save_invstd);
+void cudnn_batch_norm_eval(DType dtype, const void* x, const BatchNormShape& shape, const void* weight, const void* bias,
+                           const void* running_mean, const void* running_var, double eps, void* y);
+void cudnn_batch_norm_backward(DType dtype, const void* grad, const void* x, const BatchNormShape& shape,
+                               const void* weight, const void* save_mean, const void* save_invstd, void* grad_input,
+                               void* grad_weight, void* grad_bias);
+}  // namespace cuda
+
+#undef FRUGAL_BATCH_NORM_KERNELS
+
+}  // namespace frugal

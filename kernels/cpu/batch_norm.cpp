@@ -1,0 +1,85 @@
+// CPU batch norm (kernels/batch_norm_backends.h): the readable reference. The per-channel passes
+// (statistics, backward sums) run in parallel over channels, each channel's elements folded in
+// order; the elementwise passes run in parallel over (n, c) planes. The arithmetic is
+// kernels/batch_norm_ops.h, the same as the CUDA kernels'.
+#include "core/convert.h"
+#include "kernels/batch_norm_backends.h"
+#include "kernels/visit_floating.h"
+
+namespace frugal::cpu {
+
+void batch_norm_statistics(DType dtype, const void* x, const BatchNormShape& shape, double momentum, double eps,
+                           void* save_mean, void* save_invstd, void* running_mean, void* running_var) {
+  visit_floating(dtype, "batch norm", [&]<typename T, typename C>() {
+    const T* in = static_cast<const T*>(x);
+#pragma omp parallel for schedule(static)
+    for (std::int64_t c = 0; c < shape.channels; ++c) {
+      Welford stats;
+      for (std::int64_t n = 0; n < shape.batch; ++n)
+        for (std::int64_t s = 0; s < shape.spatial; ++s) stats.add(convert<double>(in[shape.offset(n, c, s)]));
+      batch_norm::finish_statistics(stats, c, momentum, eps, static_cast<C*>(save_mean), static_cast<C*>(save_invstd),
+                                    static_cast<C*>(running_mean), static_cast<C*>(running_var));
+    }
+  });
+}
+
+void batch_norm_normalize(DType dtype, const void* x, const BatchNormShape& shape, const void* mean, const void* invstd,
+                          const void* weight, const void* bias, bool relu6, void* y) {
+  visit_floating(dtype, "batch norm", [&]<typename T, typename C>() {
+    const T* in = static_cast<const T*>(x);
+    T* out = static_cast<T*>(y);
+#pragma omp parallel for schedule(static)
+    for (std::int64_t plane = 0; plane < shape.batch * shape.channels; ++plane) {
+      const std::int64_t n = plane / shape.channels, c = plane % shape.channels;
+      const auto affine = batch_norm::channel_affine(static_cast<const C*>(mean), static_cast<const C*>(invstd),
+                                                     static_cast<const C*>(weight), static_cast<const C*>(bias), c);
+      for (std::int64_t s = 0; s < shape.spatial; ++s) {
+        const std::int64_t i = shape.offset(n, c, s);
+        out[i] = convert<T>(batch_norm::normalize(convert<C>(in[i]), affine, relu6));
+      }
+    }
+  });
+}
+
+void batch_norm_backward_sums(DType dtype, const void* grad, const void* x, const void* fused_output,
+                              const BatchNormShape& shape, const void* mean, const void* invstd, void* sum_dy,
+                              void* sum_dy_xhat) {
+  visit_floating(dtype, "batch norm", [&]<typename T, typename C>() {
+    const T *g = static_cast<const T*>(grad), *in = static_cast<const T*>(x), *fused = static_cast<const T*>(fused_output);
+    const C *m = static_cast<const C*>(mean), *is = static_cast<const C*>(invstd);
+#pragma omp parallel for schedule(static)
+    for (std::int64_t c = 0; c < shape.channels; ++c) {
+      batch_norm::GradSums sums;
+      for (std::int64_t n = 0; n < shape.batch; ++n)
+        for (std::int64_t s = 0; s < shape.spatial; ++s) {
+          const std::int64_t i = shape.offset(n, c, s);
+          sums.add(batch_norm::incoming_grad<C>(g, fused, i), batch_norm::xhat(convert<C>(in[i]), m[c], is[c]));
+        }
+      static_cast<C*>(sum_dy)[c] = static_cast<C>(sums.dy);
+      static_cast<C*>(sum_dy_xhat)[c] = static_cast<C>(sums.dy_xhat);
+    }
+  });
+}
+
+void batch_norm_backward_input(DType dtype, const void* grad, const void* x, const void* fused_output,
+                               const BatchNormShape& shape, const void* mean, const void* invstd, const void* weight,
+                               const void* sum_dy, const void* sum_dy_xhat, bool training, void* grad_input) {
+  visit_floating(dtype, "batch norm", [&]<typename T, typename C>() {
+    const T *g = static_cast<const T*>(grad), *in = static_cast<const T*>(x), *fused = static_cast<const T*>(fused_output);
+    T* out = static_cast<T*>(grad_input);
+#pragma omp parallel for schedule(static)
+    for (std::int64_t plane = 0; plane < shape.batch * shape.channels; ++plane) {
+      const std::int64_t n = plane / shape.channels, c = plane % shape.channels;
+      const auto coefficients = batch_norm::channel_backward(
+          static_cast<const C*>(mean), static_cast<const C*>(invstd), static_cast<const C*>(weight),
+          static_cast<const C*>(sum_dy), static_cast<const C*>(sum_dy_xhat), training, shape.per_channel(), c);
+      for (std::int64_t s = 0; s < shape.spatial; ++s) {
+        const std::int64_t i = shape.offset(n, c, s);
+        const C dy = batch_norm::incoming_grad<C>(g, fused, i);
+        out[i] = convert<T>(batch_norm::grad_input(dy, convert<C>(in[i]), coefficients));
+      }
+    }
+  });
+}
+
+}  // namespace frugal::cpu

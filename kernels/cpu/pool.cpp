@@ -1,0 +1,62 @@
+// CPU pooling (kernels/pool_backends.h), in parallel over the (n, c) planes. The forward computes
+// each output with the per-element functions of kernels/pool_ops.h, as the CUDA kernel does. The
+// backward is the plain reference the CUDA gather is checked against: each output scatters its
+// gradient into its window (max pooling: into the element it picked), adding in row-major output
+// order into a plane of the compute type, rounded once at the end.
+#include <vector>
+
+#include "kernels/pool_backends.h"
+#include "kernels/visit_floating.h"
+
+namespace frugal::cpu {
+
+void pool2d(PoolKind kind, DType dtype, const void* x, const ImageLayout& x_layout, const PoolGeometry& geometry, void* out,
+            std::int64_t* indices) {
+  visit_floating(dtype, "pooling", [&]<typename T, typename C>() {
+    const T* in = static_cast<const T*>(x);
+    T* result = static_cast<T*>(out);
+    const std::int64_t plane_size = geometry.h.out * geometry.w.out;
+#pragma omp parallel for schedule(static)
+    for (std::int64_t p = 0; p < geometry.planes; ++p) {
+      const T* plane = in + plane_offset(x_layout, p);
+      for (std::int64_t oh = 0; oh < geometry.h.out; ++oh)
+        for (std::int64_t ow = 0; ow < geometry.w.out; ++ow) {
+          const std::int64_t o = p * plane_size + oh * geometry.w.out + ow;
+          const PoolValue<C> v = pool_element<T, C>(kind, plane, x_layout, geometry, oh, ow);
+          result[o] = convert<T>(v.value);
+          if (indices) indices[o] = v.index;
+        }
+    }
+  });
+}
+
+void pool2d_backward(PoolKind kind, DType dtype, const void* grad_output, const std::int64_t* indices,
+                     const PoolGeometry& geometry, void* grad_input) {
+  visit_floating(dtype, "pooling", [&]<typename T, typename C>() {
+    const T* grad = static_cast<const T*>(grad_output);
+    T* result = static_cast<T*>(grad_input);
+    const std::int64_t in_size = geometry.h.in * geometry.w.in, out_size = geometry.h.out * geometry.w.out;
+#pragma omp parallel for schedule(static)
+    for (std::int64_t p = 0; p < geometry.planes; ++p) {
+      std::vector<C> sum(static_cast<std::size_t>(in_size), C(0));
+      for (std::int64_t oh = 0; oh < geometry.h.out; ++oh)
+        for (std::int64_t ow = 0; ow < geometry.w.out; ++ow) {
+          const std::int64_t o = p * out_size + oh * geometry.w.out + ow;
+          const C g = convert<C>(grad[o]);
+          if (kind == PoolKind::max) {
+            // -1 marks a window that saw no input; any other index outside the plane did not come
+            // from max_pool2d, and is skipped rather than written out of bounds.
+            if (indices[o] >= 0 && indices[o] < in_size) sum[indices[o]] += g;
+            continue;
+          }
+          const C share = g / static_cast<C>(pool_divisor(kind, geometry, oh, ow));
+          const Range rows = summed_range(kind, geometry.h, oh), cols = summed_range(kind, geometry.w, ow);
+          for (std::int64_t y = rows.begin; y < rows.end; ++y)
+            for (std::int64_t x = cols.begin; x < cols.end; ++x) sum[y * geometry.w.in + x] += share;
+        }
+      for (std::int64_t i = 0; i < in_size; ++i) result[p * in_size + i] = convert<T>(sum[i]);
+    }
+  });
+}
+
+}  // namespace frugal::cpu

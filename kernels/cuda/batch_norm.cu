@@ -1,0 +1,153 @@
+// CUDA batch norm (kernels/batch_norm_backends.h), the same names as the CPU's; BatchNormImpl::native.
+//   per-channel passes (statistics, backward sums): one block per channel. Each thread folds a
+//     strided share of the channel's N * S elements into an accumulator (Welford for the
+//     statistics, two sums for the backward), then the block combines them, first within each warp
+//     with shuffles, then across warps through shared memory (kernels/cuda/block_reduce.cuh), and
+//     thread 0 writes the channel's results.
+//   elementwise passes (normalise, input gradient): a 2-D grid, blockIdx.y a channel, the x
+//     dimension striding over that channel's elements, so each thread computes its channel's
+//     coefficients once.
+// The arithmetic is kernels/batch_norm_ops.h, the same as the CPU's. Built by nvcc for the GPU and
+// by the host compiler for the emulator (core/cuda/kernel_support.h).
+// Not here: a channels-last layout, or a split of one channel over several blocks
+// (which would keep more SMs busy when C is small; measure first).
+#include <algorithm>
+
+#include "core/convert.h"
+#include "core/cuda/kernel_support.h"
+#include "kernels/batch_norm_backends.h"
+#include "kernels/cuda/block_reduce.cuh"
+#include "kernels/visit_floating.h"
+
+namespace frugal::FRUGAL_CUDA_NAMESPACE {
+
+namespace {
+// One block per channel leaves SMs idle when C is small, so each block is as large as CUDA allows,
+// to keep the most loads in flight.
+constexpr int kReduceThreads = 1024;
+constexpr int kWarps = kReduceThreads / kWarpLanes;  // one accumulator each in shared memory
+constexpr int kElementwiseThreads = 256;  // 8 warps: enough resident work per SM for a memory-bound pass
+// Blocks along one channel for the elementwise passes: with the dozens of channels of a CNN layer
+// that is thousands of blocks, enough to fill any GPU; longer channels are strided over.
+constexpr std::int64_t kMaxBlocksPerChannel = 64;
+constexpr std::int64_t kMaxChannelBlocks = 65535;  // CUDA's limit on gridDim.y; more channels loop
+
+template <typename T, typename C>
+__global__ void statistics_kernel(const T* x, BatchNormShape shape, double momentum, double eps, C* save_mean,
+                                  C* save_invstd, C* running_mean, C* running_var) {
+  FRUGAL_DYNAMIC_SHARED(unsigned char, raw);
+  Welford* per_warp = reinterpret_cast<Welford*>(raw);
+  for (std::int64_t c = blockIdx.x; c < shape.channels; c += gridDim.x) {
+    Welford stats;
+    for (ChannelWalk w(shape, threadIdx.x, blockDim.x); w.n < shape.batch; w.advance())
+      stats.add(convert<double>(x[shape.offset(w.n, c, w.s)]));
+    stats = block_reduce(stats, per_warp);
+    if (threadIdx.x == 0)
+      batch_norm::finish_statistics(stats, c, momentum, eps, save_mean, save_invstd, running_mean, running_var);
+  }
+}
+
+template <typename T, typename C>
+__global__ void backward_sums_kernel(const T* grad, const T* x, const T* fused_output, BatchNormShape shape,
+                                     const C* mean, const C* invstd, C* sum_dy, C* sum_dy_xhat) {
+  FRUGAL_DYNAMIC_SHARED(unsigned char, raw);
+  batch_norm::GradSums* per_warp = reinterpret_cast<batch_norm::GradSums*>(raw);
+  for (std::int64_t c = blockIdx.x; c < shape.channels; c += gridDim.x) {
+    batch_norm::GradSums sums;
+    for (ChannelWalk w(shape, threadIdx.x, blockDim.x); w.n < shape.batch; w.advance()) {
+      const std::int64_t i = shape.offset(w.n, c, w.s);
+      sums.add(batch_norm::incoming_grad<C>(grad, fused_output, i), batch_norm::xhat(convert<C>(x[i]), mean[c], invstd[c]));
+    }
+    sums = block_reduce(sums, per_warp);
+    if (threadIdx.x == 0) {
+      sum_dy[c] = static_cast<C>(sums.dy);
+      sum_dy_xhat[c] = static_cast<C>(sums.dy_xhat);
+    }
+  }
+}
+
+template <typename T, typename C>
+__global__ void normalize_kernel(const T* x, BatchNormShape shape, const C* mean, const C* invstd, const C* weight,
+                                 const C* bias, bool relu6, T* y) {
+  const std::int64_t first = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  const std::int64_t step = static_cast<std::int64_t>(blockDim.x) * gridDim.x;
+  for (std::int64_t c = blockIdx.y; c < shape.channels; c += gridDim.y) {
+    const auto affine = batch_norm::channel_affine(mean, invstd, weight, bias, c);
+    for (ChannelWalk w(shape, first, step); w.n < shape.batch; w.advance()) {
+      const std::int64_t i = shape.offset(w.n, c, w.s);
+      y[i] = convert<T>(batch_norm::normalize(convert<C>(x[i]), affine, relu6));
+    }
+  }
+}
+
+template <typename T, typename C>
+__global__ void backward_input_kernel(const T* grad, const T* x, const T* fused_output, BatchNormShape shape,
+                                      const C* mean, const C* invstd, const C* weight, const C* sum_dy,
+                                      const C* sum_dy_xhat, bool training, T* grad_input) {
+  const std::int64_t first = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  const std::int64_t step = static_cast<std::int64_t>(blockDim.x) * gridDim.x;
+  for (std::int64_t c = blockIdx.y; c < shape.channels; c += gridDim.y) {
+    const auto coefficients =
+        batch_norm::channel_backward(mean, invstd, weight, sum_dy, sum_dy_xhat, training, shape.per_channel(), c);
+    for (ChannelWalk w(shape, first, step); w.n < shape.batch; w.advance()) {
+      const std::int64_t i = shape.offset(w.n, c, w.s);
+      const C g = batch_norm::incoming_grad<C>(grad, fused_output, i);
+      grad_input[i] = convert<T>(batch_norm::grad_input(g, convert<C>(x[i]), coefficients));
+    }
+  }
+}
+
+int channel_blocks(const BatchNormShape& shape) { return static_cast<int>(std::min(shape.channels, kMaxChannelBlocks)); }
+
+dim3 elementwise_grid(const BatchNormShape& shape) {
+  const std::int64_t along = (shape.per_channel() + kElementwiseThreads - 1) / kElementwiseThreads;
+  return dim3(static_cast<unsigned>(std::min(along, kMaxBlocksPerChannel)), static_cast<unsigned>(channel_blocks(shape)));
+}
+}  // namespace
+
+void batch_norm_statistics(DType dtype, const void* x, const BatchNormShape& shape, double momentum, double eps,
+                           void* save_mean, void* save_invstd, void* running_mean, void* running_var) {
+  visit_floating(dtype, "batch norm", [&]<typename T, typename C>() {
+    FRUGAL_LAUNCH(channel_blocks(shape), kReduceThreads, kWarps * sizeof(Welford), nullptr, statistics_kernel<T, C>)(
+        static_cast<const T*>(x), shape, momentum, eps, static_cast<C*>(save_mean), static_cast<C*>(save_invstd),
+        static_cast<C*>(running_mean), static_cast<C*>(running_var));
+  });
+  FRUGAL_CUDA_CHECK_LAUNCH();
+}
+
+void batch_norm_normalize(DType dtype, const void* x, const BatchNormShape& shape, const void* mean, const void* invstd,
+                          const void* weight, const void* bias, bool relu6, void* y) {
+  visit_floating(dtype, "batch norm", [&]<typename T, typename C>() {
+    FRUGAL_LAUNCH(elementwise_grid(shape), kElementwiseThreads, 0, nullptr, normalize_kernel<T, C>)(
+        static_cast<const T*>(x), shape, static_cast<const C*>(mean), static_cast<const C*>(invstd),
+        static_cast<const C*>(weight), static_cast<const C*>(bias), relu6, static_cast<T*>(y));
+  });
+  FRUGAL_CUDA_CHECK_LAUNCH();
+}
+
+void batch_norm_backward_sums(DType dtype, const void* grad, const void* x, const void* fused_output,
+                              const BatchNormShape& shape, const void* mean, const void* invstd, void* sum_dy,
+                              void* sum_dy_xhat) {
+  visit_floating(dtype, "batch norm", [&]<typename T, typename C>() {
+    FRUGAL_LAUNCH(channel_blocks(shape), kReduceThreads, kWarps * sizeof(batch_norm::GradSums), nullptr,
+                  backward_sums_kernel<T, C>)(static_cast<const T*>(grad), static_cast<const T*>(x),
+                                              static_cast<const T*>(fused_output), shape, static_cast<const C*>(mean),
+                                              static_cast<const C*>(invstd), static_cast<C*>(sum_dy),
+                                              static_cast<C*>(sum_dy_xhat));
+  });
+  FRUGAL_CUDA_CHECK_LAUNCH();
+}
+
+void batch_norm_backward_input(DType dtype, const void* grad, const void* x, const void* fused_output,
+                               const BatchNormShape& shape, const void* mean, const void* invstd, const void* weight,
+                               const void* sum_dy, const void* sum_dy_xhat, bool training, void* grad_input) {
+  visit_floating(dtype, "batch norm", [&]<typename T, typename C>() {
+    FRUGAL_LAUNCH(elementwise_grid(shape), kElementwiseThreads, 0, nullptr, backward_input_kernel<T, C>)(
+        static_cast<const T*>(grad), static_cast<const T*>(x), static_cast<const T*>(fused_output), shape,
+        static_cast<const C*>(mean), static_cast<const C*>(invstd), static_cast<const C*>(weight),
+        static_cast<const C*>(sum_dy), static_cast<const C*>(sum_dy_xhat), training, static_cast<T*>(grad_input));
+  });
+  FRUGAL_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace frugal::FRUGAL_CUDA_NAMESPACE

@@ -1,0 +1,91 @@
+// GPU suite: batch norm on cuda:0 against the CPU, for both CUDA implementations (native, cudnn):
+// the training forward (output, saved statistics, running statistics: cuDNN's running variance must
+// be the unbiased one, like frugal's), the eval forward, the backward in both modes, with and without
+// affine parameters and the fused ReLU6, every floating dtype (f16/bf16 with f32 parameters), on a
+// strided odd 4-D input and an [N, C] one; and the device check.
+#include <doctest/doctest.h>
+
+#include "core/random.h"
+#include "kernels/batch_norm.h"
+#include "tests/gpu/gpu_compare.h"
+
+using namespace frugal;
+using namespace frugal::test;
+
+namespace {
+constexpr double kMomentum = 0.1, kEps = 1e-5;
+
+Tensor gpu(const Tensor& t) { return t.defined() ? t.to(kGpu) : t; }
+
+void compare_case(const Tensor& x, bool affine, bool fused) {
+  const DType dtype = x.dtype(), params = dtype == DType::f64 ? DType::f64 : DType::f32;
+  const Tolerance data = accumulation_tolerance(dtype), per_channel = accumulation_tolerance(params);
+  const std::int64_t channels = x.size(1);
+  const Tensor weight = affine ? uniform({channels}, 0.5, 2.0, {.dtype = params}) : Tensor();
+  const Tensor bias = affine ? uniform({channels}, -1.0, 1.0, {.dtype = params}) : Tensor();
+  const Tensor running_mean = uniform({channels}, -0.5, 0.5, {.dtype = params});
+  const Tensor running_var = uniform({channels}, 0.5, 2.0, {.dtype = params});
+
+  const Tensor cpu_mean = running_mean.clone(), cpu_var = running_var.clone();
+  const Tensor gpu_mean = gpu(running_mean), gpu_var = gpu(running_var);
+  const BatchNormOutput cpu = batch_norm_train(x, weight, bias, cpu_mean, cpu_var, kMomentum, kEps, fused);
+  const BatchNormOutput out = batch_norm_train(gpu(x), gpu(weight), gpu(bias), gpu_mean, gpu_var, kMomentum, kEps, fused);
+  check_close(out.output, cpu.output, data, "train output");
+  check_close(out.save_mean, cpu.save_mean, per_channel, "save_mean");
+  check_close(out.save_invstd, cpu.save_invstd, per_channel, "save_invstd");
+  check_close(gpu_mean, cpu_mean, per_channel, "running_mean");
+  check_close(gpu_var, cpu_var, per_channel, "running_var");
+
+  check_close(batch_norm_eval(gpu(x), gpu(weight), gpu(bias), gpu(running_mean), gpu(running_var), kEps, fused),
+              batch_norm_eval(x, weight, bias, running_mean, running_var, kEps, fused), data, "eval output");
+
+  // Both sides go back from the CPU's forward (its statistics and its fused output, so the ReLU6
+  // gate is the same), so only the backward is compared.
+  const Tensor grad = uniform(x.shape(), -1.0, 1.0, {.dtype = dtype});
+  const Tensor fused_output = fused ? cpu.output : Tensor();
+  for (bool training : {true, false}) {
+    CAPTURE(training);
+    const Tensor mean = training ? cpu.save_mean : running_mean;
+    const Tensor invstd = training ? cpu.save_invstd : batch_norm_invstd(running_var, kEps);
+    const BatchNormGrads expected = batch_norm_backward(grad, x, weight, mean, invstd, training, fused_output);
+    const BatchNormGrads got =
+        batch_norm_backward(gpu(grad), gpu(x), gpu(weight), gpu(mean), gpu(invstd), training, gpu(fused_output));
+    check_close(got.input, expected.input, data, "grad input");
+    REQUIRE(got.weight.defined() == affine);
+    if (affine) {
+      check_close(got.weight, expected.weight, per_channel, "grad weight");
+      check_close(got.bias, expected.bias, per_channel, "grad bias");
+    }
+  }
+}
+}  // namespace
+
+TEST_CASE("batch norm on the GPU matches the CPU, both implementations") {
+  const BatchNormImpl previous = batch_norm_impl();
+  for (BatchNormImpl impl : {BatchNormImpl::native, BatchNormImpl::cudnn}) {
+    set_batch_norm_impl(impl);
+    CAPTURE(batch_norm_impl_name(impl));
+    for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
+      CAPTURE(dtype);
+      const Tensor strided = uniform({5, 9, 7, 11}, -2.0, 4.0, {.dtype = dtype}).transpose(1, 2);  // [5, 7, 9, 11]
+      const Tensor flat = uniform({33, 5}, -2.0, 4.0, {.dtype = dtype});
+      for (const Tensor& x : {strided, flat})
+        for (bool affine : {true, false})
+          for (bool fused : {false, true}) {
+            CAPTURE(x.dim());
+            CAPTURE(affine);
+            CAPTURE(fused);
+            compare_case(x, affine, fused);
+          }
+    }
+  }
+  set_batch_norm_impl(previous);
+}
+
+TEST_CASE("batch norm on the GPU: operands on another device are a DeviceError") {
+  const Tensor x = uniform({4, 3, 2, 2}).to(kGpu);
+  CHECK_THROWS_AS(batch_norm_train(x, ones({3}), zeros({3}), Tensor(), Tensor(), kMomentum, kEps), DeviceError);
+  CHECK_THROWS_AS(batch_norm_eval(x, Tensor(), Tensor(), zeros({3}), ones({3}), kEps), DeviceError);
+  const BatchNormOutput out = batch_norm_train(x, Tensor(), Tensor(), Tensor(), Tensor(), kMomentum, kEps);
+  CHECK_THROWS_AS(batch_norm_backward(x.to(Device::cpu()), x, Tensor(), out.save_mean, out.save_invstd, true), DeviceError);
+}
