@@ -1,6 +1,7 @@
 // The `frugal` command: parses arguments and hands each subcommand to its module.
 // Exit codes: 0 success, 1 a frugal error while running (message on stderr), 2 bad arguments.
 // Later issues add subcommands (train, pack, inspect, ...) here.
+#include <algorithm>
 #include <CLI/CLI.hpp>
 #include <iomanip>
 #include <iostream>
@@ -44,14 +45,17 @@ int run_bench(const std::string& name, const std::string& device_text, bool json
     return 0;
   }
   std::cout << "benchmark " << name << " on " << device << ", " << cli::cpu_threads() << " CPU threads\n";
-  // Each row after a case's first also says how it compares with that first impl (frugal's own).
+  // Each row after a case's first also says how it compares with that first impl (frugal's own),
+  // when both are in the same unit.
+  std::size_t case_width = 0;
+  for (const auto& r : results) case_width = std::max(case_width, r.case_name.size() + 2);
   std::map<std::string, const bench::Result*> first_of_case;
   for (const auto& r : results) {
     const bench::Result*& first = first_of_case[r.case_name];
-    std::cout << "  " << std::left << std::setw(24) << r.case_name << std::setw(20) << r.impl << std::right
+    std::cout << "  " << std::left << std::setw(static_cast<int>(case_width)) << r.case_name << std::setw(24) << r.impl << std::right
               << std::setw(12) << std::fixed << std::setprecision(2) << r.value << " " << std::left << std::setw(8)
               << r.unit << std::right << (r.higher_is_better ? "" : " (lower is better)");
-    if (first && first->value > 0)
+    if (first && first->value > 0 && first->unit == r.unit)
       std::cout << "  " << std::setprecision(2) << r.value / first->value << "x " << first->impl;
     else
       first = &r;

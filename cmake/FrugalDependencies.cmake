@@ -8,7 +8,13 @@ find_package(OpenMP REQUIRED COMPONENTS CXX)
 find_package(nlohmann_json 3.10 CONFIG REQUIRED)
 find_package(CLI11 CONFIG REQUIRED)
 if(FRUGAL_OPENBLAS)  # the CPU's library GEMM
-  find_package(OpenBLAS CONFIG REQUIRED)
+  # The OpenMP build of OpenBLAS, not the default pthreads one: frugal's CPU kernels are OpenMP loops,
+  # and two thread pools on the same cores fight (libgomp's idle threads spin while OpenBLAS's work:
+  # an im2col convolution ran 3x slower on 2 cores, measured with samples/03_convolution). Debian
+  # installs each build in its own folder (package libopenblas-openmp-dev).
+  unset(OpenBLAS_DIR CACHE)  # build folders configured before this choice cached the pthreads build
+  find_package(OpenBLAS CONFIG REQUIRED NO_DEFAULT_PATH
+               PATHS /usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}/openblas-openmp/cmake/openblas)
   if(NOT TARGET OpenBLAS::OpenBLAS)  # Debian's config sets variables only
     add_library(OpenBLAS::OpenBLAS INTERFACE IMPORTED)
     set_target_properties(OpenBLAS::OpenBLAS PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${OpenBLAS_INCLUDE_DIRS}"

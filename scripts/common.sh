@@ -7,7 +7,7 @@ FRUGAL_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 FRUGAL_PACKAGES=(
   cmake ninja-build g++ python3          # build tools; python3 runs the CLI checks
   doctest-dev libcli11-dev nlohmann-json3-dev libstb-dev zlib1g-dev libboost-context-dev
-  libopenblas-dev libopenmpi-dev openmpi-bin libbenchmark-dev
+  libopenblas-openmp-dev libopenmpi-dev openmpi-bin libbenchmark-dev
   libjemalloc-dev libmimalloc-dev        # peers of `frugal bench alloc` (loaded with dlopen)
   dataset-fashion-mnist                  # the default dataset (/usr/share/datasets/fashion-mnist)
 )
