@@ -126,6 +126,9 @@ class Tensor {
   void set_autograd_meta(std::shared_ptr<AutogradMeta> meta) const { impl().autograd = std::move(meta); }
 
   TensorImpl& impl() const;
+  // The shared handle itself: autograd keeps weak references to leaves through it, and checks
+  // whether a gradient is referenced elsewhere before adopting it without a copy.
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
   bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
 
  private:

@@ -20,7 +20,7 @@ case ${1:-} in
     cd "$FRUGAL_ROOT/build-sanitize"
     # FRUGAL_ALLOC=direct: tensors bypass the caching allocator, so ASan sees every buffer's bounds.
     FRUGAL_ALLOC=direct ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-      ctest --output-on-failure --parallel "$(nproc)" -L 'cpu|cli'
+      ctest --output-on-failure --parallel "$(nproc)" -L 'cpu|cli|sample'
     ;;
   *)
     echo "usage: scripts/test.sh [--sanitize]" >&2

@@ -1,0 +1,200 @@
+// Per-tensor autograd state (nn/autograd.h) and the recording side of nn/node.h: the metadata
+// kept in Tensor's autograd slot, leaf accumulators, hooks, saved tensors and the modes.
+// Not here: the backward pass (nn/engine.cpp).
+#include "nn/autograd.h"
+
+#include <atomic>
+
+#include "kernels/elementwise.h"
+#include "nn/autograd_internal.h"
+#include "nn/node.h"
+
+namespace frugal::autograd {
+
+namespace {
+thread_local bool t_grad_mode = true;
+thread_local bool t_anomaly_mode = false;
+std::atomic<std::uint64_t> g_next_sequence{0};
+}  // namespace
+
+Meta* meta_of(const Tensor& t) { return t.defined() ? static_cast<Meta*>(t.autograd_meta()) : nullptr; }
+
+Meta& ensure_meta(const Tensor& t) {
+  if (Meta* m = meta_of(t)) return *m;
+  t.set_autograd_meta(std::make_shared<Meta>());
+  return *meta_of(t);
+}
+
+// ---- the leaf accumulator
+
+AccumulateGrad::AccumulateGrad(const Tensor& leaf) : leaf_(leaf.impl_ptr()) {}
+
+std::vector<Tensor> AccumulateGrad::backward(std::vector<Tensor> grad_outputs) {
+  const std::shared_ptr<TensorImpl> impl = leaf_.lock();
+  Tensor g = std::move(grad_outputs[0]);
+  if (!impl || !g.defined()) return {};  // the leaf is gone, or no gradient reached it
+  const Tensor leaf(impl);
+  Meta& m = ensure_meta(leaf);
+  for (const GradHook& hook : m.leaf_hooks)
+    if (Tensor replaced = hook(g); replaced.defined()) g = std::move(replaced);
+  if (!m.grad.defined()) {
+    // Adopt the gradient when nothing else can see it (no other handle, no other view of its
+    // memory); otherwise copy, or a later in-place accumulation would change someone else's tensor.
+    const bool unshared = g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 && g.is_contiguous();
+    m.grad = unshared ? std::move(g) : g.clone();
+  } else {
+    add_(m.grad, g);
+  }
+  for (const PostAccumulateHook& hook : m.post_hooks) hook(leaf);
+  return {};
+}
+
+std::shared_ptr<Node> accumulator_of(const Tensor& leaf) {
+  Meta& m = ensure_meta(leaf);
+  std::shared_ptr<Node> node = m.accumulator.lock();
+  if (!node) {
+    node = std::make_shared<AccumulateGrad>(leaf);
+    m.accumulator = node;  // weak: the graphs that use it keep it alive, not the leaf
+  }
+  return node;
+}
+
+// ---- per-tensor state
+
+bool requires_grad(const Tensor& t) {
+  const Meta* m = meta_of(t);
+  return m && m->requires_grad;
+}
+
+Tensor& set_requires_grad(Tensor& t, bool enabled) {
+  FRUGAL_CHECK_VALUE(t.defined(), "set_requires_grad: the tensor is undefined");
+  FRUGAL_CHECK_DTYPE(!enabled || is_floating(t.dtype()), "set_requires_grad: only floating tensors can require grad, got ",
+                     t.dtype());
+  FRUGAL_CHECK_VALUE(is_leaf(t), "set_requires_grad: only leaves can be changed; this tensor was made by ",
+                     grad_fn(t)->name(), " (use detach() to start a new leaf)");
+  ensure_meta(t).requires_grad = enabled;
+  return t;
+}
+
+bool is_leaf(const Tensor& t) {
+  const Meta* m = meta_of(t);
+  return !m || !m->grad_fn;
+}
+
+Tensor grad(const Tensor& t) {
+  const Meta* m = meta_of(t);
+  return m ? m->grad : Tensor();
+}
+
+void set_grad(const Tensor& t, const Tensor& g) {
+  if (g.defined()) {
+    FRUGAL_CHECK_SHAPE(g.shape() == t.shape(), "set_grad: gradient of shape ", shape_str(g.shape()),
+                       " for a tensor of shape ", shape_str(t.shape()));
+    check_same_dtype(g, t, "set_grad");
+    check_same_device(g, t, "set_grad");
+  }
+  if (g.defined() || meta_of(t)) ensure_meta(t).grad = g;
+}
+
+std::shared_ptr<Node> grad_fn(const Tensor& t) {
+  const Meta* m = meta_of(t);
+  return m ? m->grad_fn : nullptr;
+}
+
+Tensor detach(const Tensor& t) {
+  FRUGAL_CHECK_VALUE(t.defined(), "detach: the tensor is undefined");
+  return t.as_strided(t.shape(), t.strides(), t.offset());  // a new handle on the same memory, no history
+}
+
+// ---- hooks
+
+void register_hook(const Tensor& t, GradHook hook) {
+  FRUGAL_CHECK_VALUE(requires_grad(t), "register_hook: the tensor does not require grad, so no gradient will reach it");
+  Meta& m = ensure_meta(t);
+  if (!m.grad_fn) {
+    m.leaf_hooks.push_back(std::move(hook));
+    return;
+  }
+  m.grad_fn->output_hooks[static_cast<std::size_t>(m.output_nr)].push_back(std::move(hook));
+}
+
+void register_post_accumulate_grad_hook(const Tensor& leaf, PostAccumulateHook hook) {
+  FRUGAL_CHECK_VALUE(requires_grad(leaf) && is_leaf(leaf),
+                     "register_post_accumulate_grad_hook: needs a leaf that requires grad (a parameter)");
+  ensure_meta(leaf).post_hooks.push_back(std::move(hook));
+}
+
+void retain_grad(const Tensor& t) {
+  FRUGAL_CHECK_VALUE(requires_grad(t), "retain_grad: the tensor does not require grad");
+  Meta& m = ensure_meta(t);
+  if (!m.grad_fn || m.retains_grad) return;  // leaves keep their gradient anyway
+  m.retains_grad = true;
+  std::weak_ptr<TensorImpl> weak = t.impl_ptr();  // weak: the node must not keep its own output alive
+  register_hook(t, [weak](const Tensor& g) {
+    if (const std::shared_ptr<TensorImpl> impl = weak.lock()) {
+      Meta& target = ensure_meta(Tensor(impl));
+      target.grad = target.grad.defined() ? add(target.grad, g) : g.clone();
+    }
+    return Tensor();
+  });
+}
+
+// ---- modes
+
+bool grad_mode_enabled() { return t_grad_mode; }
+GradModeGuard::GradModeGuard(bool enabled) : previous_(t_grad_mode) { t_grad_mode = enabled; }
+GradModeGuard::~GradModeGuard() { t_grad_mode = previous_; }
+
+bool anomaly_mode_enabled() { return t_anomaly_mode; }
+AnomalyModeGuard::AnomalyModeGuard(bool enabled) : previous_(t_anomaly_mode) { t_anomaly_mode = enabled; }
+AnomalyModeGuard::~AnomalyModeGuard() { t_anomaly_mode = previous_; }
+
+// ---- recording
+
+Node::Node() : sequence_(g_next_sequence.fetch_add(1)) {}
+
+SavedTensor::SavedTensor(const Tensor& t) {
+  if (!t.defined()) return;
+  data_ = detach(t);
+  version_ = t.storage()->version();
+}
+
+Tensor SavedTensor::unpack(std::string_view op) const {
+  FRUGAL_CHECK_VALUE(!released_, op, ": its saved tensors were freed by an earlier backward; to backward through the "
+                     "graph a second time, pass retain_graph = true the first time");
+  if (!data_.defined()) return data_;
+  FRUGAL_CHECK_VALUE(data_.storage()->version() == version_, op, ": a tensor it saved for backward was modified in "
+                     "place (version ", version_, " when saved, ", data_.storage()->version(),
+                     " now); clone it before modifying it, or use the out-of-place op");
+  return data_;
+}
+
+Edge gradient_edge(const Tensor& t) {
+  const Meta* m = meta_of(t);
+  if (!m || !m->requires_grad) return {};
+  if (m->grad_fn) return {m->grad_fn, m->output_nr};
+  return {accumulator_of(t), 0};
+}
+
+bool should_record(const std::vector<Tensor>& inputs) {
+  if (!t_grad_mode) return false;
+  for (const Tensor& t : inputs)
+    if (requires_grad(t)) return true;
+  return false;
+}
+
+void record(const std::shared_ptr<Node>& node, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs) {
+  node->next_edges.clear();
+  for (const Tensor& t : inputs) node->next_edges.push_back(gradient_edge(t));
+  node->num_outputs = static_cast<int>(outputs.size());
+  node->output_hooks.assign(outputs.size(), {});
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    if (!outputs[i].defined()) continue;
+    Meta& m = ensure_meta(outputs[i]);
+    m.requires_grad = true;
+    m.grad_fn = node;
+    m.output_nr = static_cast<int>(i);
+  }
+}
+
+}  // namespace frugal::autograd

@@ -1,0 +1,105 @@
+// nn/checkpoint.h: a node that keeps a block's inputs and, in backward, reruns the block with
+// grad mode on and backpropagates through the fresh graph.
+#include "nn/checkpoint.h"
+
+#include "core/random.h"
+#include "nn/autograd.h"
+#include "nn/node.h"
+
+namespace frugal::nn {
+
+namespace {
+thread_local bool t_recomputing = false;
+
+class RecomputeScope {
+ public:
+  RecomputeScope() : previous_(t_recomputing) { t_recomputing = true; }
+  ~RecomputeScope() { t_recomputing = previous_; }
+  RecomputeScope(const RecomputeScope&) = delete;
+  RecomputeScope& operator=(const RecomputeScope&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// Puts the default generator in the state the forward saw, and back afterwards, so the rest of
+// the program draws the numbers it would have drawn without checkpointing.
+class ReplayRandom {
+ public:
+  explicit ReplayRandom(const GeneratorState& forward_state) : after_(default_generator().state()) {
+    default_generator().set_state(forward_state);
+  }
+  ~ReplayRandom() { default_generator().set_state(after_); }
+  ReplayRandom(const ReplayRandom&) = delete;
+  ReplayRandom& operator=(const ReplayRandom&) = delete;
+
+ private:
+  GeneratorState after_;
+};
+
+class CheckpointNode final : public autograd::Node {
+ public:
+  CheckpointNode(CheckpointFn fn, const std::vector<Tensor>& inputs, GeneratorState random)
+      : fn_(std::move(fn)), random_(random) {
+    for (const Tensor& t : inputs) {
+      inputs_.emplace_back(t);
+      needs_grad_.push_back(autograd::requires_grad(t));
+    }
+  }
+  std::string_view name() const override { return "checkpoint"; }
+
+  std::vector<Tensor> backward(std::vector<Tensor> grad_outputs) override {
+    FRUGAL_CHECK_VALUE(fn_ != nullptr, "checkpoint: its inputs were freed by an earlier backward; pass retain_graph = "
+                       "true the first time to backward twice");
+    std::vector<Tensor> inputs;  // fresh leaves, so the recomputed graph ends here
+    for (std::size_t i = 0; i < inputs_.size(); ++i) {
+      Tensor t = inputs_[i].unpack("checkpoint");
+      if (t.defined()) t = autograd::detach(t);
+      if (needs_grad_[i]) autograd::set_requires_grad(t);
+      inputs.push_back(t);
+    }
+    Tensor output;
+    {
+      ReplayRandom replay(random_);
+      RecomputeScope recomputing;
+      autograd::GradModeGuard grad_on(true);
+      MemoryTagScope tag(MemoryTag::activation);
+      output = fn_(inputs);
+    }
+    std::vector<Tensor> grads;
+    if (!autograd::requires_grad(output)) return grads;  // nothing inside fn wanted a gradient after all
+    autograd::backward(output, grad_outputs[0]);  // reaches the parameters fn uses, and our fresh leaves
+    for (std::size_t i = 0; i < inputs.size(); ++i) grads.push_back(needs_grad_[i] ? autograd::grad(inputs[i]) : Tensor());
+    return grads;
+  }
+
+  void release_saved() override {
+    for (autograd::SavedTensor& s : inputs_) s.release();
+    fn_ = nullptr;
+  }
+
+ private:
+  CheckpointFn fn_;
+  std::vector<autograd::SavedTensor> inputs_;
+  std::vector<bool> needs_grad_;
+  GeneratorState random_;
+};
+}  // namespace
+
+bool checkpoint_recomputing() { return t_recomputing; }
+
+Tensor checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs) {
+  // Recorded whenever grad mode is on, even if no input requires grad: the parameters fn uses may.
+  if (!autograd::grad_mode_enabled()) return fn(inputs);
+  const GeneratorState random = default_generator().state();
+  Tensor output;
+  {
+    autograd::NoGradGuard no_grad;  // nothing inside is saved for backward
+    MemoryTagScope tag(MemoryTag::activation);
+    output = fn(inputs);
+  }
+  autograd::record(std::make_shared<CheckpointNode>(fn, inputs, random), inputs, {output});
+  return output;
+}
+
+}  // namespace frugal::nn

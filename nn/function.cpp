@@ -1,0 +1,53 @@
+// nn/function.h: FunctionNode and Recorder.
+#include "nn/function.h"
+
+namespace frugal::autograd {
+
+FunctionNode::FunctionNode(std::string name, const std::vector<Tensor>& outputs, const Saved& saved, BackwardFn backward)
+    : name_(std::move(name)), backward_(std::move(backward)) {
+  for (const Tensor& t : outputs) outputs_.push_back({t.shape(), {.dtype = t.dtype(), .device = t.device()}});
+  for (const Tensor& t : saved) saved_.emplace_back(t);
+}
+
+std::vector<Tensor> FunctionNode::backward(std::vector<Tensor> grad_outputs) {
+  bool any = false;
+  for (const Tensor& g : grad_outputs) any = any || g.defined();
+  if (!any) return {};  // nothing reached this op's outputs: nothing flows to its inputs
+  for (std::size_t i = 0; i < grad_outputs.size(); ++i)
+    if (!grad_outputs[i].defined()) grad_outputs[i] = zeros(outputs_[i].shape, outputs_[i].options);
+  Saved saved;
+  for (const SavedTensor& s : saved_) saved.push_back(s.unpack(name_));
+  FRUGAL_CHECK_VALUE(backward_ != nullptr, name_, ": its graph was freed by an earlier backward; pass retain_graph = true "
+                     "the first time to backward twice");
+  return backward_(grad_outputs, saved);
+}
+
+void FunctionNode::release_saved() {
+  for (SavedTensor& s : saved_) s.release();
+  backward_ = nullptr;  // also frees whatever the lambda captured
+}
+
+Recorder::Recorder(std::string name, const std::vector<Tensor>& inputs)
+    : name_(std::move(name)), inputs_(inputs), recording_(should_record(inputs)) {
+  if (recording_) tag_.emplace(MemoryTag::activation);
+}
+
+std::vector<bool> Recorder::needs_grad() const {
+  std::vector<bool> needs;
+  for (const Tensor& t : inputs_) needs.push_back(requires_grad(t));
+  return needs;
+}
+
+Tensor Recorder::finish(Tensor output, const Saved& saved, BackwardFn backward) {
+  return std::move(finish(std::vector<Tensor>{std::move(output)}, saved, std::move(backward))[0]);
+}
+
+std::vector<Tensor> Recorder::finish(std::vector<Tensor> outputs, const Saved& saved, BackwardFn backward) {
+  tag_.reset();
+  if (!recording_) return outputs;
+  auto node = std::make_shared<FunctionNode>(name_, outputs, saved, std::move(backward));
+  record(node, inputs_, outputs);
+  return outputs;
+}
+
+}  // namespace frugal::autograd

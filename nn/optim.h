@@ -1,0 +1,118 @@
+// Optimizers over plain parameter tensors, as torch.optim: SGD (momentum, dampening, nesterov,
+// weight decay) and AdamW (decoupled weight decay, bias correction). Parameters are leaf tensors
+// (a Module hands over module.parameters()); step() reads each one's accumulated gradient
+// (autograd::grad) and updates it in place through the fused kernels of kernels/optimizer.h, many
+// tensors per launch.
+//
+// Parameter groups: each has its own lr (what LR schedules set) and weight decay (so biases and
+// norm weights can go undecayed); the other hyper-parameters (momentum, betas, eps) belong to the
+// optimizer. State (momentum buffers, moments, step counts) is created at a parameter's first step,
+// on its device and in its dtype, under MemoryTag::optimizer so memory reports show it. Parameters
+// without a gradient are skipped, as PyTorch skips them.
+// Not here: the update arithmetic (kernels/optimizer_ops.h), LR schedules (nn/lr_schedule.h), loss
+// scaling for mixed precision (nn/grad_scaler.h).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+#include "nn/state_dict.h"
+
+namespace frugal::nn {
+
+// Groups are given in full; the constructors taking a plain parameter list make one group from
+// their lr and weight_decay arguments.
+struct ParamGroup {
+  std::vector<Tensor> params;
+  double lr = 0.0;
+  double weight_decay = 0.0;
+  // The lr before any schedule changed it: set by the first LRScheduler made on this group, and
+  // what every later schedule counts from (PyTorch's 'initial_lr').
+  std::optional<double> initial_lr = std::nullopt;
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;  // the state tensors would be shared by both copies
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // One update of every parameter that has a gradient, with no autograd recording.
+  void step();
+  // Forgets every gradient: set_to_none frees their memory (PyTorch >= 2.0's default); otherwise
+  // they are filled with zeros and kept.
+  void zero_grad(bool set_to_none = true);
+
+  std::vector<ParamGroup>& param_groups() { return groups_; }
+  const std::vector<ParamGroup>& param_groups() const { return groups_; }
+
+  // Parameters are numbered over all groups in order. The dict holds, for every parameter that
+  // has taken a step, "state.I.NAME" (the optimizer's own tensors, not copies, as PyTorch) and
+  // "state.I.step" (0-dim i64); and per group "param_groups.G.lr", "param_groups.G.weight_decay"
+  // and, once a schedule set it, "param_groups.G.initial_lr" (0-dim f64). Momentum, betas and eps
+  // are the constructor's: make the optimizer as it was made, then load.
+  StateDict state_dict() const;
+  // Copies a dict made by state_dict() of an optimizer over parameters of the same shapes into
+  // this one's state (on each parameter's device and dtype). ValueError for missing or unexpected
+  // keys, ShapeError for state of the wrong shape; nothing changes unless everything fits.
+  void load_state_dict(const StateDict& dict);
+  std::size_t state_bytes() const;  // what the state tensors hold now
+
+ protected:
+  // `state_names`: the state tensors kept per parameter, in the order update() receives them.
+  Optimizer(std::vector<ParamGroup> groups, std::vector<std::string> state_names, std::string name);
+
+  // One fused update: parameters of one group sharing a device, a dtype and a step count.
+  struct Batch {
+    std::vector<Tensor> params, grads;
+    std::vector<std::vector<Tensor>> state;  // state[k][i]: state tensor k of parameter i
+    std::int64_t step = 1;                   // the step these parameters are taking, from 1
+  };
+  virtual void update(const ParamGroup& group, const Batch& batch) = 0;
+
+ private:
+  struct ParamState {
+    std::vector<Tensor> tensors;  // one per state name; empty until the first step
+    std::int64_t step = 0;        // steps this parameter has taken
+  };
+  void create_state(const Tensor& param, ParamState& state) const;
+
+  std::vector<ParamGroup> groups_;
+  std::vector<std::string> state_names_;
+  std::string name_;
+  std::vector<ParamState> state_;  // by parameter number over all groups
+};
+
+// torch.optim.SGD: g += wd p; buf = g at the first step, then momentum buf + (1 - dampening) g;
+// g = nesterov ? g + momentum buf : buf; p -= lr g. nesterov needs momentum > 0 and no dampening.
+class SGD : public Optimizer {
+ public:
+  SGD(std::vector<ParamGroup> groups, double momentum = 0.0, double dampening = 0.0, bool nesterov = false);
+  SGD(std::vector<Tensor> params, double lr, double momentum = 0.0, double dampening = 0.0, double weight_decay = 0.0,
+      bool nesterov = false);
+
+ private:
+  void update(const ParamGroup& group, const Batch& batch) override;
+  double momentum_, dampening_;
+  bool nesterov_;
+};
+
+// torch.optim.AdamW: p *= 1 - lr wd (decoupled decay), then Adam with bias correction:
+// m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2; p -= lr / (1 - b1^t) m / (sqrt(v / (1 - b2^t)) + eps),
+// with t each parameter's own step count.
+class AdamW : public Optimizer {
+ public:
+  AdamW(std::vector<ParamGroup> groups, std::pair<double, double> betas = {0.9, 0.999}, double eps = 1e-8);
+  explicit AdamW(std::vector<Tensor> params, double lr = 1e-3, std::pair<double, double> betas = {0.9, 0.999},
+                 double eps = 1e-8, double weight_decay = 1e-2);
+
+ private:
+  void update(const ParamGroup& group, const Batch& batch) override;
+  double beta1_, beta2_, eps_;
+};
+
+}  // namespace frugal::nn
