@@ -77,7 +77,7 @@ TEST_CASE("frugal's format: allocations with optional stream and tag, frees, com
   CHECK(trace.slots == 3);
 }
 
-TEST_CASE("RMM's CSV log: detected by its header; allocate failures are skipped and counted") {
+TEST_CASE("RMM's CSV log: detected by its header, allocate failures are skipped and counted") {
   const Trace trace = parse_trace_text(
       "Thread,Time,Action,Pointer,Size,Stream\n"
       "140,10.5,allocate,0x7f0000,4096,0x0\n"
@@ -128,7 +128,7 @@ TEST_CASE("every parse error is a ValueError that starts with FILE:LINE and says
   }
 }
 
-TEST_CASE("files: read from disk; a missing file and a directory are errors at line 0") {
+TEST_CASE("files: read from disk, a missing file and a directory are errors at line 0") {
   const TempFile file("+ a 1\n- a\n");
   CHECK(read_trace_file(file.path.string()).events.size() == 2);
   CHECK_THROWS_WITH_AS(read_trace_file((file.dir / "missing.txt").string()),
@@ -185,7 +185,7 @@ TEST_CASE("two 1 KiB blocks alive at once: 2 KiB live and allocated, one 2 MiB s
   }
 }
 
-TEST_CASE("segment sizes by hand: 100 B rounds to 512; 5 MiB takes a 20 MiB segment or 6 MiB of chunks") {
+TEST_CASE("segment sizes by hand: 100 B rounds to 512, 5 MiB takes a 20 MiB segment or 6 MiB of chunks") {
   const ReplayResult small = replay_text("+ a 100\n", fixed_segments());
   CHECK((small.peak_live_bytes == 100 && small.peak_allocated_bytes == 512 && small.final_allocated_bytes == 512));
 
@@ -206,7 +206,7 @@ TEST_CASE("a freed block is reused: the second 4 MiB costs no backing call") {
   CHECK(r.peak_live_bytes == 4 * MiB);
 }
 
-TEST_CASE("direct sends every request to the backing; caching makes one call for the same trace") {
+TEST_CASE("direct sends every request to the backing, caching makes one call for the same trace") {
   const char* trace = "+ a 1000\n+ b 1000\n- a\n+ c 1000\n- b\n- c\n";
   ReplayOptions direct;
   direct.direct = true;

@@ -542,7 +542,7 @@ TEST_CASE("requests too large for any device are OOMs, not wrapped sizes") {
   }
 }
 
-TEST_CASE("max_split: requests below it split medium segments; an oversize free tail is not grown") {
+TEST_CASE("max_split: requests below it split medium segments, an oversize free tail is not grown") {
   CachingOptions options = fixed_segments();
   options.max_split_size = 24 * MiB;
   auto a = simulated(options);

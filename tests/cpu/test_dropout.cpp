@@ -21,7 +21,7 @@ TEST_CASE("dropout keeps about 1 - p of the elements, scaled by 1 / (1 - p)") {
   CHECK(mean(r.output).item<double>() == doctest::Approx(1.0).epsilon(0.01));  // the expectation is unchanged
 }
 
-TEST_CASE("dropout: the same generator state gives the same mask; evaluation is the identity") {
+TEST_CASE("dropout: the same generator state gives the same mask, evaluation is the identity") {
   Generator generator(5);
   const GeneratorState saved = generator.state();
   const Tensor x = ones({64});

@@ -215,7 +215,7 @@ TEST_CASE("emulator: every thread sees its own indices") {
   }
 }
 
-TEST_CASE("emulator: a barrier-correct reduction passes every schedule; without barriers it fails") {
+TEST_CASE("emulator: a barrier-correct reduction passes every schedule, without barriers it fails") {
   std::vector<float> in(4 * 64);
   std::iota(in.begin(), in.end(), 1.0f);
   std::vector<float> expected(4);
@@ -232,7 +232,7 @@ TEST_CASE("emulator: a barrier-correct reduction passes every schedule; without 
   CHECK(wrong > 0);  // the missing barrier shows under some schedule: no luck involved
 }
 
-TEST_CASE("emulator: a tiled matmul matches the CPU exactly; an off-by-one tile index does not") {
+TEST_CASE("emulator: a tiled matmul matches the CPU exactly, an off-by-one tile index does not") {
   constexpr int n = 8;
   std::vector<float> a(n * n), b(n * n);
   for (int i = 0; i < n * n; ++i) {
@@ -296,7 +296,7 @@ TEST_CASE("emulator: warp shuffles and ballots") {
   }
 }
 
-TEST_CASE("emulator: __syncwarp orders a warp's shared memory; without it the race shows") {
+TEST_CASE("emulator: __syncwarp orders a warp's shared memory, without it the race shows") {
   std::vector<int> in(64);
   std::iota(in.begin(), in.end(), 1);
   const int expected = 64 * 65 / 2;

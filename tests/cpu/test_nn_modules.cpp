@@ -296,7 +296,7 @@ TEST_CASE("nn modules: strict loading lists every missing key, unexpected key an
   CHECK(target->named_parameters()[5].second.to_vector<double>() == source->named_parameters()[5].second.to_vector<double>());  // 5.bias
 }
 
-TEST_CASE("nn modules: loading converts dtypes; to(DType) converts in place and keeps every handle") {
+TEST_CASE("nn modules: loading converts dtypes, to(DType) converts in place and keeps every handle") {
   Generator generator(5);
   Linear wide(3, 2, true, &generator);
   wide.to(DType::f64);
@@ -367,7 +367,7 @@ TEST_CASE("nn init: fans, gains and kaiming_normal_ (torchvision's conv init)") 
   CHECK(init::ones_(zeros({2})).to_vector<double>() == std::vector<double>(2, 1.0));
 }
 
-TEST_CASE("nn modules: parameters live in param memory; zero_grad gives the gradients' memory back") {
+TEST_CASE("nn modules: parameters live in param memory, zero_grad gives the gradients' memory back") {
   const std::int64_t params_before = tag_bytes(MemoryTag::param);
   Linear linear(64, 32);
   CHECK(tag_bytes(MemoryTag::param) - params_before == (64 * 32 + 32) * 4);  // exactly the parameters, nothing else

@@ -134,7 +134,7 @@ TEST_CASE("AdamW: two steps with bias correction, decoupled decay, per-parameter
   CHECK(values(entry(dict, "state.0.exp_avg_sq"))[0] == doctest::Approx(v));
 }
 
-TEST_CASE("optimizers: zero_grad frees gradient memory; state appears under MemoryTag::optimizer") {
+TEST_CASE("optimizers: zero_grad frees gradient memory, state appears under MemoryTag::optimizer") {
   Tensor w = zeros({1000});
   autograd::set_requires_grad(w);
   Tensor bias = zeros({10});

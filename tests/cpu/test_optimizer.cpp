@@ -50,7 +50,7 @@ TEST_CASE("AdamW: decoupled weight decay and bias correction") {
   CHECK(first(q) == doctest::Approx(2.0 * (1 - 0.05)));
 }
 
-TEST_CASE("optimizer steps: long lists are split across launches; bad input is named") {
+TEST_CASE("optimizer steps: long lists are split across launches, bad input is named") {
   std::vector<Tensor> params, grads;
   for (int i = 0; i < 40; ++i) {  // more than one launch's 32 tensors
     params.push_back(full({3 + i}, 1.0));

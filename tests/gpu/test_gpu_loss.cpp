@@ -58,7 +58,7 @@ TEST_CASE("fused cross-entropy on the GPU matches the CPU, forward and backward"
     }
 }
 
-TEST_CASE("cross-entropy on the GPU: a bad target is an IndexError naming its row; devices must match") {
+TEST_CASE("cross-entropy on the GPU: a bad target is an IndexError naming its row, devices must match") {
   const Tensor logits = zeros({4, 10}, {.device = kGpu});
   CHECK_THROWS_WITH_AS(cross_entropy(logits, from_vector<std::int64_t>({0, 9, 10, 3}, {4}, kGpu)),
                        doctest::Contains("target 10 of row 2"), IndexError);
