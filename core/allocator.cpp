@@ -98,7 +98,7 @@ void Allocator::reset_peak_stats() {
 
 namespace {
 struct Registry {
-  std::mutex mutex;
+  AdaptiveMutex mutex;  // taken for every allocation, by every thread that makes tensors
   std::map<std::pair<DeviceType, int>, Allocator*> overrides;
   std::map<std::pair<DeviceType, int>, std::unique_ptr<CachingAllocator>> defaults;
   std::unique_ptr<CachingAllocator> pinned;
@@ -129,12 +129,18 @@ std::unique_ptr<Backing> default_backing(Device device) {
 }
 }  // namespace
 
-CachingAllocator& default_caching_allocator(Device device) {
-  Registry& r = registry();
-  std::lock_guard lock(r.mutex);
+namespace {
+CachingAllocator& default_caching_allocator_locked(Registry& r, Device device) {
   auto& slot = r.defaults[{device.type(), device.index()}];
   if (!slot) slot = std::make_unique<CachingAllocator>(default_backing(device), CachingOptions::from_environment());
   return *slot;
+}
+}  // namespace
+
+CachingAllocator& default_caching_allocator(Device device) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  return default_caching_allocator_locked(r, device);
 }
 
 CachingAllocator& pinned_host_allocator() {
@@ -153,13 +159,11 @@ CachingAllocator& pinned_host_allocator() {
 void set_memory_limit(Device device, std::size_t bytes) { default_caching_allocator(device).backing().set_capacity(bytes); }
 
 Allocator& allocator_for(Device device) {
-  {
-    Registry& r = registry();
-    std::lock_guard lock(r.mutex);
-    auto found = r.overrides.find({device.type(), device.index()});
-    if (found != r.overrides.end()) return *found->second;
-  }
-  return default_caching_allocator(device);
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  auto found = r.overrides.find({device.type(), device.index()});
+  if (found != r.overrides.end()) return *found->second;
+  return default_caching_allocator_locked(r, device);
 }
 
 Allocator* set_allocator(Device device, Allocator* allocator) {

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <string_view>
 
+#include "core/adaptive_mutex.h"
 #include "core/device.h"
 
 namespace frugal {
@@ -124,7 +125,7 @@ class Allocator {
  private:
   friend class DataPtr;
   void deallocate(void* ptr, std::size_t bytes, MemoryTag tag) noexcept;
-  mutable std::mutex stats_mutex_;  // tensors are freed from loader and autograd threads too
+  mutable AdaptiveMutex stats_mutex_;  // tensors are freed from loader and autograd threads too
   AllocatorStats stats_;
 };
 

@@ -25,6 +25,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/adaptive_mutex.h"
 #include "core/backing.h"
 
 namespace frugal {
@@ -199,7 +200,7 @@ class CachingAllocator final : public Allocator {
 
   std::unique_ptr<Backing> backing_;
   CachingOptions options_;
-  mutable std::mutex mutex_;
+  mutable AdaptiveMutex mutex_;
   std::vector<std::unique_ptr<Segment>> segments_;
   std::unique_ptr<Pool> small_pool_, large_pool_;
   std::unordered_map<void*, Block*> live_;  // handed-out blocks by address (a hash: freeing is hot)
