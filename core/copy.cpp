@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "core/dispatch.h"
 #include "core/tensor.h"
 
 #if FRUGAL_WITH_CUDA
@@ -11,14 +12,6 @@
 #endif
 
 namespace frugal {
-
-#if !FRUGAL_WITH_CUDA
-namespace {
-[[noreturn]] void no_cuda(const char* op) {
-  FRUGAL_THROW(DeviceError, op, ": CUDA tensors need a build with CUDA (this one has FRUGAL_CUDA=OFF)");
-}
-}  // namespace
-#endif
 
 void copy_elements(const Tensor& dst, const Tensor& src) {
   check_same_device(dst, src, "copy");
@@ -32,7 +25,7 @@ void copy_elements(const Tensor& dst, const Tensor& src) {
       cuda::set_current_device(dst.device().index());
       return cuda::copy_strided(dst.data_ptr(), dst.dtype(), dst.layout(), src.data_ptr(), src.dtype(), src.layout());
 #else
-      no_cuda("copy");
+      throw_no_cuda("copy");
 #endif
   }
 }
@@ -47,7 +40,7 @@ void fill_elements(const Tensor& dst, double value) {
       cuda::set_current_device(dst.device().index());
       return cuda::fill_strided(dst.data_ptr(), dst.dtype(), dst.layout(), value);
 #else
-      no_cuda("fill");
+      throw_no_cuda("fill");
 #endif
   }
 }
@@ -63,7 +56,7 @@ void random_fill(const Tensor& dst, const RandomSpec& spec) {
       cuda::set_current_device(dst.device().index());
       return cuda::random_fill(dst.data_ptr(), dst.dtype(), dst.numel(), spec);
 #else
-      no_cuda("random");
+      throw_no_cuda("random");
 #endif
   }
 }
@@ -77,7 +70,7 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
 #if FRUGAL_WITH_CUDA
   cuda::copy_bytes(dst, src, bytes);  // unified addressing: the runtime knows each pointer's device
 #else
-  no_cuda("copy_bytes");
+  throw_no_cuda("copy_bytes");
 #endif
 }
 

@@ -1,7 +1,8 @@
 // cuda_status and friends (see cuda_status.h): forwards to core/cuda/ when CUDA is compiled in,
-// otherwise answers "not compiled in".
+// otherwise answers "not compiled in"; and throw_no_cuda (core/dispatch.h).
 #include "core/cuda_status.h"
 
+#include "core/dispatch.h"
 #include "core/error.h"
 
 #if FRUGAL_WITH_CUDA
@@ -9,6 +10,10 @@
 #endif
 
 namespace frugal {
+
+void throw_no_cuda(const char* op) {
+  FRUGAL_THROW(DeviceError, op, ": CUDA tensors need a build with CUDA (this one has FRUGAL_CUDA=OFF)");
+}
 
 const CudaStatus& cuda_status() {
 #if FRUGAL_WITH_CUDA

@@ -3,7 +3,7 @@
 
 namespace frugal {
 
-Storage::Storage(std::size_t bytes, Device device)
-    : data_(allocator_for(device).allocate(bytes)), bytes_(bytes), device_(device) {}
+Storage::Storage(std::size_t bytes, Device device, Stream stream)
+    : data_(allocator_for(device).allocate(bytes, stream)), bytes_(bytes), device_(device) {}
 
 }  // namespace frugal

@@ -14,7 +14,8 @@ namespace frugal {
 
 class Storage {
  public:
-  Storage(std::size_t bytes, Device device);  // allocates from allocator_for(device)
+  // Allocates from allocator_for(device), from the pool of `stream`: the stream that first uses it.
+  Storage(std::size_t bytes, Device device, Stream stream = {});
 
   void* data() const { return data_.get(); }
   std::size_t bytes() const { return bytes_; }

@@ -351,7 +351,7 @@ Tensor empty(Shape shape, TensorOptions options) {
   check_shape_values(shape, "empty");
   auto impl = std::make_shared<TensorImpl>();
   const auto bytes = static_cast<std::size_t>(shape_numel(shape)) * dtype_size(options.dtype);
-  impl->storage = std::make_shared<Storage>(bytes, options.device);
+  impl->storage = std::make_shared<Storage>(bytes, options.device, options.stream);
   impl->strides = contiguous_strides(shape);
   impl->shape = std::move(shape);
   impl->dtype = options.dtype;

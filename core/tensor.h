@@ -36,6 +36,10 @@ Shape contiguous_strides(std::span<const std::int64_t> shape);  // row-major
 struct TensorOptions {
   DType dtype = DType::f32;
   Device device = Device::cpu();
+  // The stream that first uses the memory (a side stream's copy, say): the caching allocator serves
+  // it from that stream's pool. Work on other streams must be declared with record_stream
+  // (core/stream.h). {} = the default stream, where frugal's kernels run.
+  Stream stream{};
 };
 
 // Autograd attaches its per-tensor state here (requires_grad, grad, grad_fn, hooks). core/ knows

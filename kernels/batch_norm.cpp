@@ -4,7 +4,7 @@
 #include "kernels/batch_norm.h"
 
 #include "kernels/batch_norm_backends.h"
-#include "kernels/dispatch.h"
+#include "core/dispatch.h"
 #include "kernels/elementwise.h"
 
 namespace frugal {

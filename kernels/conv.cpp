@@ -12,7 +12,7 @@
 #include <limits>
 
 #include "kernels/conv_backends.h"
-#include "kernels/dispatch.h"
+#include "core/dispatch.h"
 #include "kernels/elementwise.h"
 #include "kernels/gemm.h"
 #include "kernels/reduce.h"

@@ -2,7 +2,7 @@
 // op that picks the device's kernel.
 #include "kernels/elementwise.h"
 
-#include "kernels/dispatch.h"
+#include "core/dispatch.h"
 #include "kernels/elementwise_backends.h"
 
 namespace frugal {

@@ -4,7 +4,7 @@
 
 #include <array>
 
-#include "kernels/dispatch.h"
+#include "core/dispatch.h"
 #include "kernels/elementwise.h"
 #include "kernels/gemm_backends.h"
 #include "kernels/reduce.h"

@@ -2,7 +2,7 @@
 // fused kernel (kernels/loss_backends.h), and the IndexError for a bad target every backend reports.
 #include "kernels/loss.h"
 
-#include "kernels/dispatch.h"
+#include "core/dispatch.h"
 #include "kernels/elementwise.h"
 #include "kernels/loss_backends.h"
 #include "kernels/reduce.h"

@@ -2,7 +2,7 @@
 // tensors, and the one switch that picks the device's kernel.
 #include "kernels/optimizer.h"
 
-#include "kernels/dispatch.h"
+#include "core/dispatch.h"
 #include "kernels/optimizer_backends.h"
 
 namespace frugal {

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "kernels/dispatch.h"
+#include "core/dispatch.h"
 #include "kernels/pool_backends.h"
 
 namespace frugal {

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "kernels/dispatch.h"
+#include "core/dispatch.h"
 #include "kernels/reduce_backends.h"
 
 namespace frugal {

@@ -4,7 +4,7 @@
 
 #include <numeric>
 
-#include "kernels/dispatch.h"
+#include "core/dispatch.h"
 #include "kernels/softmax_backends.h"
 
 namespace frugal {

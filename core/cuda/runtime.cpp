@@ -91,4 +91,20 @@ void copy_bytes(void* dst, const void* src, std::size_t bytes) {
   FRUGAL_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
 }
 
+Stream create_side_stream(int index) {
+  set_current_device(index);  // a stream belongs to the device current when it is created
+  cudaStream_t stream = nullptr;
+  FRUGAL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  return Stream{stream};
+}
+
+void synchronize_stream(int index, Stream stream) {
+  set_current_device(index);
+  FRUGAL_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream.handle)));
+}
+
+void copy_bytes_async(void* dst, const void* src, std::size_t bytes, Stream stream) {
+  FRUGAL_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, static_cast<cudaStream_t>(stream.handle)));
+}
+
 }  // namespace frugal::cuda

@@ -19,6 +19,11 @@ void set_current_device(int index);
 void synchronize(int index);
 void copy_bytes(void* dst, const void* src, std::size_t bytes);  // any direction; synchronous
 
+// Streams (core/stream.h says how frugal uses them).
+Stream create_side_stream(int index);  // non-blocking: it does not wait for the legacy default stream
+void synchronize_stream(int index, Stream stream);
+void copy_bytes_async(void* dst, const void* src, std::size_t bytes, Stream stream);  // any direction
+
 // The backing of device `index`'s caching allocator: cudaMalloc/cudaFree, CUDA events, and
 // expandable segments through the driver's virtual memory API (core/cuda/cuda_backing.cpp).
 std::unique_ptr<Backing> make_cuda_backing(int index);

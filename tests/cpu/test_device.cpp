@@ -1,8 +1,11 @@
-// Devices, dtypes and CUDA status on a machine that may have no GPU: whatever the machine, the
+// Devices, dtypes, CUDA status and streams on a machine that may have no GPU: whatever the machine, the
 // answers must be consistent, and CUDA tensors must fail with the reason when CUDA is unusable.
 #include <doctest/doctest.h>
 
+#include <vector>
+
 #include "core/cuda_status.h"
+#include "core/stream.h"
 #include "core/tensor.h"
 
 using namespace frugal;
@@ -55,4 +58,23 @@ TEST_CASE("library status checks are generated from one macro") {
     CHECK(e.expression() == "failing_call()");
   }
   CHECK_NOTHROW(FRUGAL_LIBRARY_CHECK("FakeLib", 0, 0, describe));
+}
+
+TEST_CASE("streams on the CPU: side streams are the default stream, copies are immediate, bad slots are ValueErrors") {
+  for (int slot = 0; slot < kSideStreams; ++slot) CHECK(side_stream(Device::cpu(), slot) == Stream{});
+  CHECK_THROWS_AS(side_stream(Device::cpu(), -1), ValueError);
+  CHECK_THROWS_WITH_AS(side_stream(Device::cpu(), kSideStreams), doctest::Contains("is not in 0..3"), ValueError);
+
+  const std::vector<float> source = {1, 2, 3, 4, 5};
+  std::vector<float> copied(5, 0.0f);
+  copy_bytes_async(copied.data(), Device::cpu(), source.data(), Device::cpu(), 5 * sizeof(float), Stream{});
+  CHECK(copied == source);  // done before the call returns: nothing runs asynchronously on the host
+  synchronize_stream(Device::cpu(), Stream{});
+
+  const Tensor host = empty({4}, {.stream = side_stream(Device::cpu(), 1)});
+  CHECK(host.nbytes() == 16);
+  record_stream(host, Stream{});  // nothing to record on the host
+  if (!cuda_available()) {
+    CHECK_THROWS_AS(side_stream(Device::cuda(0), 0), DeviceError);
+  }
 }

@@ -6,6 +6,7 @@
 //   #else
 //     throw_no_cuda("op");
 //   #endif
+// core's own dispatch sites (copy.cpp, stream.cpp) and every op in kernels/ use it.
 // Not here: any dispatch table; a plain switch per op reads better than a registry.
 #pragma once
 
