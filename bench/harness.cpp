@@ -1,14 +1,18 @@
 // The timing helper and the registry of benchmarks (see bench.h).
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
+#include <utility>
 
 #include "bench/bench.h"
+#include "core/error.h"
 
 namespace frugal::bench {
 
 std::vector<Result> tensor_benchmark(const Options& options);  // bench/tensor_bench.cpp
 std::vector<Result> ops_benchmark(const Options& options);     // bench/ops_bench.cpp
 std::vector<Result> alloc_benchmark(const Options& options);   // bench/alloc_bench.cpp
+std::vector<Result> loader_benchmark(const Options& options);  // bench/loader_bench.cpp
 
 const std::vector<Benchmark>& all_benchmarks() {
   static const std::vector<Benchmark> benchmarks = {
@@ -21,6 +25,10 @@ const std::vector<Benchmark>& all_benchmarks() {
        "allocation and free cost on a MobileNetV2 training trace and a random size mix (caching, direct, jemalloc, "
        "mimalloc), and peak reserved over peak live for frugal's policy and PyTorch's rules",
        alloc_benchmark},
+      {"loader",
+       "the DataLoader streaming a generated multi-GB shard against raw read(), Fashion-MNIST samples/s, and peak "
+       "RSS streaming against InMemoryDataset",
+       loader_benchmark},
   };
   return benchmarks;
 }
@@ -38,8 +46,13 @@ double median_seconds(const std::function<void()>& fn, const std::function<void(
     sync();
     times.push_back(std::chrono::duration<double>(Clock::now() - begin).count());
   }
-  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
-  return times[times.size() / 2];
+  return median(std::move(times));
+}
+
+double median(std::vector<double> values) {
+  FRUGAL_CHECK(!values.empty(), "median of no values");
+  std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2), values.end());
+  return values[values.size() / 2];
 }
 
 }  // namespace frugal::bench

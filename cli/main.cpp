@@ -1,6 +1,6 @@
 // The `frugal` command: parses arguments and hands each subcommand to its module.
 // Exit codes: 0 success, 1 a frugal error while running (message on stderr), 2 bad arguments.
-// Later issues add subcommands (train, pack, inspect, ...) here.
+// Later issues add subcommands (train, ...) here.
 #include <algorithm>
 #include <CLI/CLI.hpp>
 #include <iomanip>
@@ -10,6 +10,8 @@
 #include "bench/bench.h"
 #include "cli/alloc_replay.h"
 #include "cli/info.h"
+#include "cli/inspect.h"
+#include "cli/pack.h"
 #include "core/cuda_status.h"
 #include "core/error.h"
 #include "frugal/build_info.h"
@@ -87,6 +89,8 @@ int main(int argc, char** argv) {
   bench->add_flag("--list", bench_list, "List the benchmarks");
 
   frugal::cli::AllocReplayCommand alloc_replay(app);
+  frugal::cli::PackCommand pack(app);
+  frugal::cli::InspectCommand inspect(app);
 
   try {
     app.parse(argc, argv);
@@ -97,7 +101,7 @@ int main(int argc, char** argv) {
   }
 
   if (app.get_subcommands().empty()) {
-    std::cerr << "frugal: name a subcommand: info, bench or alloc-replay (see 'frugal --help')\n";
+    std::cerr << "frugal: name a subcommand: info, bench, alloc-replay, pack or inspect (see 'frugal --help')\n";
     return kExitUsage;
   }
 
@@ -122,6 +126,8 @@ int main(int argc, char** argv) {
       return run_bench(bench_name, bench_device, bench_json, bench_quick);
     }
     if (alloc_replay.parsed()) return alloc_replay.run();
+    if (pack.parsed()) return pack.run();
+    if (inspect.parsed()) return inspect.run();
   } catch (const frugal::ValueError& e) {  // bad values that only the library could judge, e.g. --device cuda:x
     std::cerr << "frugal: " << e.message() << "\n";
     return kExitUsage;

@@ -7,6 +7,15 @@ find_package(Threads REQUIRED)
 find_package(OpenMP REQUIRED COMPONENTS CXX)
 find_package(nlohmann_json 3.10 CONFIG REQUIRED)
 find_package(CLI11 CONFIG REQUIRED)
+find_package(ZLIB REQUIRED)  # data/: gzipped IDX files, the shard header's CRC-32
+# stb (Debian libstb-dev), used header-only: data/image_folder.cpp compiles stb_image's implementation
+# for the formats it reads, the tests stb_image_write's. Debian's prebuilt libstb.so is not linked.
+find_path(FRUGAL_STB_INCLUDE_DIR stb/stb_image.h)
+if(NOT FRUGAL_STB_INCLUDE_DIR)
+  message(FATAL_ERROR "frugal: stb/stb_image.h not found (Debian: libstb-dev)")
+endif()
+add_library(frugal::stb INTERFACE IMPORTED)
+set_target_properties(frugal::stb PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${FRUGAL_STB_INCLUDE_DIR}")
 if(FRUGAL_OPENBLAS)  # the CPU's library GEMM
   # The OpenMP build of OpenBLAS, not the default pthreads one: frugal's CPU kernels are OpenMP loops,
   # and two thread pools on the same cores fight (libgomp's idle threads spin while OpenBLAS's work:

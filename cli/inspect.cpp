@@ -1,0 +1,296 @@
+// `frugal inspect` (see inspect.h): the format is found from the file's first bytes and size (or its
+// being a folder); the file is opened as a data::Dataset where it is one (an IDX file alone is not:
+// it is read as an array); a Summary is filled once, then printed as text or as JSON.
+#include "cli/inspect.h"
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <array>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "cli/pack.h"
+#include "core/error.h"
+#include "data/cifar.h"
+#include "data/idx.h"
+#include "data/image_folder.h"
+#include "data/mapped_file.h"
+#include "data/shard.h"
+
+namespace frugal::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::ordered_json;
+
+constexpr int kExitUsage = 2;
+constexpr std::string_view kGreyRamp = " .:-=+*#%@";  // dark to bright, one character per tenth of the range
+constexpr std::int64_t kHistogramWidth = 40;          // characters in the longest bar
+
+enum class Format { shard, idx, cifar10, cifar100, folder };
+
+std::string_view format_key(Format format) {  // as JSON names it
+  switch (format) {
+    case Format::shard: return "shard";
+    case Format::idx: return "idx";
+    case Format::cifar10: return "cifar10";
+    case Format::cifar100: return "cifar100";
+    case Format::folder: return "folder";
+  }
+  return "";
+}
+
+std::string_view format_title(Format format) {  // as the text report names it
+  switch (format) {
+    case Format::shard: return "frugal shard";
+    case Format::idx: return "IDX file";
+    case Format::cifar10: return "CIFAR-10 batch";
+    case Format::cifar100: return "CIFAR-100 batch";
+    case Format::folder: return "image folder";
+  }
+  return "";
+}
+
+struct ShownSample {
+  std::int64_t index;
+  std::optional<std::int64_t> label;  // absent for a file without labels (IDX images alone)
+  std::vector<std::string> art;       // one string per row; empty unless a 1-channel image
+};
+
+// Everything inspect reports, gathered once.
+struct Summary {
+  Format format{};
+  std::string description;
+  std::int64_t records = 0;
+  Shape sample_shape;
+  std::string sample_dtype;
+  ordered_json header = ordered_json::object();            // what the format's header says
+  std::optional<std::vector<std::int64_t>> class_counts;  // per label; absent without labels
+  std::vector<std::string> class_names;                   // image folders only
+  std::vector<ShownSample> samples;
+};
+
+bool is_plain_idx(const std::string& path) {
+  try {
+    data::IdxArray::open(path);
+    return true;
+  } catch (const ValueError&) {
+    return false;
+  }
+}
+
+// Shards and gzip (frugal reads only IDX gzipped) have magic numbers; IDX starts 00 00; CIFAR has
+// no header, only its record size. A CIFAR batch can start 00 00 too (label 0, a black first pixel),
+// so a file that could be either is IDX only if it parses as IDX.
+Format detect(const std::string& path) {
+  std::error_code error;
+  FRUGAL_CHECK_AS(data::FileError, fs::exists(path, error), path, ": does not exist");
+  if (fs::is_directory(path, error)) return Format::folder;
+  std::ifstream in(path, std::ios::binary);
+  FRUGAL_CHECK_AS(data::FileError, in.is_open(), path, ": cannot open");
+  std::array<unsigned char, sizeof(data::kShardMagic)> head{};
+  in.read(reinterpret_cast<char*>(head.data()), head.size());
+  const auto got = in.gcount();
+  const std::uintmax_t size = fs::file_size(path);
+  FRUGAL_CHECK_AS(data::FileError, size > 0, path, ": is empty");
+  const bool cifar10_sized = size % data::cifar_record_size(data::CifarKind::cifar10) == 0;
+  const bool cifar100_sized = size % data::cifar_record_size(data::CifarKind::cifar100_fine) == 0;
+  if (std::equal(head.begin(), head.end(), data::kShardMagic)) return Format::shard;
+  if (got >= 2 && head[0] == 0x1f && head[1] == 0x8b) return Format::idx;
+  if (got >= 4 && head[0] == 0 && head[1] == 0 && (!(cifar10_sized || cifar100_sized) || is_plain_idx(path)))
+    return Format::idx;
+  if (cifar10_sized) return Format::cifar10;
+  if (cifar100_sized) return Format::cifar100;
+  std::ostringstream first;
+  for (std::streamsize i = 0; i < got; ++i) first << (i ? " " : "") << std::hex << std::setw(2) << std::setfill('0') << int{head[i]};
+  FRUGAL_THROW(ValueError, path, ": not a frugal shard, IDX file, CIFAR batch or image folder (", size,
+               " bytes, starting ", first.str(), ")");
+}
+
+// A 1-channel image, one character per pixel; nothing for other samples. u8 pixels span 0..255;
+// other dtypes are stretched from the sample's smallest to its largest value.
+std::vector<std::string> ascii_art(const Tensor& sample) {
+  if (sample.dim() != 3 || sample.size(0) != 1) return {};
+  const std::vector<double> pixels = sample.to_vector<double>();
+  double low = 0, high = 255;
+  if (sample.dtype() != DType::u8 && !pixels.empty()) {
+    low = *std::min_element(pixels.begin(), pixels.end());
+    high = *std::max_element(pixels.begin(), pixels.end());
+  }
+  const double range = high > low ? high - low : 1;
+  const auto levels = static_cast<std::int64_t>(kGreyRamp.size());
+  std::vector<std::string> rows;
+  for (std::int64_t y = 0; y < sample.size(1); ++y) {
+    std::string row;
+    for (std::int64_t x = 0; x < sample.size(2); ++x) {
+      const double v = (pixels[static_cast<std::size_t>(y * sample.size(2) + x)] - low) / range;
+      row += kGreyRamp[static_cast<std::size_t>(std::clamp(static_cast<std::int64_t>(v * static_cast<double>(levels)), std::int64_t{0}, levels - 1))];
+    }
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+void count_label(std::vector<std::int64_t>& counts, std::int64_t label) {
+  if (label >= static_cast<std::int64_t>(counts.size())) counts.resize(static_cast<std::size_t>(label + 1), 0);
+  ++counts[static_cast<std::size_t>(label)];
+}
+
+// Count, shape, histogram and first samples of a dataset. `label_of(i)` reads label i, without the
+// sample where the format allows (an image folder's labels need no decoding).
+template <typename LabelOf>
+void summarize(Summary& s, const data::Dataset& dataset, std::int64_t shown, LabelOf label_of) {
+  s.description = dataset.describe();
+  s.records = dataset.size();
+  s.sample_shape = dataset.sample_shape();
+  s.sample_dtype = dtype_name(dataset.sample_dtype());
+  s.class_counts.emplace(static_cast<std::size_t>(dataset.num_classes()), 0);
+  for (std::int64_t i = 0; i < s.records; ++i) count_label(*s.class_counts, label_of(i));
+  for (std::int64_t i = 0; i < std::min(shown, s.records); ++i) {
+    const data::Sample sample = dataset.get(i);
+    s.samples.push_back({i, sample.label, ascii_art(sample.input)});
+  }
+}
+
+void summarize_dataset(Summary& s, const data::Dataset& dataset, std::int64_t shown) {
+  summarize(s, dataset, shown, [&](std::int64_t i) { return dataset.get(i).label; });
+}
+
+// One IDX file alone: a 1-D u8 array is a labels file, a 3-D u8 array an images file ([1, H, W]
+// samples, as IdxDataset hands them out); any other array is listed by its dims only.
+void summarize_idx(Summary& s, const std::string& path, const std::string& cache_dir, std::int64_t shown) {
+  const data::IdxArray array = data::IdxArray::open(path, cache_dir);
+  const Shape& dims = array.dims();
+  const bool labels = dims.size() == 1 && array.type() == data::IdxType::u8;
+  const bool images = dims.size() == 3 && array.type() == data::IdxType::u8;
+  s.records = dims[0];
+  s.sample_shape = images ? Shape{1, dims[1], dims[2]} : Shape(dims.begin() + 1, dims.end());
+  s.sample_dtype = data::idx_type_name(array.type());
+  s.description = labels ? detail::str("IDX labels ", path, ": ", s.records, " u8 labels")
+                         : detail::str("IDX ", images ? "images " : "array ", path, ": ", s.records, " records of ",
+                                       shape_str(s.sample_shape), " ", s.sample_dtype);
+  s.header = {{"element_type", data::idx_type_name(array.type())}, {"dims", dims}, {"gzip", path.ends_with(".gz")}};
+  if (labels) {
+    s.class_counts.emplace();
+    for (std::int64_t i = 0; i < s.records; ++i) count_label(*s.class_counts, static_cast<std::int64_t>(array.at(i)));
+  }
+  for (std::int64_t i = 0; i < std::min(shown, s.records); ++i) {
+    ShownSample sample{i, std::nullopt, {}};
+    if (labels) sample.label = static_cast<std::int64_t>(array.at(i));
+    if (images) sample.art = ascii_art(data::tensor_from_bytes(array.item(i).data(), s.sample_shape, DType::u8));
+    s.samples.push_back(std::move(sample));
+  }
+}
+
+ordered_json to_json(const std::string& file, const Summary& s) {
+  ordered_json report = {{"file", file},
+                         {"format", format_key(s.format)},
+                         {"description", s.description},
+                         {"records", s.records},
+                         {"sample_shape", s.sample_shape},
+                         {"sample_dtype", s.sample_dtype},
+                         {"header", s.header}};
+  report["num_classes"] = s.class_counts ? ordered_json(s.class_counts->size()) : ordered_json(nullptr);
+  report["class_counts"] = s.class_counts ? ordered_json(*s.class_counts) : ordered_json(nullptr);
+  if (!s.class_names.empty()) report["classes"] = s.class_names;
+  report["samples"] = ordered_json::array();
+  for (const ShownSample& sample : s.samples)
+    report["samples"].push_back({{"index", sample.index},
+                                 {"label", sample.label ? ordered_json(*sample.label) : ordered_json(nullptr)},
+                                 {"ascii", sample.art}});
+  return report;
+}
+
+void print_text(const std::string& file, const Summary& s) {
+  const auto row = [](std::string_view name, const std::string& value) {
+    std::cout << "  " << std::left << std::setw(14) << name << value << "\n";
+  };
+  std::cout << file << ": " << format_title(s.format) << "\n" << "  " << s.description << "\n";
+  row("records", std::to_string(s.records));
+  row("sample", shape_str(s.sample_shape) + " " + s.sample_dtype);
+  for (const auto& [key, value] : s.header.items()) row(key, value.is_string() ? value.get<std::string>() : value.dump());
+  if (s.class_counts) {
+    const std::vector<std::int64_t>& counts = *s.class_counts;
+    row("classes", std::to_string(counts.size()));
+    const std::int64_t most = counts.empty() ? 0 : *std::max_element(counts.begin(), counts.end());
+    for (std::size_t c = 0; c < counts.size(); ++c) {
+      const std::string name = c < s.class_names.size() ? s.class_names[c] : std::to_string(c);
+      const auto bar = static_cast<std::size_t>(most ? counts[c] * kHistogramWidth / most : 0);
+      std::cout << "    " << std::right << std::setw(12) << name << std::setw(9) << counts[c]
+                << (bar ? "  " + std::string(bar, '#') : "") << "\n";
+    }
+  }
+  for (const ShownSample& sample : s.samples) {
+    std::cout << "sample " << sample.index;
+    if (sample.label) std::cout << ", label " << *sample.label;
+    std::cout << (sample.art.empty() ? "" : ":") << "\n";
+    for (const std::string& line : sample.art) std::cout << "    |" << line << "|\n";
+  }
+}
+
+}  // namespace
+
+InspectCommand::InspectCommand(CLI::App& app)
+    : command_(app.add_subcommand("inspect", "Show what a data file holds: a frugal shard, an IDX file (plain or .gz), "
+                                             "a CIFAR batch or an image folder")) {
+  command_->add_option("file", file_, "The file (or image folder) to inspect")->required();
+  command_->add_flag("--json", json_, "Print one JSON object: {file, format, records, sample_shape, ..., samples}");
+  command_->add_option("--samples", samples_, "How many of the first samples to show (default 3)")
+      ->check(CLI::NonNegativeNumber);
+  command_->add_option("--size", size_, "Image folders: the HEIGHTxWIDTH images are resized to (default 32x32)");
+  command_->add_option("--cache-dir", cache_dir_, "IDX .gz files: where they are decompressed (default ~/.cache/frugal)");
+}
+
+bool InspectCommand::parsed() const { return command_->parsed(); }
+
+int InspectCommand::run() const {
+  try {
+    Summary s;
+    s.format = detect(file_);
+    switch (s.format) {
+      case Format::shard: {
+        const data::ShardDataset shard(file_);
+        const data::ShardInfo& info = shard.info();
+        s.header = {{"version", info.version},          {"label_dtype", dtype_name(info.label_dtype)},
+                    {"record_size", info.record_size},  {"data_offset", info.data_offset},
+                    {"header_crc32", info.header_crc}};
+        summarize_dataset(s, shard, samples_);
+        break;
+      }
+      case Format::idx: summarize_idx(s, file_, cache_dir_, samples_); break;
+      case Format::cifar10:
+      case Format::cifar100: {
+        const auto kind = s.format == Format::cifar10 ? data::CifarKind::cifar10 : data::CifarKind::cifar100_fine;
+        s.header = {{"record_size", data::cifar_record_size(kind)},
+                    {"label", s.format == Format::cifar10 ? "the class" : "fine (of coarse and fine)"}};
+        summarize_dataset(s, data::CifarDataset({file_}, kind), samples_);
+        break;
+      }
+      case Format::folder: {
+        const auto [height, width] = parse_image_size(size_, "--size");
+        const data::ImageFolder folder(file_, height, width);
+        s.class_names = folder.classes();
+        s.header = {{"resized_to", size_}};
+        summarize(s, folder, samples_, [&](std::int64_t i) { return folder.label(i); });
+        break;
+      }
+    }
+    if (json_)
+      std::cout << to_json(file_, s).dump() << "\n";
+    else
+      print_text(file_, s);
+    return 0;
+  } catch (const ValueError& error) {
+    std::cerr << "frugal inspect: " << error.message() << "\n";
+  } catch (const data::FileError& error) {
+    std::cerr << "frugal inspect: " << error.message() << "\n";
+  }
+  return kExitUsage;
+}
+
+}  // namespace frugal::cli

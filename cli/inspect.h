@@ -1,0 +1,31 @@
+// `frugal inspect FILE`: what a data file holds. Reads a frugal shard, an IDX file (plain or .gz), a
+// CIFAR-10/100 batch or an image folder; prints the format, record count, sample shape and dtype,
+// the class histogram and the first samples, 1-channel images drawn as ASCII art. --json prints the
+// same as one JSON object.
+// Not here: the formats themselves (data/), converting between them (cli/pack.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace CLI {
+class App;
+}
+
+namespace frugal::cli {
+
+class InspectCommand {
+ public:
+  explicit InspectCommand(CLI::App& app);  // adds the subcommand and its options to `app`
+  bool parsed() const;                     // the subcommand was chosen
+  // Exit codes: 0 inspected, 2 bad input (one line "frugal inspect: ..." on stderr, naming the file).
+  int run() const;
+
+ private:
+  CLI::App* command_;
+  std::string file_, size_ = "32x32", cache_dir_;
+  std::int64_t samples_ = 3;
+  bool json_ = false;
+};
+
+}  // namespace frugal::cli

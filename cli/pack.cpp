@@ -1,0 +1,169 @@
+// `frugal pack` (see pack.h): the options become a data::Dataset, whose samples are streamed into a
+// ShardWriter in index order. SIGINT and SIGTERM are caught while packing, so the loop can stop and
+// the writer can remove its temporary file instead of the process dying with it on disk.
+#include "cli/pack.h"
+
+#include <signal.h>
+
+#include <CLI/CLI.hpp>
+#include <charconv>
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <iomanip>
+#include <iostream>
+
+#include "core/caching_allocator.h"
+#include "core/error.h"
+#include "data/cifar.h"
+#include "data/idx.h"
+#include "data/image_folder.h"
+#include "data/mapped_file.h"
+#include "data/shard.h"
+
+namespace frugal::cli {
+
+namespace {
+
+constexpr int kExitUsage = 2;
+constexpr int kExitInterrupted = 130;  // 128 + SIGINT: what a shell reports for a command stopped by Ctrl-C
+
+volatile std::sig_atomic_t interrupted = 0;
+void on_interrupt(int) { interrupted = 1; }
+
+// While alive, SIGINT and SIGTERM set `interrupted` instead of ending the process. Installed without
+// SA_RESTART, so a read blocked in the kernel returns early instead of holding up the stop.
+class InterruptScope {
+ public:
+  InterruptScope() {
+    interrupted = 0;
+    struct sigaction action {};
+    action.sa_handler = on_interrupt;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGINT, &action, &previous_int_);
+    sigaction(SIGTERM, &action, &previous_term_);
+  }
+  ~InterruptScope() {
+    sigaction(SIGINT, &previous_int_, nullptr);
+    sigaction(SIGTERM, &previous_term_, nullptr);
+  }
+  InterruptScope(const InterruptScope&) = delete;
+  InterruptScope& operator=(const InterruptScope&) = delete;
+
+ private:
+  struct sigaction previous_int_ {}, previous_term_ {};
+};
+
+// A ValueError unless `option` was left out or applies to this --from.
+void check_applies(const CLI::App& command, const char* option, bool applies, const std::string& from) {
+  FRUGAL_CHECK_VALUE(applies || command.count(option) == 0, option, " does not apply to --from ", from);
+}
+
+}  // namespace
+
+std::pair<std::int64_t, std::int64_t> parse_image_size(const std::string& text, const char* option) {
+  const auto x = text.find('x');
+  std::int64_t height = 0, width = 0;
+  const auto parse = [](std::string_view digits, std::int64_t& value) {
+    const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+    return error == std::errc() && end == digits.data() + digits.size() && value > 0;
+  };
+  const std::string_view view = text;
+  FRUGAL_CHECK_VALUE(x != std::string::npos && parse(view.substr(0, x), height) && parse(view.substr(x + 1), width),
+                     option, ": expected HEIGHTxWIDTH with positive integers (e.g. 32x32), got '", text, "'");
+  return {height, width};
+}
+
+PackCommand::PackCommand(CLI::App& app)
+    : command_(app.add_subcommand("pack", "Pack a dataset (IDX files, CIFAR batches, an image folder) into one shard file")) {
+  command_->footer("Examples:\n"
+                   "  frugal pack --from idx --images IMAGES --labels LABELS --out OUT [--cache-dir DIR]\n"
+                   "  frugal pack --from cifar10 --out OUT data_batch_1.bin data_batch_2.bin ...\n"
+                   "  frugal pack --from cifar100 [--label fine|coarse] --out OUT train.bin\n"
+                   "  frugal pack --from folder --size 32x32 --out OUT DIR   (DIR/CLASS/IMAGE.png|jpg|jpeg|bmp)\n"
+                   "The shard appears under OUT only once complete: an error or Ctrl-C leaves nothing there.");
+  command_->add_option("--from", from_, "Input format: idx, cifar10, cifar100 or folder")
+      ->required()
+      ->check(CLI::IsMember({"idx", "cifar10", "cifar100", "folder"}));
+  command_->add_option("--out", out_, "The shard file to write (appears only once complete)")->required();
+  command_->add_option("inputs", inputs_, "CIFAR batch files (--from cifar10|cifar100) or the image folder (--from folder)");
+  command_->add_option("--images", images_, "--from idx: the images file (N, H, W) u8, plain or .gz");
+  command_->add_option("--labels", labels_, "--from idx: the labels file (N) u8, plain or .gz");
+  command_->add_option("--cache-dir", cache_dir_, "--from idx: where .gz files are decompressed (default ~/.cache/frugal)");
+  command_->add_option("--label", label_, "--from cifar100: which label to keep, fine (100 classes, default) or coarse (20)")
+      ->check(CLI::IsMember({"fine", "coarse"}));
+  command_->add_option("--size", size_, "--from folder: every image is resized to HEIGHTxWIDTH, e.g. 32x32");
+}
+
+bool PackCommand::parsed() const { return command_->parsed(); }
+
+int PackCommand::run() const {
+  try {
+    const bool idx = from_ == "idx", cifar = from_.starts_with("cifar"), folder = from_ == "folder";
+    check_applies(*command_, "--images", idx, from_);
+    check_applies(*command_, "--labels", idx, from_);
+    check_applies(*command_, "--cache-dir", idx, from_);
+    check_applies(*command_, "--label", from_ == "cifar100", from_);
+    check_applies(*command_, "--size", folder, from_);
+    data::DatasetPtr dataset;
+    if (idx) {
+      FRUGAL_CHECK_VALUE(!images_.empty() && !labels_.empty(), "--from idx needs --images and --labels");
+      FRUGAL_CHECK_VALUE(inputs_.empty(), "--from idx reads --images and --labels, not '", inputs_.front(), "'");
+      dataset = std::make_shared<data::IdxDataset>(images_, labels_, cache_dir_);
+    } else if (cifar) {
+      FRUGAL_CHECK_VALUE(!inputs_.empty(), "--from ", from_, " needs one or more batch files");
+      const data::CifarKind kind = from_ == "cifar10" ? data::CifarKind::cifar10
+                                   : label_ == "fine" ? data::CifarKind::cifar100_fine
+                                                      : data::CifarKind::cifar100_coarse;
+      dataset = std::make_shared<data::CifarDataset>(inputs_, kind);
+    } else {
+      FRUGAL_CHECK_VALUE(inputs_.size() == 1, "--from folder needs one folder, got ", inputs_.size(), " inputs");
+      FRUGAL_CHECK_VALUE(!size_.empty(), "--from folder needs --size HxW");
+      const auto [height, width] = parse_image_size(size_, "--size");
+      dataset = std::make_shared<data::ImageFolder>(inputs_.front(), height, width);
+    }
+    return write(*dataset);
+  } catch (const ValueError& error) {
+    return report_bad_input(error);
+  } catch (const data::FileError& error) {
+    return report_bad_input(error);
+  }
+}
+
+int PackCommand::report_bad_input(const Error& error) const {
+  // An error while interrupted is the interruption's doing (a read cut short), not the input's.
+  if (interrupted) {
+    std::cerr << "frugal pack: interrupted; nothing written to " << out_ << "\n";
+    return kExitInterrupted;
+  }
+  std::cerr << "frugal pack: " << error.message() << "\n";
+  return kExitUsage;
+}
+
+int PackCommand::write(const data::Dataset& dataset) const {
+  const auto start = std::chrono::steady_clock::now();
+  std::int64_t records = 0;
+  {
+    InterruptScope catch_interrupts;
+    data::ShardWriter writer(out_, dataset.sample_shape(), dataset.sample_dtype(), DType::i64, dataset.num_classes());
+    for (; records < dataset.size() && !interrupted; ++records) {
+      const data::Sample sample = dataset.get(records);
+      writer.add(sample.input, sample.label);
+    }
+    if (interrupted) {  // the writer's destructor removes its temporary file
+      std::cerr << "frugal pack: interrupted after " << records << " of " << dataset.size() << " records; nothing written to "
+                << out_ << "\n";
+      return kExitInterrupted;
+    }
+    writer.finish();
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const auto bytes = static_cast<std::size_t>(std::filesystem::file_size(out_));
+  std::cout << dataset.describe() << "\n"
+            << "packed " << records << " records of " << shape_str(dataset.sample_shape()) << " "
+            << dataset.sample_dtype() << " into " << out_ << ": " << format_size(bytes) << " in " << std::fixed
+            << std::setprecision(2) << seconds << " s\n";
+  return 0;
+}
+
+}  // namespace frugal::cli

@@ -1,0 +1,254 @@
+// IDX parsing and element access, gzip decompression into the cache (zlib's inflate over the
+// mapped .gz), IdxDataset and fashion_mnist.
+#include "data/idx.h"
+
+#include <sys/stat.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <iomanip>
+#include <sstream>
+#include <system_error>
+#include <vector>
+
+#include "data/byte_order.h"
+
+namespace frugal::data {
+
+// ---- element types
+
+namespace {
+constexpr IdxType kIdxTypes[] = {IdxType::u8, IdxType::i8, IdxType::i16, IdxType::i32, IdxType::f32, IdxType::f64};
+
+bool is_idx_type(std::uint8_t code) {
+  return std::ranges::any_of(kIdxTypes, [&](IdxType type) { return static_cast<std::uint8_t>(type) == code; });
+}
+
+std::string hex_bytes(std::span<const std::uint8_t> bytes) {  // "00 00 08 03"
+  std::ostringstream out;
+  for (std::size_t i = 0; i < bytes.size(); ++i) {
+    out << (i ? " " : "") << std::hex << std::setw(2) << std::setfill('0') << static_cast<int>(bytes[i]);
+  }
+  return out.str();
+}
+}  // namespace
+
+std::string_view idx_type_name(IdxType type) {
+  switch (type) {
+    case IdxType::u8: return "u8";
+    case IdxType::i8: return "i8";
+    case IdxType::i16: return "i16";
+    case IdxType::i32: return "i32";
+    case IdxType::f32: return "f32";
+    case IdxType::f64: return "f64";
+  }
+  FRUGAL_THROW(ValueError, "unknown IDX type code ", static_cast<int>(type));
+}
+
+std::size_t idx_type_size(IdxType type) {
+  switch (type) {
+    case IdxType::u8:
+    case IdxType::i8: return 1;
+    case IdxType::i16: return 2;
+    case IdxType::i32:
+    case IdxType::f32: return 4;
+    case IdxType::f64: return 8;
+  }
+  FRUGAL_THROW(ValueError, "unknown IDX type code ", static_cast<int>(type));
+}
+
+// ---- IdxArray
+
+IdxArray IdxArray::parse(std::span<const std::uint8_t> bytes, std::string name) {
+  constexpr std::size_t kMagicBytes = 4;
+  FRUGAL_CHECK_VALUE(bytes.size() >= kMagicBytes, name, ": ", bytes.size(),
+                     " bytes is too short for an IDX file (the magic number alone is 4 bytes)");
+  FRUGAL_CHECK_VALUE(bytes[0] == 0 && bytes[1] == 0, name, ": wrong magic number ", hex_bytes(bytes.first(4)),
+                     ": an IDX file starts with 00 00, the element type and the number of dims");
+  FRUGAL_CHECK_VALUE(is_idx_type(bytes[2]), name, ": unknown IDX element type 0x", hex_bytes(bytes.subspan(2, 1)),
+                     " (known: 08 u8, 09 i8, 0b i16, 0c i32, 0d f32, 0e f64)");
+  const std::size_t ndims = bytes[3];
+  FRUGAL_CHECK_VALUE(ndims > 0, name, ": the IDX header says 0 dims");
+  const std::size_t header_bytes = kMagicBytes + 4 * ndims;
+  FRUGAL_CHECK_VALUE(bytes.size() >= header_bytes, name, ": truncated header: ", ndims, " dims need ", header_bytes,
+                     " header bytes, the file has ", bytes.size());
+
+  IdxArray array;
+  array.name_ = std::move(name);
+  array.type_ = static_cast<IdxType>(bytes[2]);
+  // Products are checked for overflow: 2^32 per dim, up to 255 dims, would wrap a 64-bit size.
+  auto data_bytes = static_cast<std::int64_t>(idx_type_size(array.type_));
+  bool overflow = false;
+  for (std::size_t d = 0; d < ndims; ++d) {
+    const auto dim = static_cast<std::int64_t>(load_be<std::uint32_t>(&bytes[kMagicBytes + 4 * d]));
+    FRUGAL_CHECK_VALUE(dim > 0, array.name_, ": dim ", d, " is 0 (an IDX file must hold at least one element)");
+    array.dims_.push_back(dim);
+    overflow = overflow || __builtin_mul_overflow(data_bytes, dim, &data_bytes);
+  }
+  FRUGAL_CHECK_VALUE(!overflow, array.name_, ": dims ", shape_str(array.dims_), " of ", idx_type_name(array.type_),
+                     " overflow: more than 2^63 bytes");
+  const std::size_t found = bytes.size() - header_bytes;
+  FRUGAL_CHECK_VALUE(static_cast<std::uint64_t>(data_bytes) == found, array.name_, ": dims ",
+                     shape_str(array.dims_), " of ", idx_type_name(array.type_), " need ", data_bytes,
+                     " data bytes after the ", header_bytes, "-byte header, the file has ", found,
+                     static_cast<std::uint64_t>(data_bytes) > found ? " (truncated)" : " (trailing bytes)");
+  array.data_ = bytes.subspan(header_bytes);
+  return array;
+}
+
+IdxArray IdxArray::open(const std::string& path, const std::string& cache_dir) {
+  const bool gzipped = path.ends_with(".gz");
+  // IDX files are tens of MB read every epoch: read them in now.
+  auto file = std::make_shared<const MappedFile>(gzipped ? decompressed_copy(path, cache_dir) : path, Access::willneed);
+  IdxArray array = parse(file->bytes(), gzipped ? path + " (decompressed copy " + file->path() + ")" : path);
+  array.file_ = std::move(file);
+  return array;
+}
+
+double IdxArray::at(std::int64_t flat_index) const {
+  FRUGAL_CHECK_INDEX(flat_index >= 0 && flat_index < numel(), name_, ": element ", flat_index,
+                     " is out of range for dims ", shape_str(dims_));
+  const std::uint8_t* element = data_.data() + flat_index * static_cast<std::int64_t>(idx_type_size(type_));
+  switch (type_) {
+    case IdxType::u8: return *element;
+    case IdxType::i8: return static_cast<std::int8_t>(*element);
+    case IdxType::i16: return load_be<std::int16_t>(element);
+    case IdxType::i32: return load_be<std::int32_t>(element);
+    case IdxType::f32: return load_be<float>(element);
+    case IdxType::f64: return load_be<double>(element);
+  }
+  FRUGAL_THROW(ValueError, name_, ": unknown IDX type code ", static_cast<int>(type_));
+}
+
+std::span<const std::uint8_t> IdxArray::item(std::int64_t index) const {
+  FRUGAL_CHECK_INDEX(index >= 0 && index < dims_[0], name_, ": item ", index, " is out of range for dims ",
+                     shape_str(dims_));
+  const auto item_bytes = data_.size() / static_cast<std::size_t>(dims_[0]);
+  return data_.subspan(static_cast<std::size_t>(index) * item_bytes, item_bytes);
+}
+
+// ---- the decompression cache
+
+std::string default_cache_dir() {
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::string(xdg) + "/frugal";
+  const char* home = std::getenv("HOME");
+  FRUGAL_CHECK_VALUE(home && *home, "no cache folder: neither XDG_CACHE_HOME nor HOME is set; pass a cache_dir");
+  return std::string(home) + "/.cache/frugal";
+}
+
+namespace {
+
+// Inflates the whole of `gz` (one or more concatenated gzip members, as gzip -d accepts) into `out`.
+void gunzip(const MappedFile& gz, AtomicFile& out) {
+  z_stream stream{};
+  // Window bits 15 (the largest window) + 32: detect the gzip (or zlib) header automatically.
+  FRUGAL_CHECK_VALUE(inflateInit2(&stream, 15 + 32) == Z_OK, gz.path(), ": zlib's inflateInit2 failed");
+  struct End {
+    z_stream* stream;
+    ~End() { inflateEnd(stream); }
+  } end{&stream};
+
+  constexpr std::size_t kMaxInput = std::size_t{1} << 30;  // zlib counts input in 32-bit uInt
+  std::vector<std::uint8_t> chunk(std::size_t{1} << 20);
+  std::size_t fed = 0;  // bytes of gz handed to zlib so far
+  for (;;) {
+    if (stream.avail_in == 0 && fed < gz.size()) {
+      const std::size_t next = std::min(kMaxInput, gz.size() - fed);
+      stream.next_in = const_cast<Bytef*>(gz.data() + fed);  // zlib's API is not const; it only reads
+      stream.avail_in = static_cast<uInt>(next);
+      fed += next;
+    }
+    stream.next_out = chunk.data();
+    stream.avail_out = static_cast<uInt>(chunk.size());
+    const int status = inflate(&stream, Z_NO_FLUSH);
+    const bool input_left = stream.avail_in > 0 || fed < gz.size();
+    FRUGAL_CHECK_VALUE(status != Z_DATA_ERROR, gz.path(), ": corrupt gzip data at compressed byte ",
+                       fed - stream.avail_in, ": ", stream.msg ? stream.msg : "no detail");
+    // With input left and room for output, inflate always progresses: "no progress" means no input.
+    FRUGAL_CHECK_VALUE(status != Z_BUF_ERROR, gz.path(), ": truncated gzip data: the file ends inside the stream");
+    FRUGAL_CHECK_VALUE(status == Z_OK || status == Z_STREAM_END, gz.path(), ": zlib's inflate failed (status ",
+                       status, ")");
+    out.write(chunk.data(), chunk.size() - stream.avail_out);
+    if (status == Z_STREAM_END) {
+      if (!input_left) return;
+      FRUGAL_CHECK_VALUE(inflateReset(&stream) == Z_OK, gz.path(), ": zlib's inflateReset failed");
+    }
+  }
+}
+
+}  // namespace
+
+std::string decompressed_copy(const std::string& gz_path, const std::string& cache_dir) {
+  struct stat info {};
+  FRUGAL_CHECK_AS(FileError, ::stat(gz_path.c_str(), &info) == 0, gz_path, ": cannot open: ",
+                  std::system_category().message(errno));
+  const std::string folder = cache_dir.empty() ? default_cache_dir() : cache_dir;
+  std::error_code error;
+  std::filesystem::create_directories(folder, error);
+  FRUGAL_CHECK_AS(FileError, !error, folder, ": cannot create the cache folder: ", error.message());
+
+  std::string stem = std::filesystem::path(gz_path).filename().string();
+  stem.resize(stem.size() - (stem.ends_with(".gz") ? 3 : 0));
+  const long long mtime_ns = static_cast<long long>(info.st_mtim.tv_sec) * 1'000'000'000 + info.st_mtim.tv_nsec;
+  const std::string copy = folder + "/" + stem + "." + std::to_string(info.st_size) + "." + std::to_string(mtime_ns);
+  if (std::filesystem::is_regular_file(copy, error)) return copy;  // whole, since written atomically
+
+  const MappedFile gz(gz_path, Access::sequential);
+  AtomicFile out(copy);
+  gunzip(gz, out);
+  out.commit();
+  return copy;
+}
+
+// ---- IdxDataset
+
+IdxDataset::IdxDataset(const std::string& images_path, const std::string& labels_path, const std::string& cache_dir)
+    : IdxDataset(IdxArray::open(images_path, cache_dir), IdxArray::open(labels_path, cache_dir)) {}
+
+IdxDataset::IdxDataset(IdxArray images, IdxArray labels) : images_(std::move(images)), labels_(std::move(labels)) {
+  FRUGAL_CHECK_VALUE(images_.type() == IdxType::u8 && images_.dims().size() == 3, images_.name(),
+                     ": images must be a 3-D u8 IDX file (count, height, width), this one holds ",
+                     idx_type_name(images_.type()), " of dims ", shape_str(images_.dims()));
+  FRUGAL_CHECK_VALUE(labels_.type() == IdxType::u8 && labels_.dims().size() == 1, labels_.name(),
+                     ": labels must be a 1-D u8 IDX file, this one holds ", idx_type_name(labels_.type()),
+                     " of dims ", shape_str(labels_.dims()));
+  FRUGAL_CHECK_VALUE(images_.dims()[0] == labels_.dims()[0], "IDX count mismatch: ", images_.name(), " holds ",
+                     images_.dims()[0], " images but ", labels_.name(), " holds ", labels_.dims()[0], " labels");
+  num_classes_ = *std::ranges::max_element(labels_.data()) + 1;
+}
+
+Sample IdxDataset::get(std::int64_t index) const { return get_by_reading(index); }
+
+std::int64_t IdxDataset::get_into(std::int64_t index, void* out) const {
+  FRUGAL_CHECK_INDEX(index >= 0 && index < size(), "IdxDataset: index ", index, " is out of range for ", size(),
+                     " samples of ", images_.name());
+  const std::span<const std::uint8_t> image = images_.item(index);
+  std::memcpy(out, image.data(), image.size());
+  return labels_.data()[index];
+}
+
+std::string IdxDataset::describe() const {
+  return detail::str("IDX ", images_.name(), " + ", labels_.name(), ": ", size(), " samples of ",
+                     shape_str(sample_shape()), " u8, ", num_classes_, " classes");
+}
+
+// ---- Fashion-MNIST
+
+IdxDataset fashion_mnist(const std::string& split, const std::string& cache_dir, std::string_view folder) {
+  FRUGAL_CHECK_VALUE(split == "train" || split == "test", "fashion_mnist: split must be \"train\" or \"test\", got \"",
+                     split, "\"");
+  const std::string prefix = std::string(folder) + (split == "train" ? "/train" : "/t10k");
+  const std::string images = prefix + "-images-idx3-ubyte.gz", labels = prefix + "-labels-idx1-ubyte.gz";
+  for (const std::string& path : {images, labels}) {
+    FRUGAL_CHECK_AS(FileError, std::filesystem::exists(path), "Fashion-MNIST is not installed: ", path,
+                    " is missing; install the Debian package dataset-fashion-mnist "
+                    "(apt-get install dataset-fashion-mnist)");
+  }
+  return IdxDataset(images, labels, cache_dir);
+}
+
+}  // namespace frugal::data

@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""Writes the committed seed corpus of the fuzz targets: fuzz/corpus/<target>/, a few tiny valid files
+and a few invalid ones per format, each named for what it is. It is a second implementation of the
+formats (data/idx.h, data/cifar.h, data/shard.h), written from their documentation.
+Run from anywhere: python3 fuzz/make_corpus.py"""
+import base64
+import os
+import struct
+import zlib
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
+
+
+def write(target, name, data):
+    os.makedirs(os.path.join(ROOT, target), exist_ok=True)
+    with open(os.path.join(ROOT, target, name), "wb") as f:
+        f.write(data)
+
+
+def idx(type_code, dims, payload):  # 00 00 TYPE NDIMS, big-endian u32 dims, big-endian data
+    return bytes([0, 0, type_code, len(dims)]) + b"".join(struct.pack(">I", d) for d in dims) + payload
+
+
+def cifar(labels_per_record):  # label byte(s), then 3072 pixel bytes
+    return b"".join(bytes(labels) + bytes((7 * r + i) % 256 for i in range(3072))
+                    for r, labels in enumerate(labels_per_record))
+
+
+DTYPE_CODES = {"f32": 1, "f64": 2, "f16": 3, "bf16": 4, "i32": 5, "i64": 6, "u8": 7, "bool": 8}
+DTYPE_SIZES = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2, "i32": 4, "i64": 8, "u8": 1, "bool": 1}
+LABEL_FORMATS = {"u8": "<B", "i32": "<i", "i64": "<q"}
+
+
+def shard(shape, sample_dtype, label_dtype, samples, labels):
+    sample_bytes = DTYPE_SIZES[sample_dtype]
+    for d in shape:
+        sample_bytes *= d
+    label_size = DTYPE_SIZES[label_dtype]
+    label_offset = -(-sample_bytes // label_size) * label_size
+    record_size = -(-(label_offset + label_size) // 64) * 64
+    header = bytearray(128)
+    header[0:8] = b"FRUGALSH"
+    struct.pack_into("<IBBBB", header, 8, 1, DTYPE_CODES[sample_dtype], DTYPE_CODES[label_dtype], len(shape), 0)
+    struct.pack_into("<QQQQ", header, 16, len(labels), record_size, 128, max(labels, default=-1) + 1)
+    for i, d in enumerate(shape):
+        struct.pack_into("<q", header, 48 + 8 * i, d)
+    struct.pack_into("<I", header, 124, zlib.crc32(bytes(header[:124])))
+    body = b""
+    for sample, label in zip(samples, labels):
+        record = bytearray(record_size)
+        record[0:sample_bytes] = sample
+        record[label_offset:label_offset + label_size] = struct.pack(LABEL_FORMATS[label_dtype], label)
+        body += record
+    return bytes(header) + body
+
+
+write("fuzz_idx", "labels_u8_4", idx(0x08, [4], bytes([3, 0, 9, 1])))
+write("fuzz_idx", "images_u8_2x3x3", idx(0x08, [2, 3, 3], bytes(range(18))))
+write("fuzz_idx", "i16_2x2", idx(0x0B, [2, 2], struct.pack(">4h", -32768, -2, 258, 32767)))
+write("fuzz_idx", "i32_3", idx(0x0C, [3], struct.pack(">3i", 16777217, -1, 2**31 - 1)))
+write("fuzz_idx", "f32_2", idx(0x0D, [2], struct.pack(">2f", 1.5, -0.0)))
+write("fuzz_idx", "f64_1x2", idx(0x0E, [1, 2], struct.pack(">2d", 0.1, -1e300)))
+write("fuzz_idx", "i8_1", idx(0x09, [1], bytes([0x80])))
+write("fuzz_idx", "bad_magic", bytes([1, 0, 8, 1, 0, 0, 0, 1, 5]))
+write("fuzz_idx", "bad_truncated", idx(0x08, [3, 2, 2], bytes(11)))
+write("fuzz_idx", "bad_zero_dim", idx(0x08, [2, 0], b""))
+
+write("fuzz_cifar", "cifar10_2_records", cifar([[3], [9]]))
+write("fuzz_cifar", "cifar100_1_record", cifar([[19, 99]]))
+write("fuzz_cifar", "bad_label", cifar([[200, 200]]))
+write("fuzz_cifar", "bad_size", bytes(100))
+
+u8_2x2 = shard([2, 2], "u8", "i64", [bytes([1, 2, 3, 4]), bytes([5, 6, 7, 8])], [1, 0])
+write("fuzz_shard", "u8_2x2_i64", u8_2x2)
+write("fuzz_shard", "f32_3_i32", shard([3], "f32", "i32", [struct.pack("<3f", 1, 2, 3)], [4]))
+write("fuzz_shard", "f64_scalar_u8", shard([], "f64", "u8", [struct.pack("<d", 0.5)] * 3, [0, 2, 1]))
+write("fuzz_shard", "empty_shard", shard([5], "bf16", "u8", [], []))
+corrupt = bytearray(u8_2x2)
+corrupt[48] = 3  # a dim changed without resealing the CRC
+write("fuzz_shard", "bad_crc", bytes(corrupt))
+write("fuzz_shard", "bad_truncated", u8_2x2[:-1])
+
+
+# Images for fuzz_image (data/image_folder.h): PNG and BMP written here, one JPEG made by stb_image_write.
+def png(width, height, color_type, channels, pixels):  # 8-bit samples, filter 0 on every row
+    raw = b"".join(b"\0" + pixels[y * width * channels:(y + 1) * width * channels] for y in range(height))
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, color_type, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+
+
+def bmp(width, height, rgb):  # 24-bit; rows stored bottom-up as BGR, each padded to 4 bytes
+    stride = (3 * width + 3) & ~3
+    rows = [b"".join(rgb[3 * (y * width + x):3 * (y * width + x) + 3][::-1] for x in range(width)).ljust(stride, b"\0")
+            for y in reversed(range(height))]
+    body = b"".join(rows)
+    return (b"BM" + struct.pack("<IHHI", 54 + len(body), 0, 0, 54)
+            + struct.pack("<IiiHHIIiiII", 40, width, height, 1, 24, 0, len(body), 2835, 2835, 0, 0) + body)
+
+
+# stbi_write_jpg of a 2x2 grey image at quality 1 (baseline JPEG, standard Huffman tables).
+JPEG_2X2 = base64.b64decode(
+    "/9j/4AAQSkZJRgABAQAAAQABAAD/2wCEAP//////////////////////////////////////////////////////////////"
+    "//////////////////////8B////////////////////////////////////////////////////////////////////////"
+    "///////////////AABEIAAIAAgMBIgACEQEDEQH/xAGiAAABBQEBAQEBAQAAAAAAAAAAAQIDBAUGBwgJCgsQAAIBAwMCBAMF"
+    "BQQEAAABfQECAwAEEQUSITFBBhNRYQcicRQygZGhCCNCscEVUtHwJDNicoIJChYXGBkaJSYnKCkqNDU2Nzg5OkNERUZHSElK"
+    "U1RVVldYWVpjZGVmZ2hpanN0dXZ3eHl6g4SFhoeIiYqSk5SVlpeYmZqio6Slpqeoqaqys7S1tre4ubrCw8TFxsfIycrS09TV"
+    "1tfY2drh4uPk5ebn6Onq8fLz9PX29/j5+gEAAwEBAQEBAQEBAQAAAAAAAAECAwQFBgcICQoLEQACAQIEBAMEBwUEBAABAncA"
+    "AQIDEQQFITEGEkFRB2FxEyIygQgUQpGhscEJIzNS8BVictEKFiQ04SXxFxgZGiYnKCkqNTY3ODk6Q0RFRkdISUpTVFVWV1hZ"
+    "WmNkZWZnaGlqc3R1dnd4eXqCg4SFhoeIiYqSk5SVlpeYmZqio6Slpqeoqaqys7S1tre4ubrCw8TFxsfIycrS09TV1tfY2dri"
+    "4+Tl5ufo6ery8/T19vf4+fr/2gAMAwEAAhEDEQA/AI6KKKAP/9k=")
+grey_png = png(3, 2, 0, 1, bytes(range(0, 60, 10)))
+rgb_bmp = bmp(3, 2, bytes(range(0, 180, 10)))
+write("fuzz_image", "grey_3x2.png", grey_png)
+write("fuzz_image", "rgb_3x2.png", png(3, 2, 2, 3, bytes(range(18))))
+write("fuzz_image", "rgba_2x2.png", png(2, 2, 6, 4, bytes(range(16))))
+write("fuzz_image", "rgb_3x2.bmp", rgb_bmp)
+write("fuzz_image", "grey_2x2.jpg", JPEG_2X2)
+write("fuzz_image", "bad_truncated.png", grey_png[:-20])
+write("fuzz_image", "bad_truncated.bmp", rgb_bmp[:-10])
+write("fuzz_image", "bad_truncated.jpg", JPEG_2X2[:300])
+write("fuzz_image", "bad_zero_width.bmp", bmp(0, 2, b""))
