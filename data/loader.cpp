@@ -300,8 +300,18 @@ Batch DataLoader::load_batch(std::int64_t batch, Stream copy_stream) const {
       label_at[row] = sample.label;
     }
   }
-  out.inputs = inputs->buffer().to_device(options_.device, copy_stream);
-  out.labels = labels.to_device(options_.device, copy_stream);
+  try {
+    out.inputs = inputs->buffer().to_device(options_.device, copy_stream);
+    out.labels = labels.to_device(options_.device, copy_stream);
+  } catch (...) {
+    // The labels failed (out of device memory, say) with the inputs' copy already queued: wait for
+    // it before the host buffer it reads goes back to its pool. The first error is the one to report.
+    try {
+      synchronize_stream(options_.device, copy_stream);
+    } catch (const Error&) {
+    }
+    throw;
+  }
   // The batch is complete when handed out, and the host buffers may go back to their pools: this
   // waits for the two copies only, never for the caller's kernels on the default stream.
   synchronize_stream(options_.device, copy_stream);

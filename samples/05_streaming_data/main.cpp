@@ -1,6 +1,6 @@
 // Sample 05: a dataset streamed through the DataLoader, against the same dataset held in RAM.
 //   1. Fashion-MNIST's train split (Debian's dataset-fashion-mnist; a generated shard of the same
-//      shape when it is not installed) read from its memory mapping by 2 worker threads, shuffled,
+//      shape when it is not installed) streamed from its file by 2 worker threads, shuffled,
 //      with ToFloat and Normalize applied to each sample.
 //   2. The same loader over InMemoryDataset, which first reads every sample into RAM.
 // For each pass: samples/s, MB/s of batches, the time the loop waited for data, the peak of memory
@@ -100,7 +100,7 @@ int main() {
   }
   std::printf("dataset: %s\n\n", dataset->describe().c_str());
 
-  stream("1. streaming from the mapping", dataset, device);
+  stream("1. streaming from the file", dataset, device);
   const auto start = Clock::now();
   const DatasetPtr in_memory = std::make_shared<InMemoryDataset>(*dataset);
   std::printf("InMemoryDataset read every sample in %.2f s\n",
