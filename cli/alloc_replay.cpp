@@ -62,7 +62,7 @@ void print_result(const std::string& source, const Trace& trace, const ReplayOpt
 }  // namespace
 
 AllocReplayCommand::AllocReplayCommand(CLI::App& app)
-    : command_(app.add_subcommand("alloc-replay", "Replay an allocation trace on a simulated device and show what "
+    : Subcommand(app.add_subcommand("alloc-replay", "Replay an allocation trace on a simulated device and show what "
                                                   "the allocator reserved")) {
   command_->add_option("trace", trace_, "Trace file: frugal's '+ ID BYTES [STREAM] [TAG]' / '- ID' lines, or RMM's CSV log");
   command_->add_option("--limit", limit_, "Capacity of the simulated device, e.g. 512MiB, 2GiB (default none)");
@@ -77,8 +77,6 @@ AllocReplayCommand::AllocReplayCommand(CLI::App& app)
   command_->add_option("--batch", batch_, "Batch size of --training-trace (default 32)")->check(CLI::PositiveNumber);
   command_->add_option("--steps", steps_, "Steps of --training-trace (default 8)")->check(CLI::PositiveNumber);
 }
-
-bool AllocReplayCommand::parsed() const { return command_->parsed(); }
 
 int AllocReplayCommand::run() const {
   ReplayOptions options;

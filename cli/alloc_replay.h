@@ -5,22 +5,18 @@
 
 #include <string>
 
-namespace CLI {
-class App;
-}
+#include "cli/subcommand.h"
 
 namespace frugal::cli {
 
-class AllocReplayCommand {
+class AllocReplayCommand final : public Subcommand {
  public:
   explicit AllocReplayCommand(CLI::App& app);  // adds the subcommand and its options to `app`
-  bool parsed() const;                          // the subcommand was chosen
   // Exit codes: 0 replayed to the end, 3 stopped on an OOM (figures still printed), 2 bad input
   // (a one-line message "frugal alloc-replay: FILE:LINE: ..." on stderr).
-  int run() const;
+  int run() const override;
 
  private:
-  CLI::App* command_;
   std::string trace_, limit_ = "none", allocator_ = "caching", max_split_ = "none", expandable_ = "on";
   bool json_ = false, training_trace_ = false;
   int batch_ = 32, steps_ = 8;

@@ -236,7 +236,7 @@ void print_text(const std::string& file, const Summary& s) {
 }  // namespace
 
 InspectCommand::InspectCommand(CLI::App& app)
-    : command_(app.add_subcommand("inspect", "Show what a data file holds: a frugal shard, an IDX file (plain or .gz), "
+    : Subcommand(app.add_subcommand("inspect", "Show what a data file holds: a frugal shard, an IDX file (plain or .gz), "
                                              "a CIFAR batch or an image folder")) {
   command_->add_option("file", file_, "The file (or image folder) to inspect")->required();
   command_->add_flag("--json", json_, "Print one JSON object: {file, format, records, sample_shape, ..., samples}");
@@ -245,8 +245,6 @@ InspectCommand::InspectCommand(CLI::App& app)
   command_->add_option("--size", size_, "Image folders: the HEIGHTxWIDTH images are resized to (default 32x32)");
   command_->add_option("--cache-dir", cache_dir_, "IDX .gz files: where they are decompressed (default ~/.cache/frugal)");
 }
-
-bool InspectCommand::parsed() const { return command_->parsed(); }
 
 int InspectCommand::run() const {
   try {

@@ -8,21 +8,17 @@
 #include <cstdint>
 #include <string>
 
-namespace CLI {
-class App;
-}
+#include "cli/subcommand.h"
 
 namespace frugal::cli {
 
-class InspectCommand {
+class InspectCommand final : public Subcommand {
  public:
   explicit InspectCommand(CLI::App& app);  // adds the subcommand and its options to `app`
-  bool parsed() const;                     // the subcommand was chosen
   // Exit codes: 0 inspected, 2 bad input (one line "frugal inspect: ..." on stderr, naming the file).
-  int run() const;
+  int run() const override;
 
  private:
-  CLI::App* command_;
   std::string file_, size_ = "32x32", cache_dir_;
   std::int64_t samples_ = 3;
   bool json_ = false;

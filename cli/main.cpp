@@ -1,6 +1,6 @@
 // The `frugal` command: parses arguments and hands each subcommand to its module.
 // Exit codes: 0 success, 1 a frugal error while running (message on stderr), 2 bad arguments.
-// Later issues add subcommands (train, ...) here.
+// Later issues add subcommands (train, ...) here: a Subcommand module (cli/subcommand.h) each.
 #include <algorithm>
 #include <CLI/CLI.hpp>
 #include <iomanip>
@@ -125,9 +125,9 @@ int main(int argc, char** argv) {
       }
       return run_bench(bench_name, bench_device, bench_json, bench_quick);
     }
-    if (alloc_replay.parsed()) return alloc_replay.run();
-    if (pack.parsed()) return pack.run();
-    if (inspect.parsed()) return inspect.run();
+    const frugal::cli::Subcommand* modules[] = {&alloc_replay, &pack, &inspect};
+    for (const frugal::cli::Subcommand* command : modules)
+      if (command->parsed()) return command->run();
   } catch (const frugal::ValueError& e) {  // bad values that only the library could judge, e.g. --device cuda:x
     std::cerr << "frugal: " << e.message() << "\n";
     return kExitUsage;

@@ -75,7 +75,7 @@ std::pair<std::int64_t, std::int64_t> parse_image_size(const std::string& text, 
 }
 
 PackCommand::PackCommand(CLI::App& app)
-    : command_(app.add_subcommand("pack", "Pack a dataset (IDX files, CIFAR batches, an image folder) into one shard file")) {
+    : Subcommand(app.add_subcommand("pack", "Pack a dataset (IDX files, CIFAR batches, an image folder) into one shard file")) {
   command_->footer("Examples:\n"
                    "  frugal pack --from idx --images IMAGES --labels LABELS --out OUT [--cache-dir DIR]\n"
                    "  frugal pack --from cifar10 --out OUT data_batch_1.bin data_batch_2.bin ...\n"
@@ -94,8 +94,6 @@ PackCommand::PackCommand(CLI::App& app)
       ->check(CLI::IsMember({"fine", "coarse"}));
   command_->add_option("--size", size_, "--from folder: every image is resized to HEIGHTxWIDTH, e.g. 32x32");
 }
-
-bool PackCommand::parsed() const { return command_->parsed(); }
 
 int PackCommand::run() const {
   try {

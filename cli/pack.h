@@ -1,5 +1,5 @@
 // `frugal pack`: reads a dataset (IDX files, CIFAR batches, an image folder) and writes its samples
-// into one shard file (data/shard.h), the format training maps. The shard appears whole or not at
+// into one shard file (data/shard.h), the format training streams. The shard appears whole or not at
 // all: an error or Ctrl-C part-way leaves nothing under --out.
 // Not here: the formats themselves (data/), looking inside a file (cli/inspect.h).
 #pragma once
@@ -9,9 +9,7 @@
 #include <utility>
 #include <vector>
 
-namespace CLI {
-class App;
-}
+#include "cli/subcommand.h"
 
 namespace frugal {
 class Error;
@@ -25,19 +23,17 @@ namespace frugal::cli {
 // "32x28" -> {32, 28} (height, width); ValueError naming `option` unless both are positive integers.
 std::pair<std::int64_t, std::int64_t> parse_image_size(const std::string& text, const char* option);
 
-class PackCommand {
+class PackCommand final : public Subcommand {
  public:
   explicit PackCommand(CLI::App& app);  // adds the subcommand and its options to `app`
-  bool parsed() const;                  // the subcommand was chosen
   // Exit codes: 0 packed, 2 bad input (one line "frugal pack: ..." on stderr, naming the file),
   // 130 interrupted by SIGINT or SIGTERM. Neither of the last two leaves anything under --out.
-  int run() const;
+  int run() const override;
 
  private:
   int write(const data::Dataset& dataset) const;  // 0, or kExitInterrupted
   int report_bad_input(const Error& error) const;
 
-  CLI::App* command_;
   std::string from_, out_, images_, labels_, cache_dir_, size_, label_ = "fine";
   std::vector<std::string> inputs_;
 };
