@@ -124,6 +124,7 @@ void Backing::do_unmap(void*, std::size_t) {
 
 Backing::Event Backing::record_event(Stream) { return nullptr; }
 bool Backing::event_done(Event) { return true; }
+void Backing::wait_event(Event) {}
 void Backing::destroy_event(Event) {}
 
 // ---- HostBacking

@@ -69,6 +69,7 @@ class Backing {
   using Event = void*;
   virtual Event record_event(Stream stream);
   virtual bool event_done(Event event);
+  virtual void wait_event(Event event);  // returns once it is done (the OOM ladder's last resort)
   virtual void destroy_event(Event event);
 
   // Calls that reached the device, counted so tests can prove "zero backing calls".

@@ -261,7 +261,13 @@ CachingAllocator::Block* CachingAllocator::allocate_block(std::size_t requested,
   Pool& pool = pool_for(rounded);
   Block* block = find_free_block(pool, rounded, stream);
   if (!block) block = grow(pool, rounded, stream);
-  if (!block && release_cached() > 0) {  // the OOM ladder: give the cache back, then try once more
+  // The OOM ladder. First wait for the blocks still held for other streams' work (a loader's batches
+  // freed while the kernels reading them run): they may be all that is missing.
+  if (!block && wait_for_pending() > 0) {
+    block = find_free_block(pool, rounded, stream);
+    if (!block) block = grow(pool, rounded, stream);
+  }
+  if (!block && release_cached() > 0) {  // then give the cache back, and try once more
     stats_.alloc_retries += 1;
     block = grow(pool, rounded, stream);
   }
@@ -468,6 +474,14 @@ void CachingAllocator::free_block(Block* block) {
   block->stream_uses.clear();
   block->state = BlockState::pending;
   pending_.push_back(block);
+}
+
+std::size_t CachingAllocator::wait_for_pending() {
+  const std::size_t waiting = pending_.size();
+  for (Block* block : pending_)
+    for (Backing::Event event : block->events) backing_->wait_event(event);
+  process_events();
+  return waiting - pending_.size();
 }
 
 void CachingAllocator::process_events() {

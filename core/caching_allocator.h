@@ -181,6 +181,7 @@ class CachingAllocator final : public Allocator {
   void free_now(void* ptr, std::size_t bytes);
   Block* find_free_block(Pool& pool, std::size_t size, Stream stream);
   Block* grow(Pool& pool, std::size_t size, Stream stream);
+  std::size_t wait_for_pending();  // waits for every pending block's events; returns the blocks freed
   Block* new_fixed_segment(Pool& pool, std::size_t size, Stream stream);
   Block* extend_expandable(Pool& pool, std::size_t size, Stream stream);
   Block* take(Block* block, std::size_t size, std::size_t requested, MemoryTag tag);

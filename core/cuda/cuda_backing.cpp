@@ -110,6 +110,7 @@ class CudaBacking final : public Backing {
 
   Event record_event(Stream stream) override;
   bool event_done(Event event) override;
+  void wait_event(Event event) override;
   void destroy_event(Event event) override;
 
  protected:
@@ -274,6 +275,10 @@ bool cuda_event_done(Backing::Event event) {
   return true;
 }
 
+void wait_cuda_event(Backing::Event event) {
+  FRUGAL_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
+}
+
 void destroy_cuda_event(Backing::Event event) {
   const cudaError_t status = cudaEventDestroy(static_cast<cudaEvent_t>(event));
   if (status == cudaErrorCudartUnloading) return;  // as in do_free: at exit, the event goes with the process
@@ -286,6 +291,8 @@ Backing::Event CudaBacking::record_event(Stream stream) {
 }
 
 bool CudaBacking::event_done(Event event) { return cuda_event_done(event); }
+
+void CudaBacking::wait_event(Event event) { wait_cuda_event(event); }
 
 void CudaBacking::destroy_event(Event event) { destroy_cuda_event(event); }
 
@@ -301,6 +308,9 @@ class PinnedHostBacking final : public Backing {
   // (record_stream) must wait for that stream, as device memory does. Without CUDA nothing is async.
   Event record_event(Stream stream) override { return pinned_ ? record_cuda_event(stream) : nullptr; }
   bool event_done(Event event) override { return !pinned_ || cuda_event_done(event); }
+  void wait_event(Event event) override {
+    if (pinned_) wait_cuda_event(event);
+  }
   void destroy_event(Event event) override {
     if (pinned_) destroy_cuda_event(event);
   }

@@ -45,7 +45,12 @@ class ManualEventBacking final : public Backing {
   std::string_view name() const override { return "manual-events"; }
   Event record_event(Stream) override { return reinterpret_cast<Event>(++last_event); }
   bool event_done(Event event) override { return done.count(reinterpret_cast<std::uintptr_t>(event)) > 0; }
+  void wait_event(Event event) override {  // as if the stream's work finished while the host waited
+    done.insert(reinterpret_cast<std::uintptr_t>(event));
+    ++waits;
+  }
   std::uintptr_t last_event = 0;
+  int waits = 0;
   std::set<std::uintptr_t> done;
 
  protected:
@@ -271,6 +276,31 @@ TEST_CASE("streams: a block used by another stream is not reused until that stre
   DataPtr on_second = a.allocate(4096, second);
   CHECK(on_second.get() != reused.get());
   CHECK(a.caching_stats().segments.current == 2);
+  a.check_invariants();
+}
+
+TEST_CASE("streams: out of memory, the allocator waits for blocks pending on other streams before it gives up") {
+  auto backing = std::make_unique<ManualEventBacking>();
+  ManualEventBacking& events = *backing;
+  events.set_capacity(2 << 20);  // room for one 2 MiB small-pool segment and nothing else
+  CachingAllocator a(std::move(backing), fixed_segments());
+  const Stream side{reinterpret_cast<void*>(1)}, other{reinterpret_cast<void*>(2)};
+  void* used = nullptr;
+  {
+    DataPtr batch = a.allocate(1 << 20, side);
+    used = batch.get();
+    a.record_stream(used, other);
+    DataPtr rest = a.allocate(1 << 20, side);  // the segment is full
+  }  // `batch` is pending on `other`'s event; `rest` is free
+  CHECK(events.waits == 0);
+  DataPtr first = a.allocate(1 << 20, side);  // `rest`'s half: no waiting needed
+  CHECK(events.waits == 0);
+  DataPtr second = a.allocate(1 << 20, side);  // only the pending half is left: wait for it
+  CHECK(second.get() == used);
+  CHECK(events.waits == 1);
+  CHECK(a.caching_stats().num_ooms == 0);
+  CHECK(a.caching_stats().segments.current == 1);
+  CHECK_THROWS_AS(a.allocate(1 << 20, side), OutOfMemoryError);  // nothing pending now: a real shortage
   a.check_invariants();
 }
 
