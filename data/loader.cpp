@@ -13,6 +13,7 @@
 #include "core/caching_allocator.h"
 #include "core/cuda_status.h"
 #include "core/stream.h"
+#include "data/mapped_file.h"  // FileError
 
 namespace frugal::data {
 
@@ -41,7 +42,8 @@ template <typename E, typename... Rest>
   try {
     throw;
   } catch (const Error& error) {
-    throw_same_type<ValueError, IndexError, ShapeError, DTypeError, DeviceError, OutOfMemoryError, LibraryError, Error>(
+    throw_same_type<FileError, ValueError, IndexError, ShapeError, DTypeError, DeviceError, OutOfMemoryError,
+                    LibraryError, Error>(
         error, detail::str("sample ", index, ": ", error.message()));
   }
 }

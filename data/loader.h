@@ -25,7 +25,8 @@
 // that built a batch also copies it (inputs and labels) to the device, asynchronously on a side
 // stream of its own (core/stream.h): a non-blocking stream, so the copy overlaps the kernels the
 // caller has queued on the default stream, where a plain cudaMemcpy would wait for them. The worker
-// then waits for its copy alone and hands out a complete batch. With pin_memory the batch is
+// then waits for its side stream (its own copies alone, up to kSideStreams workers; beyond, workers
+// share streams round robin and wait for each other's copies too) and hands out a complete batch. With pin_memory the batch is
 // assembled in page-locked staging buffers from pinned_host_allocator(), which the GPU reads by DMA;
 // without, the driver stages pageable memory itself and the copy takes longer. The device memory is
 // allocated from the side stream's pool and recorded as used by the default stream, so a freed

@@ -199,23 +199,35 @@ AtomicFile::~AtomicFile() {
 }
 
 void AtomicFile::write(const void* bytes, std::size_t count) {
-  FRUGAL_CHECK_AS(FileError, !committed_, path_, ": write after commit");
+  check_writable("write");
   const auto* first = static_cast<const std::uint8_t*>(bytes);
   buffer_.insert(buffer_.end(), first, first + count);
   if (buffer_.size() >= kFlushBytes) flush();
 }
 
 void AtomicFile::write_at(std::uint64_t offset, const void* bytes, std::size_t count) {
-  FRUGAL_CHECK_AS(FileError, !committed_, path_, ": write after commit");
+  check_writable("write_at");
   FRUGAL_CHECK_VALUE(offset + count <= size(), path_, ": write_at(", offset, ", ", count,
                      " bytes) reaches past the ", size(), " bytes written");
   flush();
   const auto* next = static_cast<const std::uint8_t*>(bytes);
   while (count > 0) {
     const ssize_t done = retry([&] { return ::pwrite(fd_, next, count, static_cast<off_t>(offset)); });
-    FRUGAL_CHECK_AS(FileError, done > 0, temp_path_, ": write failed: ", errno_text(errno));
+    if (done <= 0) fail("write", errno);
     next += done, offset += static_cast<std::uint64_t>(done), count -= static_cast<std::size_t>(done);
   }
+}
+
+void AtomicFile::check_writable(const char* what) const {
+  FRUGAL_CHECK_AS(FileError, !committed_, path_, ": ", what, " after commit");
+  // Some bytes of a failed write may have reached the file, so what follows would not land where
+  // the caller thinks: the file is abandoned, and removed with this object.
+  FRUGAL_CHECK_AS(FileError, !failed_, path_, ": ", what, " after a failed write: the file is abandoned");
+}
+
+void AtomicFile::fail(const char* what, int error) {
+  failed_ = true;
+  FRUGAL_THROW(FileError, temp_path_, ": ", what, " failed: ", errno_text(error));
 }
 
 void AtomicFile::flush() {
@@ -223,7 +235,7 @@ void AtomicFile::flush() {
   std::size_t left = buffer_.size();
   while (left > 0) {  // write() may write less than asked (signals, pipes); loop until all is out
     const ssize_t done = retry([&] { return ::write(fd_, next, left); });
-    FRUGAL_CHECK_AS(FileError, done > 0, temp_path_, ": write failed: ", errno_text(errno));
+    if (done <= 0) fail("write", errno);
     next += done, left -= static_cast<std::size_t>(done);
   }
   flushed_ += buffer_.size();
@@ -231,9 +243,9 @@ void AtomicFile::flush() {
 }
 
 void AtomicFile::commit() {
-  FRUGAL_CHECK_AS(FileError, !committed_, path_, ": committed twice");
+  check_writable("commit");
   flush();
-  FRUGAL_CHECK_AS(FileError, ::fsync(fd_) == 0, temp_path_, ": fsync failed: ", errno_text(errno));
+  if (::fsync(fd_) != 0) fail("fsync", errno);
   const int closed = ::close(fd_);
   fd_ = -1;
   FRUGAL_CHECK_AS(FileError, closed == 0, temp_path_, ": close failed: ", errno_text(errno));

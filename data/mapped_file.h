@@ -112,12 +112,15 @@ class AtomicFile {
 
  private:
   void flush();
+  void check_writable(const char* what) const;  // FileError after commit() or a failed write
+  [[noreturn]] void fail(const char* what, int error);  // marks the file failed, throws FileError
 
   std::string path_, temp_path_;
   int fd_ = -1;
   std::vector<std::uint8_t> buffer_;  // appended bytes not yet written: one write() per MiB, not per record
   std::uint64_t flushed_ = 0;         // bytes already in the file
   bool committed_ = false;
+  bool failed_ = false;  // a write or fsync failed: nothing more may be written or committed
 };
 
 // The whole of `bytes` as the file `path`, through AtomicFile.

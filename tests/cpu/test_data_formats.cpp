@@ -4,11 +4,13 @@
 // Every file is generated here in the real format, in a fresh temporary folder, with contents
 // predictable by eye.
 #include <doctest/doctest.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
+#include <csignal>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -26,6 +28,7 @@
 #include "data/cifar.h"
 #include "data/dataset_ops.h"
 #include "data/idx.h"
+#include "data/loader.h"
 #include "data/mapped_file.h"
 #include "data/shard.h"
 
@@ -213,6 +216,29 @@ TEST_CASE("RandomAccessFile reads at offsets from many threads, and a file that 
   write_bytes(dir / "empty", {});
   CHECK_THROWS_WITH_AS(RandomAccessFile(dir / "empty"), contains("empty: is empty"), FileError);
   CHECK_THROWS_WITH_AS(RandomAccessFile(dir.path), contains(": is a folder"), FileError);
+}
+
+TEST_CASE("AtomicFile: after a failed write (a full disk) nothing more is written or committed") {
+  TempDir dir;
+  // A file size limit stands in for a full disk: writes past it fail with EFBIG (SIGXFSZ ignored).
+  rlimit before{};
+  REQUIRE(::getrlimit(RLIMIT_FSIZE, &before) == 0);
+  const auto previous_handler = std::signal(SIGXFSZ, SIG_IGN);
+  rlimit limited = before;
+  limited.rlim_cur = 1 << 20;
+  REQUIRE(::setrlimit(RLIMIT_FSIZE, &limited) == 0);
+  {
+    AtomicFile file(dir / "big");
+    const Bytes chunk(1 << 20, 7);
+    file.write(chunk.data(), chunk.size());  // buffered: one write() per MiB
+    CHECK_THROWS_WITH_AS(file.write(chunk.data(), chunk.size()), contains("write failed: File too large"), FileError);
+    CHECK_THROWS_WITH_AS(file.write("x", 1), contains("write after a failed write: the file is abandoned"),
+                         FileError);
+    CHECK_THROWS_WITH_AS(file.commit(), contains("commit after a failed write"), FileError);
+  }
+  REQUIRE(::setrlimit(RLIMIT_FSIZE, &before) == 0);
+  std::signal(SIGXFSZ, previous_handler);
+  CHECK(files_in(dir.path).empty());  // no file under the name, no temporary file
 }
 
 TEST_CASE("AtomicFile: nothing under the final name before commit, no temporary file left after") {
@@ -550,11 +576,17 @@ TEST_CASE("ShardDataset: a shard cut short after it was opened is a FileError, n
     writer.finish();
   }
   const ShardDataset shard(path);
+  const auto opened = std::make_shared<const ShardDataset>(path);  // for the loader below
   CHECK(shard.get(2).label == 2);
   fs::resize_file(path, static_cast<std::uintmax_t>(kShardHeaderBytes + shard.info().record_size));
   CHECK(shard.get(0).label == 0);
   CHECK_THROWS_WITH_AS(shard.get(2), contains(path + ": ends at offset"), FileError);
   CHECK_THROWS_AS(shard.get(3), IndexError);
+
+  // Through the loader (get_into, in a worker): the same FileError type, naming the sample.
+  DataLoader loader(opened, {.batch_size = 3, .num_workers = 1});
+  loader.start_epoch(0);
+  CHECK_THROWS_WITH_AS(loader.next(), contains("sample 1: " + path + ": ends at offset"), FileError);
 }
 
 TEST_CASE("Shard layout, byte by byte") {

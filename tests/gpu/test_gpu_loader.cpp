@@ -1,15 +1,11 @@
 // GPU suite: the DataLoader's device path. Batches handed out on cuda:0, staged through pinned host
-// memory or not, must equal the CPU loader's batches bit for bit, and their copies must not wait
-// behind the default stream's kernels (tests/cpu/test_loader.cpp covers everything else).
-#include <cuda_runtime.h>
+// memory or not, must equal the CPU loader's batches bit for bit (that their copies do not wait
+// behind the default stream's kernels is in test_gpu_streams.cpp; tests/cpu/test_loader.cpp covers
+// everything else).
 #include <doctest/doctest.h>
-
-#include <optional>
-#include <vector>
 
 #include "core/caching_allocator.h"
 #include "data/loader.h"
-#include "kernels/gemm.h"
 
 using namespace frugal;
 using namespace frugal::data;
@@ -64,26 +60,4 @@ TEST_CASE("DataLoader on cuda:0: the CPU loader's batches, with and without pinn
     // Two staging buffers per batch: inputs and labels.
     CHECK(staged == (pinned ? 2 * static_cast<std::int64_t>(expected.size()) : 0));
   }
-}
-
-TEST_CASE("DataLoader on cuda:0: a batch's copy does not wait behind the default stream's kernels") {
-  auto dataset = std::make_shared<Pattern>();
-  const LoaderOptions options{.batch_size = 8, .device = Device::cuda(0), .pin_memory = true};
-  DataLoader loader(dataset, options);
-  // Warm up: side streams, pinned and device blocks are created now, so the measured batch makes
-  // no cudaMalloc or cudaHostAlloc, which may synchronize the whole device.
-  for (Batch& batch : loader.epoch(0)) static_cast<void>(batch);
-
-  // Queue about a second of matrix products on the default stream (8192^3 f32, no TF32: ~1.1 TFLOP
-  // each), then load a batch in this thread (num_workers = 0): its copy runs on a side stream.
-  const Tensor a = full({8192, 8192}, 1.0, {.device = Device::cuda(0)});
-  std::vector<Tensor> products;
-  for (int i = 0; i < 40; ++i) products.push_back(matmul(a, a));
-  loader.start_epoch(1);
-  std::optional<Batch> batch = loader.next();
-  REQUIRE(batch.has_value());
-  // The batch is complete while the products are still running: the copy did not queue behind them.
-  CHECK(cudaStreamQuery(nullptr) == cudaErrorNotReady);
-  const std::vector<std::int64_t> labels = batch->labels.to_vector<std::int64_t>();  // waits for the products
-  for (std::size_t row = 0; row < labels.size(); ++row) CHECK(labels[row] == batch->indices[row] % 10);
 }

@@ -1,14 +1,8 @@
 // GPU suite: tensors on cuda:0 against the same operations on the CPU. Runs only where a CUDA
 // device is usable (see main.cpp); everything here has a CPU twin in tests/cpu.
-#include <cuda_runtime.h>
 #include <doctest/doctest.h>
 
-#include <algorithm>
-#include <vector>
-
-#include "core/caching_allocator.h"
 #include "core/cuda_status.h"
-#include "core/stream.h"
 #include "core/random.h"
 #include "core/tensor.h"
 
@@ -98,40 +92,4 @@ TEST_CASE("device memory is returned when the last view goes") {
     CHECK(allocator.stats().requested_bytes.current == before + (4 << 20));
   }
   CHECK(allocator.stats().requested_bytes.current == before);
-}
-
-TEST_CASE("side streams: one per slot, kept, non-blocking, and an asynchronous copy from pinned memory arrives") {
-  const Stream first = side_stream(kGpu, 0), second = side_stream(kGpu, 1);
-  CHECK(first.handle != nullptr);
-  CHECK(first != second);
-  CHECK(side_stream(kGpu, 0) == first);
-  unsigned int flags = 0;
-  REQUIRE(cudaStreamGetFlags(static_cast<cudaStream_t>(first.handle), &flags) == cudaSuccess);
-  CHECK(flags == cudaStreamNonBlocking);  // it must not wait for the default stream's kernels
-
-  constexpr std::int64_t kCount = 1 << 20;
-  DataPtr pinned = pinned_host_allocator().allocate(kCount * sizeof(float));
-  auto* host = static_cast<float*>(pinned.get());
-  for (std::int64_t i = 0; i < kCount; ++i) host[i] = static_cast<float>(i % 1000);
-  const Tensor device = empty({kCount}, {.device = kGpu, .stream = first});
-  copy_bytes_async(device.data_ptr(), kGpu, host, Device::cpu(), device.nbytes(), first);
-  synchronize_stream(kGpu, first);
-  const std::vector<float> back = device.to_vector<float>();
-  CHECK(std::equal(back.begin(), back.end(), host));
-}
-
-TEST_CASE("record_stream: a block from a side stream's pool, used on the default stream, is reused once that work is done") {
-  const Stream side = side_stream(kGpu, 2);
-  void* address = nullptr;
-  {
-    Tensor batch = empty({256, 1024}, {.device = kGpu, .stream = side});
-    address = batch.data_ptr();
-    record_stream(batch, Stream{});
-    batch.fill_(1.0);  // default-stream work on it
-  }
-  // Freed with an event recorded on the default stream; once the device is idle the block is free
-  // again, and the next request of its size on the side stream gets it back.
-  cuda_synchronize(0);
-  const Tensor again = empty({256, 1024}, {.device = kGpu, .stream = side});
-  CHECK(again.data_ptr() == address);
 }
