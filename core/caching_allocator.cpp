@@ -485,16 +485,22 @@ std::size_t CachingAllocator::wait_for_pending() {
 }
 
 void CachingAllocator::process_events() {
-  auto still_pending = [this](Block* block) {
-    for (Backing::Event event : block->events)
-      if (!backing_->event_done(event)) return true;
-    for (Backing::Event event : block->events) backing_->destroy_event(event);
+  // One block at a time, out of pending_ and into its pool before its events are destroyed: if the
+  // device fails (event_done or destroy_event throws), every block is still in exactly one place.
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    Block* block = *it;
+    const bool done = std::all_of(block->events.begin(), block->events.end(),
+                                  [&](Backing::Event event) { return backing_->event_done(event); });
+    if (!done) {
+      ++it;
+      continue;
+    }
+    it = pending_.erase(it);
+    const std::vector<Backing::Event> events = std::move(block->events);
     block->events.clear();
     release_to_pool(block);
-    return false;
-  };
-  pending_.erase(std::remove_if(pending_.begin(), pending_.end(), [&](Block* b) { return !still_pending(b); }),
-                 pending_.end());
+    for (Backing::Event event : events) backing_->destroy_event(event);
+  }
 }
 
 // A freed block (no stream still using it) returns to its pool, merged with free neighbours.
