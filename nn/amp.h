@@ -16,7 +16,11 @@ namespace frugal::nn {
 
 class AutocastGuard {
  public:
-  explicit AutocastGuard(DType dtype = DType::f16, bool enabled = true);  // f16 or bf16
+  // f16 or bf16. enabled = false turns autocast off inside the guard, an enclosing one included
+  // (torch.autocast(enabled=False): the way to run one region in f32).
+  explicit AutocastGuard(DType dtype = DType::f16, bool enabled = true);
+  // Sets the state autocast_dtype() reported earlier: a dtype, or off (checkpoint's recompute).
+  explicit AutocastGuard(std::optional<DType> state);
   ~AutocastGuard();
   AutocastGuard(const AutocastGuard&) = delete;
   AutocastGuard& operator=(const AutocastGuard&) = delete;

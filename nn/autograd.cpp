@@ -130,13 +130,13 @@ void retain_grad(const Tensor& t) {
   if (!m.grad_fn || m.retains_grad) return;  // leaves keep their gradient anyway
   m.retains_grad = true;
   std::weak_ptr<TensorImpl> weak = t.impl_ptr();  // weak: the node must not keep its own output alive
-  register_hook(t, [weak](const Tensor& g) {
+  m.grad_fn->retain_grad_hooks[static_cast<std::size_t>(m.output_nr)] = [weak](const Tensor& g) {
     if (const std::shared_ptr<TensorImpl> impl = weak.lock()) {
       Meta& target = ensure_meta(Tensor(impl));
       target.grad = target.grad.defined() ? add(target.grad, g) : g.clone();
     }
     return Tensor();
-  });
+  };
 }
 
 // ---- modes
@@ -188,8 +188,10 @@ void record(const std::shared_ptr<Node>& node, const std::vector<Tensor>& inputs
   for (const Tensor& t : inputs) node->next_edges.push_back(gradient_edge(t));
   node->num_outputs = static_cast<int>(outputs.size());
   node->output_hooks.assign(outputs.size(), {});
+  node->retain_grad_hooks.assign(outputs.size(), {});
   for (std::size_t i = 0; i < outputs.size(); ++i) {
-    if (!outputs[i].defined()) continue;
+    // Integer and bool outputs (a cast to i64, say) carry no gradient, as in PyTorch.
+    if (!outputs[i].defined() || !is_floating(outputs[i].dtype())) continue;
     Meta& m = ensure_meta(outputs[i]);
     m.requires_grad = true;
     m.grad_fn = node;

@@ -2,7 +2,10 @@
 // grad mode on and backpropagates through the fresh graph.
 #include "nn/checkpoint.h"
 
+#include <optional>
+
 #include "core/random.h"
+#include "nn/amp.h"
 #include "nn/autograd.h"
 #include "nn/node.h"
 
@@ -39,8 +42,9 @@ class ReplayRandom {
 
 class CheckpointNode final : public autograd::Node {
  public:
-  CheckpointNode(CheckpointFn fn, const std::vector<Tensor>& inputs, GeneratorState random)
-      : fn_(std::move(fn)), random_(random) {
+  CheckpointNode(CheckpointFn fn, const std::vector<Tensor>& inputs, GeneratorState random,
+                 std::optional<DType> autocast)
+      : fn_(std::move(fn)), random_(random), autocast_(autocast) {
     for (const Tensor& t : inputs) {
       inputs_.emplace_back(t);
       needs_grad_.push_back(autograd::requires_grad(t));
@@ -58,15 +62,17 @@ class CheckpointNode final : public autograd::Node {
       if (needs_grad_[i]) autograd::set_requires_grad(t);
       inputs.push_back(t);
     }
+    std::vector<Tensor> grads;
+    if (!grad_outputs[0].defined()) return grads;  // no gradient reached the output: none to pass on
     Tensor output;
     {
       ReplayRandom replay(random_);
+      AutocastGuard autocast(autocast_);  // the forward's precision: backward usually runs outside the guard
       RecomputeScope recomputing;
       autograd::GradModeGuard grad_on(true);
       MemoryTagScope tag(MemoryTag::activation);
       output = fn_(inputs);
     }
-    std::vector<Tensor> grads;
     if (!autograd::requires_grad(output)) return grads;  // nothing inside fn wanted a gradient after all
     autograd::backward(output, grad_outputs[0]);  // reaches the parameters fn uses, and our fresh leaves
     for (std::size_t i = 0; i < inputs.size(); ++i) grads.push_back(needs_grad_[i] ? autograd::grad(inputs[i]) : Tensor());
@@ -83,6 +89,7 @@ class CheckpointNode final : public autograd::Node {
   std::vector<autograd::SavedTensor> inputs_;
   std::vector<bool> needs_grad_;
   GeneratorState random_;
+  std::optional<DType> autocast_;
 };
 }  // namespace
 
@@ -98,7 +105,10 @@ Tensor checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs) {
     MemoryTagScope tag(MemoryTag::activation);
     output = fn(inputs);
   }
-  autograd::record(std::make_shared<CheckpointNode>(fn, inputs, random), inputs, {output});
+  // Recorded on an alias: fn may return one of its inputs, or a tensor it captured, whose own
+  // history must not be overwritten.
+  output = autograd::detach(output);
+  autograd::record(std::make_shared<CheckpointNode>(fn, inputs, random, nn::autocast_dtype()), inputs, {output});
   return output;
 }
 

@@ -83,6 +83,11 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
     }
     FRUGAL_CHECK_SHAPE(g.shape() == root.shape(), "backward: gradient of shape ", shape_str(g.shape()), " for root ", i,
                        " of shape ", shape_str(root.shape()));
+    FRUGAL_CHECK_DEVICE(g.device() == root.device(), "backward: gradient on ", g.device(), " for root ", i, " on ",
+                        root.device());
+    // As PyTorch's engine does: the gradient takes the root's dtype, so what reaches a leaf is the
+    // leaf's dtype, not whatever the caller passed.
+    if (g.dtype() != root.dtype()) g = g.to(root.dtype());
     root_edges.push_back(gradient_edge(root));
     root_grads.push_back(std::move(g));
   }
@@ -102,10 +107,12 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
     auto it = pending.find(node);
     std::vector<Tensor> grads_in = std::move(it->second.grad_outputs);
     grads_in.resize(static_cast<std::size_t>(node->num_outputs));
-    for (std::size_t i = 0; i < node->output_hooks.size(); ++i)
+    for (std::size_t i = 0; i < node->output_hooks.size(); ++i) {
       for (const GradHook& hook : node->output_hooks[i])
         if (grads_in[i].defined())
           if (Tensor replaced = hook(grads_in[i]); replaced.defined()) grads_in[i] = std::move(replaced);
+      if (grads_in[i].defined() && node->retain_grad_hooks[i]) node->retain_grad_hooks[i](grads_in[i]);
+    }
     std::vector<Tensor> grads_out = node->backward(std::move(grads_in));  // the received gradients die here
     if (!retain_graph) node->release_saved();
     for (std::size_t i = 0; i < node->next_edges.size(); ++i) {

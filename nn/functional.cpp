@@ -142,7 +142,11 @@ Tensor sqrt(const Tensor& x) {
 
 Tensor pow(const Tensor& x, double p) {
   return unary_op("pow", x, [p](const Tensor& t) { return frugal::pow(t, p); },
-                  [p](const Tensor& g, const Tensor& t) { return frugal::mul(frugal::mul(g, frugal::pow(t, p - 1)), p); },
+                  [p](const Tensor& g, const Tensor& t) {
+                    // x^0 is constant: its gradient is zero, even at x = 0 where p x^(p-1) = 0 * inf
+                    if (p == 0.0) return frugal::mul(g, 0.0);
+                    return frugal::mul(frugal::mul(g, frugal::pow(t, p - 1)), p);
+                  },
                   false);
 }
 
@@ -340,9 +344,11 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
 }
 
 Tensor dropout(const Tensor& x, double p, bool training, Generator* generator) {
+  // Nothing to drop: the kernel hands back `x` itself (after checking p), as PyTorch does. Recording
+  // a node on it would overwrite the input's own history (a parameter would stop being a leaf).
+  if (!training || p == 0.0) return frugal::dropout(x, p, training, generator).output;
   Recorder op("dropout", {x});
   DropoutResult r = frugal::dropout(x, p, training, generator);
-  if (!training || p == 0.0) return op.finish(r.output, {}, [](const Grads& g, const Saved&) { return Grads{g[0]}; });
   return op.finish(r.output, {r.mask}, [p](const Grads& g, const Saved& s) { return Grads{dropout_backward(g[0], s[0], p)}; });
 }
 

@@ -53,16 +53,21 @@ void GradScaler::unscale_(Optimizer& optimizer) {
                " since the last update()");
   autograd::NoGradGuard no_grad;
   const double inverse = static_cast<float>(1.0 / scale_);  // as torch: the reciprocal in double, kept as f32
-  std::vector<Tensor> probes;
+  std::vector<Tensor> grads;
   for (const ParamGroup& group : optimizer.param_groups())
     for (const Tensor& param : group.params) {
       Tensor grad = autograd::grad(param);
       if (!grad.defined()) continue;
+      // Checked for every gradient before any is touched: a refusal leaves them all as they were.
       FRUGAL_CHECK_DTYPE(grad.dtype() != DType::f16, "GradScaler.unscale_: refusing to unscale f16 gradients (of a ",
                          shape_str(param.shape()), " parameter); keep the parameters in f32");
-      unary_(UnaryOp::mul_scalar, grad, inverse);
-      probes.push_back(finiteness_probe(grad));
+      grads.push_back(std::move(grad));
     }
+  std::vector<Tensor> probes;
+  for (Tensor& grad : grads) {
+    unary_(UnaryOp::mul_scalar, grad, inverse);
+    probes.push_back(finiteness_probe(grad));
+  }
   // Read only once every probe is launched, so a GPU is waited on once, not once per gradient.
   record.found_inf = std::any_of(probes.begin(), probes.end(), [](const Tensor& p) { return !std::isfinite(p.item<double>()); });
   record.stage = Stage::unscaled;

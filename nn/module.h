@@ -10,8 +10,9 @@
 // storage, keeping its autograd state (requires_grad, hooks, its .grad, converted alongside). So an
 // optimizer that took parameters() before to() still steps the module's parameters after it, as
 // with PyTorch's `param.data = ...`. What does not follow: views and state_dict() tensors taken
-// before the move (they keep the old memory), and a graph recorded before it (call to() between
-// steps, not between forward and backward).
+// before the move (they keep the old memory), a graph recorded before it (call to() between
+// steps, not between forward and backward), and an optimizer's state (momentum, moments) made by
+// steps before it, which stays where it was: move the module before the first step, as in PyTorch.
 //
 // Memory. Parameters and buffers live in memory tagged MemoryTag::param: the layers allocate them
 // under MemoryTagScope(MemoryTag::param), and register_parameter/register_buffer move a tensor

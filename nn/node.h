@@ -57,6 +57,9 @@ class Node {
   std::vector<Edge> next_edges;              // one per input, in the op's input order
   int num_outputs = 1;
   std::vector<std::vector<GradHook>> output_hooks;  // per output: the hooks of that tensor
+  // Per output: retain_grad's store, run after that output's hooks (as PyTorch), so .grad holds
+  // the gradient the hooks made. Empty where nobody retains it.
+  std::vector<GradHook> retain_grad_hooks;
   std::uint64_t sequence() const { return sequence_; }  // creation order: later nodes run first
 
  private:

@@ -171,3 +171,60 @@ TEST_CASE("checkpoint: BatchNorm2d's running statistics are updated once, not ag
   CHECK(bn.num_batches_tracked().item<std::int64_t>() == 1);
   CHECK(grad(block.parameters()[0]).defined());
 }
+
+TEST_CASE("checkpoint under autocast, backward outside it: recomputed in the forward's precision") {
+  const ConvStack stack;
+  const Tensor x = uniform({2, 8, 8, 8}, -1.0, 1.0);
+  // The usual loop: forward (and the loss) under the guard, backward after it.
+  auto gradients = [&](bool checkpointed) {
+    Tensor loss;
+    {
+      nn::AutocastGuard autocast(DType::bf16);
+      const Tensor y = checkpointed ? nn::checkpoint([&](const std::vector<Tensor>& in) { return stack(in[0]); }, {x})
+                                    : stack(x);
+      CHECK(y.dtype() == DType::bf16);
+      loss = F::mean(F::to(y, DType::f32));
+    }
+    backward(loss);
+    std::vector<Tensor> grads;
+    for (const Tensor& w : stack.weights) {
+      grads.push_back(grad(w));
+      set_grad(w, Tensor());
+    }
+    return grads;
+  };
+  const std::vector<Tensor> plain = gradients(false), checkpointed = gradients(true);
+  for (std::size_t i = 0; i < plain.size(); ++i) {
+    CHECK(checkpointed[i].dtype() == DType::f32);
+    CHECK(max_difference(checkpointed[i], plain[i]) == 0.0);  // the same bf16 computation, replayed
+  }
+  CHECK_FALSE(nn::autocast_dtype().has_value());  // the recomputation's guard is gone again
+}
+
+TEST_CASE("AutocastGuard with enabled = false turns an enclosing autocast off inside it") {
+  nn::AutocastGuard outer(DType::f16);
+  CHECK(nn::autocast_dtype() == DType::f16);
+  {
+    nn::AutocastGuard off(DType::f16, false);
+    CHECK_FALSE(nn::autocast_dtype().has_value());
+    const Tensor y = F::matmul(uniform({2, 3}, -1.0, 1.0), uniform({3, 2}, -1.0, 1.0));
+    CHECK(y.dtype() == DType::f32);
+  }
+  CHECK(nn::autocast_dtype() == DType::f16);
+}
+
+TEST_CASE("checkpoint of a block that returns its input, and eval-mode dropout, leave the input's history alone") {
+  Tensor w = parameter({3}, 1.0);
+  const Tensor same = F::dropout(w, 0.5, /*training=*/false);
+  CHECK(same.impl_ptr() == w.impl_ptr());  // the input itself, as PyTorch returns it
+  CHECK(is_leaf(w));
+  backward(F::sum(same));
+  CHECK(grad(w).to_vector<float>() == std::vector<float>{1, 1, 1});
+  set_grad(w, Tensor());
+
+  const Tensor through = nn::checkpoint([](const std::vector<Tensor>& in) { return in[0]; }, {w});
+  CHECK(is_leaf(w));  // the node went onto an alias, not onto w
+  CHECK(grad_fn(through) != nullptr);
+  backward(F::sum(F::mul(through, 2.0)));
+  CHECK(grad(w).to_vector<float>() == std::vector<float>{2, 2, 2});
+}

@@ -205,3 +205,33 @@ TEST_CASE("autograd: misuse is a clear error") {
   CHECK_THROWS_AS(backward(constant({1})), ValueError);  // nothing requires grad
   CHECK_THROWS_AS(backward(F::sum(x), ones({2}, {.dtype = DType::f64})), ShapeError);
 }
+
+TEST_CASE("autograd: a root gradient takes the root's dtype, integer outputs do not require grad") {
+  Tensor w = from_vector<float>({1.0f, 2.0f}, {2});
+  set_requires_grad(w);
+  backward(F::add(w, 1.0), ones({2}, {.dtype = DType::f64}));  // an f64 gradient for an f32 root
+  CHECK(grad(w).dtype() == DType::f32);
+  CHECK(grad(w).to_vector<float>() == std::vector<float>{1, 1});
+
+  const Tensor as_int = F::to(w, DType::i64);
+  CHECK_FALSE(requires_grad(as_int));  // as in PyTorch: no gradient flows through integers
+  CHECK(grad_fn(as_int) == nullptr);
+}
+
+TEST_CASE("autograd: retain_grad stores the gradient after the tensor's hooks ran, whatever the order they were added") {
+  Tensor x = from_vector<double>({1.0, 2.0}, {2});
+  set_requires_grad(x);
+  const Tensor y = F::mul(x, 3.0);
+  retain_grad(y);
+  register_hook(y, [](const Tensor& g) { return frugal::mul(g, 2.0); });  // added after retain_grad
+  backward(F::sum(y));
+  CHECK(grad(y).to_vector<double>() == std::vector<double>{2, 2});  // the doubled gradient, as PyTorch
+  CHECK(grad(x).to_vector<double>() == std::vector<double>{6, 6});
+}
+
+TEST_CASE("autograd: pow(x, 0) has a zero gradient, also at x = 0") {
+  Tensor x = from_vector<double>({0.0, 2.0}, {2});
+  set_requires_grad(x);
+  backward(F::sum(F::pow(x, 0.0)));
+  CHECK(grad(x).to_vector<double>() == std::vector<double>{0, 0});
+}

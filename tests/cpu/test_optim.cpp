@@ -393,4 +393,11 @@ TEST_CASE("optimizers, schedules and scalers: bad hyper-parameters are ValueErro
   SGD half_sgd({half}, 0.1);
   GradScaler scaler;
   CHECK_THROWS_AS(scaler.unscale_(half_sgd), DTypeError);
+  // Refused before anything is unscaled: an f32 gradient beside the f16 one keeps its value.
+  Tensor full = zeros({2});
+  autograd::set_requires_grad(full);
+  autograd::set_grad(full, ones({2}));
+  SGD mixed_sgd({full, half}, 0.1);
+  CHECK_THROWS_AS(scaler.unscale_(mixed_sgd), DTypeError);
+  CHECK(autograd::grad(full).to_vector<float>() == std::vector<float>{1, 1});
 }
