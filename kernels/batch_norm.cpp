@@ -130,6 +130,7 @@ BatchNormOutput batch_norm_train(const Tensor& x, const Tensor& weight, const Te
                      ": expected more than 1 value per channel when training, got input of shape ", shape_str(x.shape()));
   const TensorOptions per_channel{.dtype = f.stats, .device = x.device()};
   BatchNormOutput out{f.output, empty({f.shape.channels}, per_channel), empty({f.shape.channels}, per_channel)};
+  if (f.shape.channels == 0) return out;  // no channel, nothing to compute: no kernel for an empty grid
   const Tensor mean_work = as_statistics(running_mean, f.stats), var_work = as_statistics(running_var, f.stats);
   const DType dtype = x.dtype();
   switch (x.device().type()) {

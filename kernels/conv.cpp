@@ -182,9 +182,10 @@ Tensor columns_of(const NativeKernels& k, const Tensor& x, const Problem& p, std
 
 void record(ConvDecision decision) { t_last_decision = std::move(decision); }
 
-void record_native(const Problem& p, const Tensor& columns) {
+// `extra`: scratch beside the columns (the f32 sum of a 16-bit weight gradient).
+void record_native(const Problem& p, const Tensor& columns, std::size_t extra = 0) {
   record({ConvImpl::native, p.depthwise() ? "depthwise" : p.pointwise() ? "1x1 gemm" : "im2col+gemm",
-          columns.defined() ? columns.nbytes() : 0});
+          (columns.defined() ? columns.nbytes() : 0) + extra});
 }
 
 Tensor bias_view(const Tensor& bias, const Problem& p) { return bias.view({1, p.out_channels, 1, 1}); }
@@ -230,10 +231,27 @@ void native_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dw,
   }
   Tensor(dw).fill_(0.0);  // an empty batch has a zero gradient; otherwise every sample adds onto it
   const Tensor columns = make_columns(x, p);
+  // f16/bf16: each sample's product is rounded once and the batch is summed in f32. Summing in the
+  // 16-bit dw itself would round the running total once per sample, and a late sample's small
+  // contribution would vanish into a large total (bf16 keeps 8 bits of mantissa).
+  const bool low_precision = dw.dtype() == DType::f16 || dw.dtype() == DType::bf16;
+  const Tensor total = low_precision ? empty_workspace(dw.shape(), {.device = dw.device()}) : dw;
+  const Tensor part = low_precision ? empty_workspace({p.group_out(), p.rows()}, {.dtype = dw.dtype(), .device = dw.device()})
+                                    : Tensor();
+  if (low_precision) Tensor(total).fill_(0.0);
   for (std::int64_t n = 0; n < p.batch; ++n)
-    for (std::int64_t g = 0; g < p.groups; ++g)
-      matmul_into(group_weight(dw, p, g), group_output(dy, p, n, g), columns_of(k, x, p, n, g, columns).t(), 1.0, 1.0);
-  record_native(p, columns);
+    for (std::int64_t g = 0; g < p.groups; ++g) {
+      const Tensor sample_columns = columns_of(k, x, p, n, g, columns).t();
+      if (!low_precision) {
+        matmul_into(group_weight(dw, p, g), group_output(dy, p, n, g), sample_columns, 1.0, 1.0);
+        continue;
+      }
+      matmul_into(part, group_output(dy, p, n, g), sample_columns);
+      Tensor total_slice = group_weight(total, p, g);
+      add_(total_slice, part.to(DType::f32));
+    }
+  if (low_precision) Tensor(dw).copy_(total);
+  record_native(p, columns, low_precision ? total.nbytes() + part.nbytes() : 0);
 }
 
 void check_grad_shape(const Tensor& grad_output, const Problem& p, const char* op) {

@@ -3,6 +3,7 @@
 #include "kernels/gemm.h"
 
 #include <array>
+#include <cstdint>
 
 #include "core/dispatch.h"
 #include "kernels/elementwise.h"
@@ -70,6 +71,16 @@ void gemm_2d(const Tensor& a, const Tensor& b, double alpha, double beta, const 
     return;
   }
   const GemmImpl impl = gemm_impl(c.device().type());
+  // OpenBLAS and cuBLAS take 32-bit sizes and leading dimensions; the hand-written CUDA kernels put
+  // row tiles on the grid's y axis, which stops at 65535 blocks. Past either, a clear error rather
+  // than a size that silently wraps.
+  constexpr std::int64_t kMaxLibraryDim = INT32_MAX, kMaxGridY = 65535;
+  FRUGAL_CHECK_VALUE(m <= kMaxLibraryDim && n <= kMaxLibraryDim && k <= kMaxLibraryDim, "matmul: [", m, ", ", k,
+                     "] x [", k, ", ", n, "] has a size above 2^31 - 1, more than BLAS libraries take");
+  const std::int64_t row_tile = impl == GemmImpl::register_blocked ? 128 : 16;
+  FRUGAL_CHECK_VALUE(!c.device().is_cuda() || impl == GemmImpl::library || (m + row_tile - 1) / row_tile <= kMaxGridY,
+                     "matmul: ", m, " rows need more than 65535 row tiles of ", row_tile, " for the ",
+                     gemm_impl_name(impl), " CUDA kernel; the library implementation (cuBLAS) takes them");
   switch (c.device().type()) {
     case DeviceType::CPU:
       return cpu::gemm(impl, c.dtype(), oa.trans, ob.trans, m, n, k, alpha, oa.data.data_ptr(), ob.data.data_ptr(), beta,

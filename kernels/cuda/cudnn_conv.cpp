@@ -1,7 +1,8 @@
 // The library convolution on a GPU: cuDNN v9's convolution API, forward, backward-data and
 // backward-filter (kernels/conv_backends.h). For each call it asks cuDNN's heuristics for the
-// algorithms in their expected speed order, takes the first that works and whose workspace fits
-// the limit, borrows that workspace from frugal's allocator (tag `workspace`), and reports the choice.
+// algorithms in their expected speed order, takes the first that works, whose workspace fits the
+// limit and can be borrowed from frugal's allocator now (tag `workspace`; on OutOfMemoryError the
+// next candidate), and reports the choice.
 //
 // Math: f32 and f64 use CUDNN_FMA_MATH, so no TF32 tensor-core rounding sneaks in and the results
 // agree with the CPU to f32 rounding (and exactly on small integers); f16/bf16 allow tensor cores
@@ -97,11 +98,39 @@ std::string bwd_filter_name(cudnnConvolutionBwdFilterAlgo_t algo) {
   return algo < names.size() ? std::string("bwd_filter_") + names[algo] : "bwd_filter_" + std::to_string(algo);
 }
 
-// The first of cuDNN's ranked candidates that is supported here and fits the workspace limit.
+// A chosen algorithm and the workspace borrowed for it.
+template <typename Perf>
+struct Choice {
+  const Perf* perf;
+  DataPtr workspace;
+};
+
+// The first of cuDNN's ranked candidates that is supported here, keeps f32/f64 off tensor cores
+// (FMA math: no TF32), fits the workspace limit, and whose workspace the allocator can give now:
+// an FFT algorithm may ask for gigabytes, and on OutOfMemoryError the next candidate is tried (as
+// PyTorch does). The candidate's math type is set on the descriptor, since the workspace size
+// cuDNN reported is for that algorithm and math type together.
 template <typename Perf, std::size_t N>
-const Perf& choose(const std::array<Perf, N>& ranked, int count, std::size_t workspace_limit, const char* direction) {
-  for (int i = 0; i < count; ++i)
-    if (ranked[i].status == CUDNN_STATUS_SUCCESS && ranked[i].memory <= workspace_limit) return ranked[i];
+Choice<Perf> choose(const std::array<Perf, N>& ranked, int count, const Tensor& like, cudnnConvolutionDescriptor_t conv,
+                    std::size_t workspace_limit, const char* direction) {
+  const bool low_precision = like.dtype() == DType::f16 || like.dtype() == DType::bf16;
+  bool out_of_memory = false;
+  for (int i = 0; i < count; ++i) {
+    const Perf& candidate = ranked[i];
+    if (candidate.status != CUDNN_STATUS_SUCCESS || candidate.memory > workspace_limit) continue;
+    if (!low_precision && candidate.mathType != CUDNN_FMA_MATH && candidate.mathType != CUDNN_DEFAULT_MATH) continue;
+    try {
+      DataPtr workspace = allocate_workspace(like.device(), candidate.memory);
+      const cudnnMathType_t math = low_precision ? candidate.mathType : CUDNN_FMA_MATH;
+      FRUGAL_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, math));
+      return {&candidate, std::move(workspace)};
+    } catch (const OutOfMemoryError&) {
+      out_of_memory = true;  // this one's workspace does not fit now: try the next, smaller one
+    }
+  }
+  if (out_of_memory)
+    FRUGAL_THROW(OutOfMemoryError, "cuDNN convolution ", direction,
+                 ": no algorithm's workspace could be allocated (lower it with set_conv_workspace_limit, or free memory)");
   FRUGAL_THROW(ValueError, "cuDNN convolution ", direction, ": no algorithm fits the workspace limit of ", workspace_limit,
                " bytes (raise it with set_conv_workspace_limit)");
 }
@@ -116,8 +145,8 @@ ConvDecision cudnn_conv2d_forward(const Tensor& x, const Tensor& weight, const T
   int count = 0;
   FRUGAL_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(handle, d.x(), d.filter(), d.conv(), d.y(),
                                                             static_cast<int>(ranked.size()), &count, ranked.data()));
-  const auto& best = choose(ranked, count, workspace_limit, "forward");
-  const DataPtr workspace = allocate_workspace(x.device(), best.memory);
+  const auto [chosen, workspace] = choose(ranked, count, x, d.conv(), workspace_limit, "forward");
+  const auto& best = *chosen;
   const Scalars s(x.dtype());
   FRUGAL_CUDNN_CHECK(cudnnConvolutionForward(handle, s.one(), d.x(), x.data_ptr(), d.filter(), weight.data_ptr(), d.conv(),
                                              best.algo, workspace.get(), best.memory, s.zero(), d.y(), y.data_ptr()));
@@ -132,8 +161,8 @@ ConvDecision cudnn_conv2d_backward_input(const Tensor& grad_y, const Tensor& wei
   int count = 0;
   FRUGAL_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, d.filter(), d.y(), d.conv(), d.x(),
                                                                  static_cast<int>(ranked.size()), &count, ranked.data()));
-  const auto& best = choose(ranked, count, workspace_limit, "backward-data");
-  const DataPtr workspace = allocate_workspace(grad_x.device(), best.memory);
+  const auto [chosen, workspace] = choose(ranked, count, grad_x, d.conv(), workspace_limit, "backward-data");
+  const auto& best = *chosen;
   const Scalars s(grad_x.dtype());
   FRUGAL_CUDNN_CHECK(cudnnConvolutionBackwardData(handle, s.one(), d.filter(), weight.data_ptr(), d.y(), grad_y.data_ptr(),
                                                   d.conv(), best.algo, workspace.get(), best.memory, s.zero(), d.x(),
@@ -149,8 +178,8 @@ ConvDecision cudnn_conv2d_backward_weight(const Tensor& grad_y, const Tensor& x,
   int count = 0;
   FRUGAL_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, d.x(), d.y(), d.conv(), d.filter(),
                                                                    static_cast<int>(ranked.size()), &count, ranked.data()));
-  const auto& best = choose(ranked, count, workspace_limit, "backward-filter");
-  const DataPtr workspace = allocate_workspace(x.device(), best.memory);
+  const auto [chosen, workspace] = choose(ranked, count, x, d.conv(), workspace_limit, "backward-filter");
+  const auto& best = *chosen;
   const Scalars s(x.dtype());
   FRUGAL_CUDNN_CHECK(cudnnConvolutionBackwardFilter(handle, s.one(), d.x(), x.data_ptr(), d.y(), grad_y.data_ptr(), d.conv(),
                                                     best.algo, workspace.get(), best.memory, s.zero(), d.filter(),

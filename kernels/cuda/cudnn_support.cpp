@@ -1,6 +1,7 @@
 // kernels/cuda/cudnn_support.h: cuDNN handles, dtypes and tensor descriptors.
 #include "kernels/cuda/cudnn_support.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -43,6 +44,16 @@ CudnnTensor::CudnnTensor(DType dtype, std::span<const std::int64_t> shape, std::
   while (dims.size() < kMinDims) {
     dims.push_back(1);
     steps.push_back(1);
+  }
+  // A size-1 dim's stride is arbitrary to frugal (is_contiguous ignores it; an expanded or narrowed
+  // view leaves 0 or a parent's stride there), but cuDNN reads it: give it the packed value, the
+  // product of the sizes inside it, as PyTorch does (fixSizeOneDimStride).
+  std::int64_t inner = 1;
+  for (std::size_t d = dims.size(); d-- > 0;) {
+    if (dims[d] == 1)
+      steps[d] = static_cast<int>(std::min<std::int64_t>(inner, INT32_MAX));
+    else
+      inner *= dims[d];
   }
   const cudnnDataType_t type = cudnn_data_type(dtype);
   FRUGAL_CUDNN_CHECK(cudnnCreateTensorDescriptor(&desc_));

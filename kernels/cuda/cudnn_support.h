@@ -15,6 +15,8 @@ namespace frugal::cuda {
 
 // The handle of the current device, created on first use and kept for the process (creating one
 // costs milliseconds; destroying at exit races the runtime's own teardown). Runs on the default stream.
+// One handle per device, not per thread: cuDNN calls must come from one thread at a time (frugal's
+// training runs its ops on one thread; the loader's workers never call cuDNN).
 cudnnHandle_t cudnn_handle();
 
 cudnnDataType_t cudnn_data_type(DType dtype);  // DTypeError for a non-floating dtype

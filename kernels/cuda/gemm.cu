@@ -10,7 +10,8 @@
 //          multiply-adds with them: 4 flops per shared-memory read instead of the tiled kernel's 1.
 //          A thread's patch is strided (rows ty + 16 i, columns tx + 16 j), so a warp's shared reads
 //          hit distinct banks or broadcast, and its stores to C are coalesced.
-// Both take any m, n, k (edges are guarded), transposes, alpha and beta; they accumulate in float
+// Both take any n, k and m up to 65535 row tiles (the grid's y limit, checked in kernels/gemm.cpp;
+// edges are guarded), transposes, alpha and beta; they accumulate in float
 // (double for f64). Built by nvcc for the GPU and for the CUDA emulator (core/cuda/kernel_support.h).
 #include <type_traits>
 

@@ -74,6 +74,11 @@ TEST_CASE("batch norm eval: normalises with the running statistics and leaves th
   check_values(batch_norm_invstd(running_var, kEps), {0.5, 1.0 / 3});
   const Tensor empty_batch = zeros({0, 2, 3}, {.dtype = DType::f64});
   CHECK(batch_norm_eval(empty_batch, weight, bias, running_mean, running_var, kEps).shape() == Shape{0, 2, 3});
+  // No channels at all: training has nothing to compute either, and calls no kernel.
+  const Tensor no_channels = zeros({4, 0, 3, 3}, {.dtype = DType::f64}), none = zeros({0}, {.dtype = DType::f64});
+  const BatchNormOutput trained = batch_norm_train(no_channels, none, none, none, none, 0.1, kEps);
+  CHECK(trained.output.shape() == Shape{4, 0, 3, 3});
+  CHECK(trained.save_mean.numel() == 0);
 }
 
 TEST_CASE("batch norm reads strided input and [N, C] input") {

@@ -187,3 +187,26 @@ TEST_CASE("conv2d: bad input names the op and the shapes") {
   CHECK_THROWS_AS(parse_conv_impl("winograd"), ValueError);
   CHECK(parse_conv_impl("cudnn") == ConvImpl::cudnn);
 }
+
+TEST_CASE("conv2d backward weight in bf16 sums the batch in f32, not in the 16-bit gradient") {
+  // 1024 samples whose products are ~1 each (corner taps ~0.44): a bf16 running total stalls at 256
+  // (or 128), where the spacing of bf16 numbers reaches 2 and adding ~1 rounds back to the total;
+  // an f32 sum is rounded once, at the end.
+  const std::int64_t batch = 1024;
+  const Tensor x = full({batch, 2, 3, 3}, 1.0, {.dtype = DType::bf16});
+  const Tensor dy = full({batch, 4, 3, 3}, 1.0 / 9.0, {.dtype = DType::bf16});
+  for (const Shape& weight : {Shape{4, 2, 3, 3}, Shape{4, 2, 1, 1}}) {  // im2col, and the 1x1 path
+    CAPTURE(shape_str(weight));
+    const std::int64_t pad = weight[2] / 2;
+    const Tensor dw = conv2d_backward_weight(dy, x, weight, {.padding = {pad, pad}});
+    // The f32 sum and one sample's 16-bit product are scratch, reported beside any columns.
+    CHECK(last_conv2d_decision().workspace_bytes >= static_cast<std::size_t>(shape_numel(weight)) * (4 + 2));
+    const Tensor reference =
+        conv2d_backward_weight(dy.to(DType::f32), x.to(DType::f32), weight, {.padding = {pad, pad}});
+    const std::vector<float> got = dw.to(DType::f32).to_vector<float>(), want = reference.to_vector<float>();
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      CAPTURE(i);
+      CHECK(std::abs(got[i] - want[i]) <= 0.01 * std::abs(want[i]));  // bf16's own rounding of the total
+    }
+  }
+}
