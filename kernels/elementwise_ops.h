@@ -25,8 +25,8 @@ enum class UnaryOp : std::uint8_t {
 // Two inputs, broadcast against each other. The *_backward ops take the incoming gradient first.
 enum class BinaryOp : std::uint8_t {
   add, sub, mul, div, maximum, minimum,
-  relu_backward,     // g where x > 0, else 0                      (second input: the forward input x)
-  relu6_backward,    // g where 0 < x < 6, else 0 (PyTorch's rule)  (second input: x)
+  relu_backward,     // 0 where x <= 0, else g (NaN x: g)         (second input: the forward input x)
+  relu6_backward,    // 0 where x <= 0 or x >= 6, else g (PyTorch)  (second input: x)
   sigmoid_backward,  // g * y * (1 - y)                            (second input: the forward output y)
   tanh_backward,     // g * (1 - y * y)                            (second input: y)
 };
@@ -82,8 +82,10 @@ FRUGAL_HOST_DEVICE inline C binary(BinaryOp op, C x, C y) {
     case BinaryOp::div: return x / y;
     case BinaryOp::maximum: return (x != x || x > y) ? x : y;  // a NaN on either side wins
     case BinaryOp::minimum: return (x != x || x < y) ? x : y;
-    case BinaryOp::relu_backward: return y > C(0) ? x : C(0);
-    case BinaryOp::relu6_backward: return (y > C(0) && y < C(6)) ? x : C(0);
+    // Written as "zero where outside" so a NaN input passes the gradient on, as PyTorch's
+    // threshold_backward and hardtanh_backward do (a NaN compares false either way).
+    case BinaryOp::relu_backward: return y <= C(0) ? C(0) : x;
+    case BinaryOp::relu6_backward: return (y <= C(0) || y >= C(6)) ? C(0) : x;
     case BinaryOp::sigmoid_backward: return x * y * (C(1) - y);
     case BinaryOp::tanh_backward: return x * (C(1) - y * y);
   }

@@ -93,6 +93,10 @@ TEST_CASE("activation backward: masks at the edges and finite differences in dou
   const Tensor g = f64({1.0, 1.0, 1.0, 1.0, 1.0});
   CHECK(values(relu6_backward(g, x)) == std::vector<double>{0.0, 0.0, 1.0, 0.0, 0.0});  // 0 < x < 6 only
   CHECK(values(relu_backward(g, x)) == std::vector<double>{0.0, 0.0, 1.0, 1.0, 1.0});
+  // A NaN input passes the gradient on, as in PyTorch (its mask compares false both ways).
+  const Tensor nan = f64({std::nan(""), -1.0}), ones2 = f64({2.0, 2.0});
+  CHECK(values(relu_backward(ones2, nan)) == std::vector<double>{2.0, 0.0});
+  CHECK(values(relu6_backward(ones2, nan)) == std::vector<double>{2.0, 0.0});
   const std::vector<double> points{-2.0, -0.3, 0.1, 1.7};
   const double h = 1e-6;
   for (double p : points) {
