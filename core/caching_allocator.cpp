@@ -188,9 +188,9 @@ bool CachingAllocator::BlockOrder::operator()(const Block* a, const Block* b) co
 CachingAllocator::CachingAllocator(std::unique_ptr<Backing> backing, CachingOptions options)
     : backing_(std::move(backing)), options_(options), small_pool_(new Pool), large_pool_(new Pool) {
   FRUGAL_CHECK_VALUE(backing_ != nullptr, "CachingAllocator needs a backing");
-  // PyTorch's floor, for the same reason: below it, the 20 MiB segments of 1-10 MiB requests would
-  // count as oversize and never be shared.
-  FRUGAL_CHECK_VALUE(options_.max_split_size >= kLargeBuffer, "max_split_size must be at least ",
+  // PyTorch's floor, for the same reason: at or below it, the 20 MiB segments of 1-10 MiB requests
+  // would count as oversize and never be shared.
+  FRUGAL_CHECK_VALUE(options_.max_split_size > kLargeBuffer, "max_split_size must be above ",
                      format_size(kLargeBuffer), ", got ", format_size(options_.max_split_size));
   small_pool_->small = true;
 }
@@ -281,11 +281,14 @@ CachingAllocator::Block* CachingAllocator::find_free_block(Pool& pool, std::size
   auto found = pool.free_blocks.lower_bound(&key);
   if (found == pool.free_blocks.end() || stream_id((*found)->stream) != stream_id(stream)) return nullptr;
   Block* block = *found;
-  // max_split: oversize blocks are never handed to smaller requests, and an oversize request takes
-  // an oversize block only if the waste stays under kMaxNonSplitRounding.
+  // max_split, for blocks of large fixed segments, the only ones take() does not always split:
+  // oversize blocks are never handed to smaller requests, and an oversize request takes an
+  // oversize block only if the waste stays under kMaxNonSplitRounding. (Small-pool and expandable
+  // blocks are split to the request whatever their size, so the rule would only strand them.)
   const std::size_t max_split = options_.max_split_size;
-  if (size < max_split && block->size >= max_split) return nullptr;
-  if (size >= max_split && block->size - size >= kMaxNonSplitRounding) return nullptr;
+  const bool whole_block_rules = !pool.small && !block->segment->expandable;
+  if (whole_block_rules && size < max_split && block->size >= max_split) return nullptr;
+  if (whole_block_rules && size >= max_split && block->size - size >= kMaxNonSplitRounding) return nullptr;
   pool.free_blocks.erase(found);
   Segment* segment = block->segment;
   const std::int64_t inactive_before = segment->inactive_split();

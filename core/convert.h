@@ -3,7 +3,8 @@
 //   - anything -> bool is "!= 0";
 //   - from f16/bf16: through float, which holds every f16 and bf16 value exactly;
 //   - to f16/bf16: one rounding to nearest even (from non-float sources through round-to-odd, see
-//     half_bits::round_to_odd_float, so a double is not rounded twice);
+//     half_bits::round_to_odd_float, so a double is not rounded twice). An i64 above 2^53 is first
+//     rounded to double, so i64 -> bf16 can round twice there (i32 and u8 convert to double exactly);
 //   - floating -> u8 goes through int64, so negative values wrap (-1 -> 255) the same way on CPU and
 //     GPU; a direct float -> unsigned cast is undefined in C++, and GCC and nvcc disagree on it;
 //   - everything else is a C++ static_cast: floating -> integer truncates toward zero, and values

@@ -3,6 +3,7 @@
 #include "core/tensor.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cmath>
 #include <numeric>
 #include <optional>
@@ -43,6 +44,15 @@ namespace {
 void check_shape_values(const Shape& shape, const char* op) {
   for (std::size_t d = 0; d < shape.size(); ++d)
     FRUGAL_CHECK_SHAPE(shape[d] >= 0, op, ": negative size ", shape[d], " in dim ", d, " of shape ", shape_str(shape));
+  // The element count, the contiguous strides (sizes of 0 count as 1 there) and the byte count (up
+  // to 8 bytes an element) must fit 64 bits: a product that wrapped would allocate a few bytes for
+  // a huge tensor, or call a huge one empty.
+  constexpr std::int64_t kMaxElements = INT64_MAX / 8;
+  std::int64_t product = 1;
+  for (const std::int64_t size : shape)
+    FRUGAL_CHECK_SHAPE(!__builtin_mul_overflow(product, std::max<std::int64_t>(size, 1), &product) &&
+                           product <= kMaxElements,
+                       op, ": shape ", shape_str(shape), " has more than 2^60 elements");
 }
 
 // Replaces a single -1 in `shape` by whatever makes the element count `numel`.
@@ -217,8 +227,8 @@ Tensor Tensor::slice(std::int64_t d, std::int64_t start, std::int64_t end, std::
 
 Tensor Tensor::narrow(std::int64_t d, std::int64_t start, std::int64_t length) const {
   d = wrap_dim(d, dim());
-  FRUGAL_CHECK_INDEX(start >= 0 && length >= 0 && start + length <= shape()[d], "narrow: range [", start, ", ",
-                     start + length, ") is outside dim ", d, " of size ", shape()[d]);
+  FRUGAL_CHECK_INDEX(start >= 0 && length >= 0 && start <= shape()[d] && length <= shape()[d] - start,
+                     "narrow: range of ", length, " from ", start, " is outside dim ", d, " of size ", shape()[d]);
   return slice(d, start, start + length);
 }
 
@@ -291,10 +301,16 @@ Tensor Tensor::as_strided(Shape new_shape, Shape new_strides, std::int64_t new_o
   check_shape_values(new_shape, "as_strided");
   const auto capacity = static_cast<std::int64_t>(storage()->bytes() / element_size());
   std::int64_t last = new_offset;
+  bool overflow = false;
   for (std::size_t d = 0; d < new_shape.size(); ++d) {
     FRUGAL_CHECK_SHAPE(new_strides[d] >= 0, "as_strided: negative stride ", new_strides[d], " in dim ", d);
-    if (new_shape[d] > 0) last += (new_shape[d] - 1) * new_strides[d];
+    std::int64_t reach = 0;  // a product or sum that wraps would make a huge reach look small
+    if (new_shape[d] > 0)
+      overflow |= __builtin_mul_overflow(new_shape[d] - 1, new_strides[d], &reach) ||
+                  __builtin_add_overflow(last, reach, &last);
   }
+  FRUGAL_CHECK_INDEX(!overflow, "as_strided: shape ", shape_str(new_shape), " strides ", shape_str(new_strides),
+                     " reach past 2^63 elements");
   FRUGAL_CHECK_INDEX(new_offset >= 0 && (shape_numel(new_shape) == 0 || last < capacity), "as_strided: shape ",
                      shape_str(new_shape), " strides ", shape_str(new_strides), " offset ", new_offset,
                      " reach element ", last, " but the storage holds ", capacity);

@@ -572,7 +572,7 @@ TEST_CASE("requests too large for any device are OOMs, not wrapped sizes") {
   }
 }
 
-TEST_CASE("max_split: requests below it split medium segments, an oversize free tail is not grown") {
+TEST_CASE("max_split: requests below it split medium segments, and expandable blocks are split whatever their size") {
   CachingOptions options = fixed_segments();
   options.max_split_size = 24 * MiB;
   auto a = simulated(options);
@@ -580,11 +580,21 @@ TEST_CASE("max_split: requests below it split medium segments, an oversize free 
   for (int i = 0; i < 4; ++i) four.push_back(a->allocate(5 * MiB));
   CHECK(a->caching_stats().reserved_bytes.current == static_cast<std::int64_t>(20 * MiB));  // one shared segment
   CHECK_THROWS_AS(simulated([] { CachingOptions o; o.max_split_size = 8 * MiB; return o; }()), ValueError);
+  // PyTorch's floor is strict: at exactly 20 MiB the medium segments would all count as oversize.
+  CHECK_THROWS_AS(simulated([] { CachingOptions o; o.max_split_size = 20 * MiB; return o; }()), ValueError);
   CachingOptions expandable;
   expandable.max_split_size = 24 * MiB;
   auto e = simulated(expandable);
-  { DataPtr big = e->allocate(24 * MiB); }  // a free 24 MiB tail, oversize
-  DataPtr smaller = e->allocate(23 * MiB);  // may not split it: a fixed segment instead
+  void* tail = nullptr;
+  {
+    DataPtr big = e->allocate(24 * MiB);  // freed: a 24 MiB free tail, oversize
+    tail = big.get();
+  }
+  // An expandable block is split to the request, so the rule does not apply: the tail serves it,
+  // where refusing it would leave 24 MiB mapped and unused beside a new fixed segment.
+  DataPtr smaller = e->allocate(23 * MiB);
+  CHECK(smaller.get() == tail);
+  CHECK(e->caching_stats().segments.current == 1);
   CHECK(e->caching_stats().backing_maps == 1);
   e->check_invariants();
 }

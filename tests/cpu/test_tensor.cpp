@@ -124,10 +124,20 @@ TEST_CASE("expand, squeeze and unsqueeze") {
   CHECK(u.squeeze().shares_storage_with(col));
 }
 
+TEST_CASE("shapes whose element or byte count would wrap 64 bits are ShapeErrors, not tiny allocations") {
+  CHECK_THROWS_WITH_AS(empty({(std::int64_t{1} << 61) + 1}, {.dtype = DType::f64}), doctest::Contains("more than 2^60"),
+                       ShapeError);
+  CHECK_THROWS_AS(empty({std::int64_t{1} << 32, std::int64_t{1} << 32}), ShapeError);  // the product wraps to 0
+  CHECK(empty({0, std::int64_t{1} << 30}).numel() == 0);                                // large but fine
+}
+
 TEST_CASE("as_strided is checked against the storage") {
   const Tensor x = iota({6});
   CHECK(values(x.as_strided({2, 2}, {1, 2}, 1)) == std::vector<float>{1, 3, 2, 4});
   CHECK_THROWS_WITH_AS(x.as_strided({2, 2}, {3, 2}, 1), doctest::Contains("storage holds 6"), IndexError);
+  // A reach that would wrap 64 bits (4 x 2^62 = 0 mod 2^64) is refused, not taken as small.
+  CHECK_THROWS_WITH_AS(x.as_strided({5}, {std::int64_t{1} << 62}, 0), doctest::Contains("reach past 2^63"), IndexError);
+  CHECK_THROWS_AS(x.narrow(0, 1, INT64_MAX), IndexError);  // start + length would overflow
 }
 
 TEST_CASE("contiguous, clone and copy_ with broadcasting and overlap") {
