@@ -91,6 +91,8 @@ Format detect(const std::string& path) {
   std::error_code error;
   FRUGAL_CHECK_AS(data::FileError, fs::exists(path, error), path, ": does not exist");
   if (fs::is_directory(path, error)) return Format::folder;
+  // Before opening: reading a FIFO would wait for a writer, and a device has no size.
+  FRUGAL_CHECK_AS(data::FileError, fs::is_regular_file(path, error), path, ": is not a regular file or a folder");
   std::ifstream in(path, std::ios::binary);
   FRUGAL_CHECK_AS(data::FileError, in.is_open(), path, ": cannot open");
   std::array<unsigned char, sizeof(data::kShardMagic)> head{};
@@ -149,7 +151,10 @@ void summarize(Summary& s, const data::Dataset& dataset, std::int64_t shown, Lab
   s.records = dataset.size();
   s.sample_shape = dataset.sample_shape();
   s.sample_dtype = dtype_name(dataset.sample_dtype());
-  s.class_counts.emplace(static_cast<std::size_t>(dataset.num_classes()), 0);
+  // Sized by the header's class count only up to a bound: a corrupt-but-checksummed header could
+  // claim 2^40 classes. count_label grows the histogram to the labels actually seen beyond it.
+  constexpr std::int64_t kMaxPresizedClasses = 1 << 20;
+  s.class_counts.emplace(static_cast<std::size_t>(std::min(dataset.num_classes(), kMaxPresizedClasses)), 0);
   for (std::int64_t i = 0; i < s.records; ++i) count_label(*s.class_counts, label_of(i));
   for (std::int64_t i = 0; i < std::min(shown, s.records); ++i) {
     const data::Sample sample = dataset.get(i);

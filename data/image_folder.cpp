@@ -178,10 +178,24 @@ bool has_image_extension(const fs::path& file) {
 
 // Every image under one class folder, subfolders included, in torchvision's order: sorted(os.walk())
 // visits folders by path, and each folder's files by name.
+// Runs a folder walk, turning the filesystem_error it may throw (an unreadable folder, a symlink
+// loop) into a FileError that names the path: bad input, reported in one line like any other.
+template <typename Walk>
+void walk_folder(const fs::path& folder, Walk walk) {
+  try {
+    walk();
+  } catch (const fs::filesystem_error& error) {
+    FRUGAL_THROW(FileError, error.path1().empty() ? folder.string() : error.path1().string(),
+                 ": cannot list the folder: ", error.code().message());
+  }
+}
+
 std::vector<std::string> list_images(const fs::path& class_folder) {
   std::vector<fs::path> files;
-  for (const auto& entry : fs::recursive_directory_iterator(class_folder, fs::directory_options::follow_directory_symlink))
-    if (!entry.is_directory() && has_image_extension(entry.path())) files.push_back(entry.path());
+  walk_folder(class_folder, [&] {
+    for (const auto& entry : fs::recursive_directory_iterator(class_folder, fs::directory_options::follow_directory_symlink))
+      if (!entry.is_directory() && has_image_extension(entry.path())) files.push_back(entry.path());
+  });
   std::sort(files.begin(), files.end(), [](const fs::path& a, const fs::path& b) {
     return std::pair(a.parent_path().string(), a.filename().string()) < std::pair(b.parent_path().string(), b.filename().string());
   });
@@ -241,8 +255,10 @@ ImageFolder::ImageFolder(std::string root, std::int64_t height, std::int64_t wid
   FRUGAL_CHECK_VALUE(fs::is_directory(root_, error), "image folder ", root_,
                      fs::exists(root_, error) ? ": not a folder" : ": does not exist");
   std::vector<fs::path> class_folders;
-  for (const auto& entry : fs::directory_iterator(root_))
-    if (entry.is_directory()) class_folders.push_back(entry.path());
+  walk_folder(root_, [&] {
+    for (const auto& entry : fs::directory_iterator(root_))
+      if (entry.is_directory()) class_folders.push_back(entry.path());
+  });
   FRUGAL_CHECK_VALUE(!class_folders.empty(), "image folder ", root_,
                      ": no class folders (expected ROOT/CLASS/IMAGE, one subfolder per class)");
   std::sort(class_folders.begin(), class_folders.end(),

@@ -4,7 +4,9 @@
 //   SequentialSampler   0, 1, ..., size-1 every epoch
 //   RandomSampler       a fresh permutation per epoch, from (seed, epoch)
 //   DistributedSampler  this rank's share of the permutation when `num_replicas` processes train
-//                       together (data parallelism), exactly as torch.utils.data.DistributedSampler
+//                       together (data parallelism): torch.utils.data.DistributedSampler's partition,
+//                       padding and drop_last exactly; the shuffled order itself is frugal's own
+//                       (Philox, keyed by (seed, epoch)), not torch's randperm
 // Not here: batching (data/loader.h). An epoch's order is held as one vector of indices: 8 bytes per
 // sample, small next to the samples themselves.
 #pragma once

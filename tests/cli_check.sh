@@ -322,6 +322,9 @@ PY
     make_data folder "$dir"
     expect_exit 2 "$frugal" pack --from tiff --out "$dir/x" "$dir/f"
     expect_one_line_error "--from: tiff not in \{idx,cifar10,cifar100,folder\}"
+    mkfifo "$dir/fifo"  # opening it to read would wait for a writer forever
+    expect_exit 2 timeout 20 "$frugal" inspect "$dir/fifo"
+    expect_one_line_error "^frugal inspect: $dir/fifo: is not a regular file or a folder"
     expect_exit 2 "$frugal" pack --from folder --size 4x4 "$dir/f"
     expect_one_line_error "--out is required"
     expect_exit 2 "$frugal" pack --from idx --images "$dir/missing" --labels "$dir/labels" --out "$dir/x"

@@ -210,6 +210,19 @@ TEST_CASE("image folder: bad folders and bad images are errors that name them") 
   CHECK_THROWS_AS(data::decode_image(grey, -1, 4, "x"), ValueError);
 }
 
+TEST_CASE("image folder: a folder that cannot be walked (a symlink loop) is a FileError naming it") {
+  TempFolder root;
+  write_image(root / "a/0.png", 2, 2, 1, std::vector<std::uint8_t>(4, 1));
+  fs::create_directory_symlink(root.path / "a", root.path / "a" / "loop");  // a/loop/loop/... until ELOOP
+  try {
+    ImageFolder(root.path.string(), 4, 4);
+    FAIL("a symlink loop must not be walked forever or crash");
+  } catch (const frugal::data::FileError& error) {
+    CHECK(error.message().find("cannot list the folder") != std::string::npos);
+    CHECK(error.message().find(root.path.string()) != std::string::npos);
+  }
+}
+
 TEST_CASE("image folder: get() from several threads at once gives what one thread gets") {
   TempFolder root;
   std::mt19937 rng(7);
