@@ -179,7 +179,7 @@ void summarize_idx(Summary& s, const std::string& path, const std::string& cache
   s.description = labels ? detail::str("IDX labels ", path, ": ", s.records, " u8 labels")
                          : detail::str("IDX ", images ? "images " : "array ", path, ": ", s.records, " records of ",
                                        shape_str(s.sample_shape), " ", s.sample_dtype);
-  s.header = {{"element_type", data::idx_type_name(array.type())}, {"dims", dims}, {"gzip", path.ends_with(".gz")}};
+  s.header = {{"element_type", data::idx_type_name(array.type())}, {"dims", dims}, {"gzip", array.name() != path}};
   if (labels) {
     s.class_counts.emplace();
     for (std::int64_t i = 0; i < s.records; ++i) count_label(*s.class_counts, static_cast<std::int64_t>(array.at(i)));

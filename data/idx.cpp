@@ -63,8 +63,32 @@ std::size_t idx_type_size(IdxType type) {
 
 // ---- IdxArray
 
+namespace {
+
+constexpr std::size_t kMagicBytes = 4;
+constexpr std::size_t kMaxHeaderBytes = kMagicBytes + 4 * 255;  // 255 dims at most
+
+// The whole size an IDX file with this header must have, or 0 while `head` (the file's first
+// bytes) is too short to tell. ValueError, starting with `name`, for a header that is not IDX.
+std::uint64_t idx_file_size(std::span<const std::uint8_t> head, const std::string& name) {
+  if (head.size() < kMagicBytes) return 0;
+  FRUGAL_CHECK_VALUE(head[0] == 0 && head[1] == 0 && is_idx_type(head[2]) && head[3] > 0, name,
+                     ": not an IDX file: it starts ", hex_bytes(head.first(kMagicBytes)),
+                     " (an IDX file starts with 00 00, a known element type and a number of dims)");
+  const std::size_t header_bytes = kMagicBytes + 4 * std::size_t{head[3]};
+  if (head.size() < header_bytes) return 0;
+  auto data_bytes = static_cast<std::uint64_t>(idx_type_size(static_cast<IdxType>(head[2])));
+  for (std::size_t d = 0; d < head[3]; ++d)
+    FRUGAL_CHECK_VALUE(!__builtin_mul_overflow(data_bytes, load_be<std::uint32_t>(&head[kMagicBytes + 4 * d]), &data_bytes),
+                       name, ": the IDX header's dims overflow 64 bits");
+  return header_bytes + data_bytes;
+}
+
+}  // namespace
+
+bool is_gzip(std::span<const std::uint8_t> bytes) { return bytes.size() >= 2 && bytes[0] == 0x1f && bytes[1] == 0x8b; }
+
 IdxArray IdxArray::parse(std::span<const std::uint8_t> bytes, std::string name) {
-  constexpr std::size_t kMagicBytes = 4;
   FRUGAL_CHECK_VALUE(bytes.size() >= kMagicBytes, name, ": ", bytes.size(),
                      " bytes is too short for an IDX file (the magic number alone is 4 bytes)");
   FRUGAL_CHECK_VALUE(bytes[0] == 0 && bytes[1] == 0, name, ": wrong magic number ", hex_bytes(bytes.first(4)),
@@ -101,9 +125,12 @@ IdxArray IdxArray::parse(std::span<const std::uint8_t> bytes, std::string name) 
 }
 
 IdxArray IdxArray::open(const std::string& path, const std::string& cache_dir) {
-  const bool gzipped = path.ends_with(".gz");
   // IDX files are tens of MB read every epoch: read them in now.
-  auto file = std::make_shared<const MappedFile>(gzipped ? decompressed_copy(path, cache_dir) : path, Access::willneed);
+  auto file = std::make_shared<const MappedFile>(path, Access::willneed);
+  // gzip by content (1f 8b), not by name: a gzipped file without ".gz" is still read, and a plain
+  // one named ".gz" is not inflated.
+  const bool gzipped = is_gzip(file->bytes());
+  if (gzipped) file = std::make_shared<const MappedFile>(decompressed_copy(path, cache_dir), Access::willneed);
   IdxArray array = parse(file->bytes(), gzipped ? path + " (decompressed copy " + file->path() + ")" : path);
   array.file_ = std::move(file);
   return array;
@@ -142,7 +169,10 @@ std::string default_cache_dir() {
 
 namespace {
 
-// Inflates the whole of `gz` (one or more concatenated gzip members, as gzip -d accepts) into `out`.
+// Inflates the whole of `gz` (one or more concatenated gzip members, as gzip -d accepts) into `out`,
+// which must come to exactly the size its IDX header gives (idx_file_size of the first bytes): a
+// gzipped file that is not IDX is refused at its first bytes, and a gzip bomb once its output
+// passes what the header promised, before either fills the disk.
 void gunzip(const MappedFile& gz, AtomicFile& out) {
   z_stream stream{};
   // Window bits 15 (the largest window) + 32: detect the gzip (or zlib) header automatically.
@@ -155,6 +185,8 @@ void gunzip(const MappedFile& gz, AtomicFile& out) {
   constexpr std::size_t kMaxInput = std::size_t{1} << 30;  // zlib counts input in 32-bit uInt
   std::vector<std::uint8_t> chunk(std::size_t{1} << 20);
   std::size_t fed = 0;  // bytes of gz handed to zlib so far
+  std::vector<std::uint8_t> head;  // the output's first bytes, until the header's size is known
+  std::uint64_t written = 0, expected = 0;  // expected: 0 until the header is complete
   for (;;) {
     if (stream.avail_in == 0 && fed < gz.size()) {
       const std::size_t next = std::min(kMaxInput, gz.size() - fed);
@@ -172,9 +204,22 @@ void gunzip(const MappedFile& gz, AtomicFile& out) {
     FRUGAL_CHECK_VALUE(status != Z_BUF_ERROR, gz.path(), ": truncated gzip data: the file ends inside the stream");
     FRUGAL_CHECK_VALUE(status == Z_OK || status == Z_STREAM_END, gz.path(), ": zlib's inflate failed (status ",
                        status, ")");
-    out.write(chunk.data(), chunk.size() - stream.avail_out);
+    const std::size_t produced = chunk.size() - stream.avail_out;
+    if (expected == 0) {
+      head.insert(head.end(), chunk.begin(), chunk.begin() + static_cast<std::ptrdiff_t>(
+                                                 std::min(produced, kMaxHeaderBytes - std::min(head.size(), kMaxHeaderBytes))));
+      expected = idx_file_size(head, gz.path());
+    }
+    written += produced;
+    FRUGAL_CHECK_VALUE(expected == 0 || written <= expected, gz.path(), ": decompresses to more than the ", expected,
+                       " bytes its IDX header gives");
+    out.write(chunk.data(), produced);
     if (status == Z_STREAM_END) {
-      if (!input_left) return;
+      if (!input_left) {
+        FRUGAL_CHECK_VALUE(expected != 0 && written == expected, gz.path(), ": decompresses to ", written,
+                           " bytes, its IDX header gives ", expected == 0 ? std::string("none") : std::to_string(expected));
+        return;
+      }
       FRUGAL_CHECK_VALUE(inflateReset(&stream) == Z_OK, gz.path(), ": zlib's inflateReset failed");
     }
   }
@@ -193,8 +238,11 @@ std::string decompressed_copy(const std::string& gz_path, const std::string& cac
 
   std::string stem = std::filesystem::path(gz_path).filename().string();
   stem.resize(stem.size() - (stem.ends_with(".gz") ? 3 : 0));
-  const long long mtime_ns = static_cast<long long>(info.st_mtim.tv_sec) * 1'000'000'000 + info.st_mtim.tv_nsec;
-  const std::string copy = folder + "/" + stem + "." + std::to_string(info.st_size) + "." + std::to_string(mtime_ns);
+  // Size, modification time and status-change time: tools that keep a copy's mtime (cp -p, rsync
+  // -t, touch -r) cannot set its ctime, so a replaced source is never served stale.
+  auto nanoseconds = [](const timespec& t) { return static_cast<long long>(t.tv_sec) * 1'000'000'000 + t.tv_nsec; };
+  const std::string copy = folder + "/" + stem + "." + std::to_string(info.st_size) + "." +
+                           std::to_string(nanoseconds(info.st_mtim)) + "." + std::to_string(nanoseconds(info.st_ctim));
   if (std::filesystem::is_regular_file(copy, error)) return copy;  // whole, since written atomically
 
   const MappedFile gz(gz_path, Access::sequential);

@@ -3,8 +3,8 @@
 //   byte  2     element type: 0x08 u8, 0x09 i8, 0x0B i16, 0x0C i32, 0x0D f32, 0x0E f64
 //   byte  3     number of dims, n
 //   then n big-endian u32 dims, then the elements in row-major order, each big-endian.
-// A plain file is mapped as it is; a ".gz" file is decompressed once into a cache folder and the
-// copy is mapped (decompressed_copy). Elements stay big-endian in the mapping; IdxArray::at converts.
+// A plain file is mapped as it is; a gzipped one (told by its content, 1f 8b, not its name) is
+// decompressed once into a cache folder and the copy is mapped (decompressed_copy). Elements stay big-endian in the mapping; IdxArray::at converts.
 // Not here: writing IDX files (frugal writes shards, data/shard.h), other gzip uses.
 #pragma once
 
@@ -59,10 +59,15 @@ class IdxArray {
 // $XDG_CACHE_HOME/frugal, else $HOME/.cache/frugal; ValueError if neither variable is set.
 std::string default_cache_dir();
 
+// Whether `bytes` start with gzip's magic number, 1f 8b: how IdxArray::open tells a gzipped file.
+bool is_gzip(std::span<const std::uint8_t> bytes);
+
 // The path of a decompressed copy of the gzip file `gz_path` inside `cache_dir` ("" means
-// default_cache_dir(); created if missing). The copy's name carries the source's size and
-// modification time ("train-images-idx3-ubyte.26421880.1590000000123456789"), so a changed source
-// is decompressed again rather than served stale; an existing copy is reused. It is written
+// default_cache_dir(); created if missing). The copy's name carries the source's size, modification
+// time and status-change time ("train-images-idx3-ubyte.26421880.1590000000123456789.1590000000..."),
+// so a changed source is decompressed again rather than served stale; an existing copy is reused.
+// The output must be an IDX file of exactly the size its header gives (ValueError otherwise, and no
+// copy is left): a gzipped file of anything else never lands in the cache. It is written
 // atomically (AtomicFile): a copy that exists is whole. Copies of older sources are left in place.
 // ValueError for corrupt or truncated gzip data (and then no file is left behind).
 std::string decompressed_copy(const std::string& gz_path, const std::string& cache_dir = "");

@@ -29,7 +29,8 @@ Tensor decode_image(std::span<const std::uint8_t> bytes, std::int64_t height, st
 // [C, H, W] u8 to [C, height, width] u8 with PIL's bilinear filter, which torchvision's Resize also
 // uses (antialias=True): a triangle over the input pixels, widened by the scale when shrinking so
 // every input pixel contributes (no aliasing). Upsampling is plain bilinear interpolation between
-// pixel centres (align_corners=False), with the edge pixels repeated. Rounds once, at the end.
+// pixel centres (align_corners=False), with the edge pixels repeated. Rounds once, at the end, where
+// Pillow's 8-bit path rounds after each pass in fixed point: results can differ from it by 1.
 Tensor resize_image(const Tensor& image, std::int64_t height, std::int64_t width);
 
 class ImageFolder final : public Dataset {

@@ -425,6 +425,25 @@ TEST_CASE("IDX .gz: decompressed once into the cache, reused after, decompressed
                        contains(dir / "corrupt.gz: corrupt gzip data"), ValueError);
   CHECK(files_in(dir / "cache2").empty());
   CHECK_THROWS_AS(IdxArray::open(dir / "missing.gz", cache), FileError);
+
+  // Gzip is told by content: a gzipped IDX without ".gz" is inflated, a plain IDX named ".gz" is not.
+  write_gz(dir / "gzipped-labels", idx_file<std::uint8_t>(IdxType::u8, {2}, {3, 4}));
+  CHECK(IdxArray::open(dir / "gzipped-labels", dir / "cache3").at(1) == 4);
+  write_bytes(dir / "plain.gz", idx_file<std::uint8_t>(IdxType::u8, {2}, {5, 6}));
+  CHECK(IdxArray::open(dir / "plain.gz", dir / "cache3").name() == dir / "plain.gz");
+  CHECK(files_in(dir / "cache3").size() == 1);
+
+  // Gzipped data that is not IDX, or more of it than its header gives: refused while inflating,
+  // and nothing lands in the cache.
+  write_gz(dir / "archive.tar.gz", Bytes(4096, 'x'));
+  CHECK_THROWS_WITH_AS(IdxArray::open(dir / "archive.tar.gz", dir / "cache4"),
+                       contains("archive.tar.gz: not an IDX file: it starts 78 78 78 78"), ValueError);
+  Bytes bomb = idx_file<std::uint8_t>(IdxType::u8, {2}, {1, 2});
+  bomb.resize(3 << 20, 0);  // 3 MiB of zeros after a header that promises 2 bytes
+  write_gz(dir / "bomb.gz", bomb);
+  CHECK_THROWS_WITH_AS(IdxArray::open(dir / "bomb.gz", dir / "cache4"),
+                       contains("bomb.gz: decompresses to more than the 10 bytes its IDX header gives"), ValueError);
+  CHECK(files_in(dir / "cache4").empty());
 }
 
 TEST_CASE("default_cache_dir follows XDG_CACHE_HOME, then HOME") {
