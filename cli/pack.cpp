@@ -1,6 +1,7 @@
 // `frugal pack` (see pack.h): the options become a data::Dataset, whose samples are streamed into a
-// ShardWriter in index order. SIGINT and SIGTERM are caught while packing, so the loop can stop and
-// the writer can remove its temporary file instead of the process dying with it on disk.
+// ShardWriter in index order. SIGINT and SIGTERM are caught for the whole command (reading the input
+// too), so the loop can stop and every temporary file is removed instead of the process dying with
+// it on disk; the exit code is then 128 + the signal, as a shell reports a command a signal stopped.
 #include "cli/pack.h"
 
 #include <signal.h>
@@ -26,10 +27,11 @@ namespace frugal::cli {
 namespace {
 
 constexpr int kExitUsage = 2;
-constexpr int kExitInterrupted = 130;  // 128 + SIGINT: what a shell reports for a command stopped by Ctrl-C
-
+// The signal that stopped the packing (SIGINT or SIGTERM), 0 while none has.
 volatile std::sig_atomic_t interrupted = 0;
-void on_interrupt(int) { interrupted = 1; }
+void on_interrupt(int signal) { interrupted = signal; }
+// 128 + the signal, what a shell reports for a command a signal stopped: 130 for Ctrl-C, 143 for SIGTERM.
+int interrupted_exit_code() { return 128 + interrupted; }
 
 // While alive, SIGINT and SIGTERM set `interrupted` instead of ending the process. Installed without
 // SA_RESTART, so a read blocked in the kernel returns early instead of holding up the stop.
@@ -97,6 +99,9 @@ PackCommand::PackCommand(CLI::App& app)
 
 int PackCommand::run() const {
   try {
+    // From the start: building the dataset may decompress a .gz into the cache, and an interruption
+    // there must not kill the process before the AtomicFile has removed its temporary file.
+    InterruptScope catch_interrupts;
     const bool idx = from_ == "idx", cifar = from_.starts_with("cifar"), folder = from_ == "folder";
     check_applies(*command_, "--images", idx, from_);
     check_applies(*command_, "--labels", idx, from_);
@@ -120,6 +125,10 @@ int PackCommand::run() const {
       const auto [height, width] = parse_image_size(size_, "--size");
       dataset = std::make_shared<data::ImageFolder>(inputs_.front(), height, width);
     }
+    if (interrupted) {
+      std::cerr << "frugal pack: interrupted while reading the input; nothing written to " << out_ << "\n";
+      return interrupted_exit_code();
+    }
     return write(*dataset);
   } catch (const ValueError& error) {
     return report_bad_input(error);
@@ -132,7 +141,7 @@ int PackCommand::report_bad_input(const Error& error) const {
   // An error while interrupted is the interruption's doing (a read cut short), not the input's.
   if (interrupted) {
     std::cerr << "frugal pack: interrupted; nothing written to " << out_ << "\n";
-    return kExitInterrupted;
+    return interrupted_exit_code();
   }
   std::cerr << "frugal pack: " << error.message() << "\n";
   return kExitUsage;
@@ -142,7 +151,6 @@ int PackCommand::write(const data::Dataset& dataset) const {
   const auto start = std::chrono::steady_clock::now();
   std::int64_t records = 0;
   {
-    InterruptScope catch_interrupts;
     data::ShardWriter writer(out_, dataset.sample_shape(), dataset.sample_dtype(), DType::i64, dataset.num_classes());
     for (; records < dataset.size() && !interrupted; ++records) {
       const data::Sample sample = dataset.get(records);
@@ -151,7 +159,7 @@ int PackCommand::write(const data::Dataset& dataset) const {
     if (interrupted) {  // the writer's destructor removes its temporary file
       std::cerr << "frugal pack: interrupted after " << records << " of " << dataset.size() << " records; nothing written to "
                 << out_ << "\n";
-      return kExitInterrupted;
+      return interrupted_exit_code();
     }
     writer.finish();
   }

@@ -27,11 +27,12 @@ class PackCommand final : public Subcommand {
  public:
   explicit PackCommand(CLI::App& app);  // adds the subcommand and its options to `app`
   // Exit codes: 0 packed, 2 bad input (one line "frugal pack: ..." on stderr, naming the file),
-  // 130 interrupted by SIGINT or SIGTERM. Neither of the last two leaves anything under --out.
+  // 128 + the signal when interrupted by SIGINT (130) or SIGTERM (143). Neither of the last two
+  // leaves anything under --out.
   int run() const override;
 
  private:
-  int write(const data::Dataset& dataset) const;  // 0, or kExitInterrupted
+  int write(const data::Dataset& dataset) const;  // 0, or 128 + the interrupting signal
   int report_bad_input(const Error& error) const;
 
   std::string from_, out_, images_, labels_, cache_dir_, size_, label_ = "fine";

@@ -280,20 +280,23 @@ PY
     [ -z "$(ls "$dir" | grep '^g.shard')" ] || fail "a failed pack left files: $(ls "$dir")"
     ;;
   pack_interrupted)
-    # Ctrl-C while packing a folder of large images: exit 130, nothing under --out, no temporary file.
+    # Ctrl-C (or SIGTERM) while packing a folder of large images: exit 128 + the signal, nothing
+    # under --out, no temporary file.
     dir=$(mktemp -d)
     trap 'rm -rf "$dir"' EXIT
     make_data big "$dir"
-    "$frugal" pack --from folder --size 256x256 --out "$dir/big.shard" "$dir/big" >/dev/null 2>"$dir/err" &
-    pid=$!
-    for _ in $(seq 600); do compgen -G "$dir/big.shard.tmp-*" >/dev/null && break; sleep 0.05; done
-    compgen -G "$dir/big.shard.tmp-*" >/dev/null || fail "the pack never started writing"
-    kill -INT "$pid"
-    set +e; wait "$pid"; got=$?; set -e
-    [ "$got" -eq 130 ] || fail "an interrupted pack exited $got, expected 130 ($(cat "$dir/err"))"
-    grep -q "^frugal pack: interrupted after [0-9]* of 1000 records; nothing written to $dir/big.shard$" "$dir/err" \
-      || fail "no interruption message: $(cat "$dir/err")"
-    [ -z "$(ls "$dir" | grep '^big.shard')" ] || fail "an interrupted pack left files: $(ls "$dir")"
+    for signal in INT:130 TERM:143; do
+      "$frugal" pack --from folder --size 256x256 --out "$dir/big.shard" "$dir/big" >/dev/null 2>"$dir/err" &
+      pid=$!
+      for _ in $(seq 600); do compgen -G "$dir/big.shard.tmp-*" >/dev/null && break; sleep 0.05; done
+      compgen -G "$dir/big.shard.tmp-*" >/dev/null || fail "the pack never started writing"
+      kill -"${signal%:*}" "$pid"
+      set +e; wait "$pid"; got=$?; set -e
+      [ "$got" -eq "${signal#*:}" ] || fail "a pack stopped by SIG${signal%:*} exited $got, expected ${signal#*:} ($(cat "$dir/err"))"
+      grep -q "^frugal pack: interrupted after [0-9]* of 1000 records; nothing written to $dir/big.shard$" "$dir/err" \
+        || fail "no interruption message: $(cat "$dir/err")"
+      [ -z "$(ls "$dir" | grep '^big.shard')" ] || fail "an interrupted pack left files: $(ls "$dir")"
+    done
     ;;
   pack_inspect_fashion_mnist)
     data=/usr/share/datasets/fashion-mnist
