@@ -414,7 +414,8 @@ TEST_CASE("IDX .gz: decompressed once into the cache, reused after, decompressed
 
   // Truncated or corrupt gzip data: a ValueError, and no copy and no temporary file in the cache.
   Bytes truncated = read_bytes(gz);
-  truncated.resize(truncated.size() - 6);
+  REQUIRE(truncated.size() > 6);
+  truncated.erase(truncated.end() - 6, truncated.end());
   write_bytes(dir / "cut.gz", truncated);
   CHECK_THROWS_WITH_AS(IdxArray::open(dir / "cut.gz", dir / "cache2"),
                        contains(dir / "cut.gz: truncated gzip data"), ValueError);
@@ -438,8 +439,11 @@ TEST_CASE("IDX .gz: decompressed once into the cache, reused after, decompressed
   write_gz(dir / "archive.tar.gz", Bytes(4096, 'x'));
   CHECK_THROWS_WITH_AS(IdxArray::open(dir / "archive.tar.gz", dir / "cache4"),
                        contains("archive.tar.gz: not an IDX file: it starts 78 78 78 78"), ValueError);
-  Bytes bomb = idx_file<std::uint8_t>(IdxType::u8, {2}, {1, 2});
-  bomb.resize(3 << 20, 0);  // 3 MiB of zeros after a header that promises 2 bytes
+  // A header that promises 2 bytes, then 3 MiB of zeros. (Built by copying the header in: GCC 12
+  // under ASan warns, wrongly, about resize() on the vector idx_file returns.)
+  const Bytes header = idx_file<std::uint8_t>(IdxType::u8, {2}, {1, 2});
+  Bytes bomb(std::size_t{3} << 20, 0);
+  std::copy(header.begin(), header.end(), bomb.begin());
   write_gz(dir / "bomb.gz", bomb);
   CHECK_THROWS_WITH_AS(IdxArray::open(dir / "bomb.gz", dir / "cache4"),
                        contains("bomb.gz: decompresses to more than the 10 bytes its IDX header gives"), ValueError);
