@@ -205,9 +205,9 @@ void gunzip(const MappedFile& gz, AtomicFile& out) {
     FRUGAL_CHECK_VALUE(status == Z_OK || status == Z_STREAM_END, gz.path(), ": zlib's inflate failed (status ",
                        status, ")");
     const std::size_t produced = chunk.size() - stream.avail_out;
-    if (expected == 0) {
-      head.insert(head.end(), chunk.begin(), chunk.begin() + static_cast<std::ptrdiff_t>(
-                                                 std::min(produced, kMaxHeaderBytes - std::min(head.size(), kMaxHeaderBytes))));
+    if (expected == 0) {  // head stays below kMaxHeaderBytes until then: no header is longer
+      const std::size_t wanted = std::min(produced, kMaxHeaderBytes - head.size());
+      head.insert(head.end(), chunk.begin(), chunk.begin() + static_cast<std::ptrdiff_t>(wanted));
       expected = idx_file_size(head, gz.path());
     }
     written += produced;

@@ -238,6 +238,7 @@ void native_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dw,
   const Tensor total = low_precision ? empty_workspace(dw.shape(), {.device = dw.device()}) : dw;
   const Tensor part = low_precision ? empty_workspace({p.group_out(), p.rows()}, {.dtype = dw.dtype(), .device = dw.device()})
                                     : Tensor();
+  const Tensor part_f32 = low_precision ? empty_workspace(part.shape(), {.device = dw.device()}) : Tensor();
   if (low_precision) Tensor(total).fill_(0.0);
   for (std::int64_t n = 0; n < p.batch; ++n)
     for (std::int64_t g = 0; g < p.groups; ++g) {
@@ -247,11 +248,12 @@ void native_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dw,
         continue;
       }
       matmul_into(part, group_output(dy, p, n, g), sample_columns);
+      Tensor(part_f32).copy_(part);  // one buffer for every sample, not a conversion allocated each time
       Tensor total_slice = group_weight(total, p, g);
-      add_(total_slice, part.to(DType::f32));
+      add_(total_slice, part_f32);
     }
   if (low_precision) Tensor(dw).copy_(total);
-  record_native(p, columns, low_precision ? total.nbytes() + part.nbytes() : 0);
+  record_native(p, columns, low_precision ? total.nbytes() + part.nbytes() + part_f32.nbytes() : 0);
 }
 
 void check_grad_shape(const Tensor& grad_output, const Problem& p, const char* op) {
