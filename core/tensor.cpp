@@ -124,9 +124,26 @@ bool memory_overlaps(const Tensor& a, const Tensor& b) {
 
 Tensor::Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
 
-TensorImpl& Tensor::impl() const {
+const TensorImpl& Tensor::impl() const {
   FRUGAL_CHECK_VALUE(impl_ != nullptr, "use of an undefined tensor");
   return *impl_;
+}
+
+void Tensor::set_autograd_meta(std::shared_ptr<AutogradMeta> meta) const {
+  FRUGAL_CHECK_VALUE(impl_ != nullptr, "use of an undefined tensor");
+  impl_->autograd = std::move(meta);
+}
+
+void Tensor::set_data(const Tensor& data) const {
+  FRUGAL_CHECK_VALUE(impl_ != nullptr, "set_data on an undefined tensor");
+  FRUGAL_CHECK_VALUE(data.defined(), "set_data with an undefined tensor as the data");
+  if (is_same(data)) return;
+  const TensorImpl& source = data.impl();
+  impl_->storage = source.storage;
+  impl_->shape = source.shape;
+  impl_->strides = source.strides;
+  impl_->offset = source.offset;
+  impl_->dtype = source.dtype;
 }
 
 std::int64_t Tensor::size(std::int64_t d) const { return shape()[wrap_dim(d, dim())]; }

@@ -114,6 +114,12 @@ class Tensor {
   Tensor to(Device device, DType dtype) const;
   Tensor& copy_(const Tensor& src);  // src broadcast to this shape; any dtype, any device
   Tensor& fill_(double value);
+  // Points this tensor, and so every handle sharing it, at `data`'s storage, shape, strides, offset
+  // and dtype; its autograd slot (requires_grad, hooks, .grad) stays. PyTorch's `t.data = data`: how a
+  // module moves a parameter to another device, dtype or memory tag without changing its identity.
+  // The only way to rewrite a tensor's layout in place: `data` was made, and bounds-checked, by the
+  // ordinary constructors and views.
+  void set_data(const Tensor& data) const;
 
   // ---- element access (tests, printing, scalars)
   template <typename T>
@@ -127,9 +133,11 @@ class Tensor {
 
   // ---- autograd slot (see AutogradMeta)
   AutogradMeta* autograd_meta() const { return impl().autograd.get(); }
-  void set_autograd_meta(std::shared_ptr<AutogradMeta> meta) const { impl().autograd = std::move(meta); }
+  void set_autograd_meta(std::shared_ptr<AutogradMeta> meta) const;
 
-  TensorImpl& impl() const;
+  // Read-only: a tensor's layout changes only through set_data and the autograd slot only through
+  // set_autograd_meta, so no caller can put it past the bounds checks of the views.
+  const TensorImpl& impl() const;
   // The shared handle itself: autograd keeps weak references to leaves through it, and checks
   // whether a gradient is referenced elsewhere before adopting it without a copy.
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }

@@ -13,23 +13,11 @@ namespace {
 
 std::string join(const std::string& prefix, const std::string& name) { return prefix.empty() ? name : prefix + "." + name; }
 
-// Points `slot`'s TensorImpl, and so every handle on it, at `data`'s memory; its autograd state
-// (requires_grad, hooks, .grad) stays. This is how a module keeps its tensors' identity.
-void rebind(const Tensor& slot, const Tensor& data) {
-  if (slot.is_same(data)) return;
-  TensorImpl& impl = slot.impl();
-  impl.storage = data.storage();
-  impl.shape = data.shape();
-  impl.strides = data.strides();
-  impl.offset = data.offset();
-  impl.dtype = data.dtype();
-}
-
 // Parameters and buffers live in param-tagged memory, whoever allocated them.
 void move_to_param_memory(const Tensor& t) {
   if (t.storage()->tag() == MemoryTag::param) return;
   MemoryTagScope scope(MemoryTag::param);
-  rebind(t, t.clone());
+  t.set_data(t.clone());
 }
 
 // One registered tensor to a new device or dtype, in place; its gradient follows it.
@@ -41,7 +29,7 @@ void convert(const Tensor& t, Device device, DType dtype) {
   }
   {
     MemoryTagScope scope(MemoryTag::param);
-    rebind(t, t.to(device, dtype));
+    t.set_data(t.to(device, dtype));
   }
   if (moved_grad.defined()) autograd::set_grad(t, moved_grad);
 }

@@ -6,9 +6,9 @@
 //
 // Identity. A Tensor is a handle on a shared TensorImpl (core/tensor.h). parameters() returns
 // handles on the very TensorImpls the module registered, and the module never swaps them for
-// others: to(Device) and to(DType) move the data and rebind each registered TensorImpl to its new
-// storage, keeping its autograd state (requires_grad, hooks, its .grad, converted alongside). So an
-// optimizer that took parameters() before to() still steps the module's parameters after it, as
+// others: to(Device) and to(DType) move the data and point each registered TensorImpl at its new
+// storage with Tensor::set_data, keeping its autograd state (requires_grad, hooks, its .grad,
+// converted alongside). So an optimizer that took parameters() before to() still steps the module's parameters after it, as
 // with PyTorch's `param.data = ...`. What does not follow: views and state_dict() tensors taken
 // before the move (they keep the old memory), a graph recorded before it (call to() between
 // steps, not between forward and backward), and an optimizer's state (momentum, moments) made by

@@ -4,6 +4,9 @@
 
 #include <climits>
 #include <cmath>
+#include <memory>
+#include <type_traits>
+#include <utility>
 
 #include "core/random.h"
 #include "core/tensor.h"
@@ -315,4 +318,31 @@ TEST_CASE("errors name the operands, the location and the failed check") {
   CHECK_THROWS_WITH_AS(Tensor().shape(), doctest::Contains("undefined tensor"), ValueError);
   CHECK_THROWS_AS(zeros({1, 1, 1, 1, 1, 1, 1, 1, 1}).t(), ShapeError);
   CHECK_THROWS_AS(zeros({2, 1, 1, 1, 1, 1, 1, 1, 1}).to(DType::f64), ShapeError);  // kernels take 8 dims at most
+}
+
+// A tensor's layout is rewritten in place only through set_data; impl() hands out no mutable access,
+// so nothing can put a tensor past the bounds checks of its views.
+static_assert(std::is_const_v<std::remove_reference_t<decltype(std::declval<const Tensor&>().impl())>>,
+              "Tensor::impl() must be read-only");
+
+TEST_CASE("set_data: every handle follows, the autograd slot stays") {
+  struct Marker : AutogradMeta {};
+  const Tensor t = zeros({2, 3});
+  const Tensor handle = t;  // a second handle on the same TensorImpl
+  const auto meta = std::make_shared<Marker>();
+  t.set_autograd_meta(meta);
+  const Tensor data = iota({4}).to(DType::f64);
+  t.set_data(data);
+  CHECK(handle.shape() == Shape{4});
+  CHECK(handle.dtype() == DType::f64);
+  CHECK(handle.storage() == data.storage());
+  CHECK(handle.to_vector<double>() == std::vector<double>{0, 1, 2, 3});
+  CHECK(handle.autograd_meta() == meta.get());
+  CHECK(!handle.is_same(data));  // the data's own handle stays a different tensor
+  t.set_data(iota({6}).slice(0, 1, 6, 2));  // a view: offset and stride come along
+  CHECK(values(handle) == std::vector<float>{1, 3, 5});
+  CHECK_THROWS_AS(t.set_data(Tensor()), ValueError);
+  CHECK_THROWS_AS(Tensor().set_data(t), ValueError);
+  t.set_data(t);  // onto itself: nothing changes
+  CHECK(values(t) == std::vector<float>{1, 3, 5});
 }
