@@ -4,7 +4,7 @@
 //   training_trace           caching, direct, jemalloc, mimalloc              ns/op (per trace event)
 //   random_mix               caching, direct, jemalloc, mimalloc              ns/op
 //   peak_reserved_over_live  caching-expandable, pytorch-rules                ratio
-// training_trace is the MobileNetV2 trace of core/alloc_trace.h (Note [The training trace]); random_mix
+// training_trace is the MobileNetV2 trace of memory/alloc_trace.h (Note [The training trace]); random_mix
 // is a seeded mix of small, medium and large requests, alive for random stretches. `caching` is
 // frugal's CachingAllocator and `direct` the same allocator in bypass mode, both over host memory, or
 // over cudaMalloc with --device cuda. jemalloc and mimalloc (host only) are loaded from their Debian
@@ -13,7 +13,7 @@
 // frugal's default policy (expandable segments) against PyTorch's rules (`--expandable off
 // --max-split none`); with expandable segments off, frugal's policy *is* PyTorch's, so there is no
 // third, "caching-fixed", figure.
-// Not here: thresholds (docs/benchmarks.md), the replay itself (core/alloc_trace.cpp).
+// Not here: thresholds (docs/benchmarks.md), the replay itself (memory/alloc_trace.cpp).
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -27,7 +27,7 @@
 #include <utility>
 
 #include "bench/bench.h"
-#include "core/alloc_trace.h"
+#include "memory/alloc_trace.h"
 #include "core/error.h"
 
 #if FRUGAL_WITH_CUDA

@@ -4,7 +4,7 @@
 
 #include <curand.h>
 
-#include "core/cuda/check.h"
+#include "kernels/cuda/library_check.h"
 
 namespace frugal::bench::cuda_peers {
 

@@ -1,12 +1,12 @@
 // `frugal alloc-replay` (see alloc_replay.h): options to ReplayOptions, then the figures as a table
-// or as JSON. Everything else is core/alloc_trace.h.
+// or as JSON. Everything else is memory/alloc_trace.h.
 #include "cli/alloc_replay.h"
 
 #include <CLI/CLI.hpp>
 #include <iomanip>
 #include <iostream>
 
-#include "core/alloc_trace.h"
+#include "memory/alloc_trace.h"
 #include "core/error.h"
 
 namespace frugal::cli {

@@ -1,6 +1,6 @@
 // `frugal alloc-replay TRACE`: replays an allocation trace through the caching allocator on a
 // simulated device and prints what the allocator reserved next to what was ideal.
-// Not here: the trace formats, the replay and the training-trace generator (core/alloc_trace.h).
+// Not here: the trace formats, the replay and the training-trace generator (memory/alloc_trace.h).
 #pragma once
 
 #include <string>

@@ -4,11 +4,14 @@
 
 #include <omp.h>
 
+#include <CLI/CLI.hpp>
 #include <iostream>
 #include <thread>
 
 #include "core/caching_allocator.h"
 #include "core/cuda_status.h"
+#include "dist/library_versions.h"
+#include "kernels/library_versions.h"
 #include "frugal/build_info.h"
 
 namespace frugal::cli {
@@ -31,10 +34,12 @@ json collect_info() {
   if (status.compiled) {
     cuda["runtime_version"] = cuda_version_string(status.runtime_version);
     cuda["driver_version"] = status.driver_version ? cuda_version_string(status.driver_version) : "none";
-    const CudaLibraryVersions libraries = cuda_library_versions();
-    cuda["cublas"] = libraries.cublas;
-    cuda["cudnn"] = {{"loaded", libraries.cudnn_loaded}, {"built", libraries.cudnn_built}};
-    cuda["nccl"] = {{"loaded", libraries.nccl_loaded}, {"built", libraries.nccl_built}};
+    // Each library is asked by the layer that links it: cuBLAS and cuDNN by kernels/, NCCL by dist/.
+    const auto version = [](const LibraryVersion& v) { return json{{"loaded", v.loaded}, {"built", v.built}}; };
+    const KernelLibraryVersions kernel_libraries = kernel_library_versions();
+    cuda["cublas"] = version(kernel_libraries.cublas);
+    cuda["cudnn"] = version(kernel_libraries.cudnn);
+    cuda["nccl"] = version(dist::nccl_version());
   }
   json devices = json::array();
   for (int i = 0; i < status.device_count; ++i) {
@@ -76,10 +81,12 @@ void print_info(const json& info) {
               << build["cuda_architectures"].get<std::string>() << ")\n";
     std::cout << "CUDA:       runtime " << cuda["runtime_version"].get<std::string>() << ", driver "
               << cuda["driver_version"].get<std::string>() << "\n";
-    std::cout << "libraries:  cuBLAS " << cuda["cublas"].get<std::string>() << ", cuDNN "
-              << cuda["cudnn"]["loaded"].get<std::string>() << " (built against "
-              << cuda["cudnn"]["built"].get<std::string>() << "), NCCL " << cuda["nccl"]["loaded"].get<std::string>()
-              << " (built against " << cuda["nccl"]["built"].get<std::string>() << ")\n";
+    const auto library = [&](const char* name, const char* key) {
+      return std::string(name) + " " + cuda[key]["loaded"].get<std::string>() + " (built against " +
+             cuda[key]["built"].get<std::string>() + ")";
+    };
+    std::cout << "libraries:  " << library("cuBLAS", "cublas") << ", " << library("cuDNN", "cudnn") << ", "
+              << library("NCCL", "nccl") << "\n";
   } else {
     std::cout << "CUDA build: not compiled in (FRUGAL_CUDA=OFF)\n";
   }
@@ -99,6 +106,20 @@ void print_info(const json& info) {
   std::cout << "allocator:  " << allocator["mode"].get<std::string>() << ", expandable segments "
             << (allocator["expandable_segments"].get<bool>() ? "on" : "off") << ", max_split "
             << allocator["max_split_size"].get<std::string>() << " (FRUGAL_ALLOC, FRUGAL_ALLOC_CONF)\n";
+}
+
+InfoCommand::InfoCommand(CLI::App& app)
+    : Subcommand(app.add_subcommand("info", "Print version, build options, CUDA status, devices and library versions")) {
+  command_->add_flag("--json", json_, "Print the same facts as one JSON object");
+}
+
+int InfoCommand::run() const {
+  const json facts = collect_info();
+  if (json_)
+    std::cout << facts.dump(2) << "\n";
+  else
+    print_info(facts);
+  return 0;
 }
 
 }  // namespace frugal::cli

@@ -807,7 +807,7 @@ std::vector<AllocEvent> CachingAllocator::history() const {
 }
 
 void CachingAllocator::write_trace(std::ostream& out) const {
-  out << "# frugal allocation trace: '+ ID BYTES STREAM TAG' allocates, '- ID' frees (core/alloc_trace.h)\n";
+  out << "# frugal allocation trace: '+ ID BYTES STREAM TAG' allocates, '- ID' frees (memory/alloc_trace.h)\n";
   out << "# recorded on " << device() << " by the " << name() << " allocator\n";
   std::map<std::uintptr_t, std::size_t> ids;  // live address -> id
   std::size_t next_id = 0;

@@ -8,7 +8,7 @@
 // pool instead of many fixed ones), which avoid the slivers that fixed segments leave when shapes
 // change.
 // Not here: the backings themselves, the per-device registry (core/allocator.cpp), trace replay
-// (core/alloc_trace.h).
+// (memory/alloc_trace.h).
 #pragma once
 
 #include <chrono>
@@ -156,7 +156,7 @@ class CachingAllocator final : public Allocator {
   // Recording into a ring buffer of the last `max_events` events (0 stops and clears).
   void record_history(std::size_t max_events);
   std::vector<AllocEvent> history() const;
-  // The history as a replayable trace ("+ ID BYTES STREAM TAG" / "- ID", see core/alloc_trace.h),
+  // The history as a replayable trace ("+ ID BYTES STREAM TAG" / "- ID", see memory/alloc_trace.h),
   // and as Chrome trace-event JSON that Perfetto and chrome://tracing open.
   void write_trace(std::ostream& out) const;
   void write_chrome_trace(std::ostream& out) const;

@@ -24,10 +24,16 @@ const CudaStatus& cuda_status() {
   return status;
 }
 
-CudaDeviceInfo cuda_device_info(int index) {
+void check_device_usable(Device device) {
+  if (!device.is_cuda()) return;
+  const int index = device.index();
   FRUGAL_CHECK_DEVICE(cuda_available(), "cuda:", index, " is not usable: ", cuda_status().reason);
   FRUGAL_CHECK_DEVICE(index >= 0 && index < cuda_status().device_count, "cuda:", index, " does not exist: ",
                       cuda_status().device_count, " device(s) visible");
+}
+
+CudaDeviceInfo cuda_device_info(int index) {
+  check_device_usable(Device::cuda(index));
 #if FRUGAL_WITH_CUDA
   return cuda::device_info(index);
 #else
@@ -35,12 +41,8 @@ CudaDeviceInfo cuda_device_info(int index) {
 #endif
 }
 
-CudaLibraryVersions cuda_library_versions() {
-#if FRUGAL_WITH_CUDA
-  return cuda::library_versions();
-#else
-  return {};
-#endif
+std::string version_string(int major, int minor, int patch) {
+  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
 }
 
 void cuda_synchronize([[maybe_unused]] int index) {

@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <string>
 
+#include "core/device.h"
+
 namespace frugal {
 
 struct CudaStatus {
@@ -33,12 +35,18 @@ struct CudaDeviceInfo {
 };
 CudaDeviceInfo cuda_device_info(int index);  // DeviceError if CUDA is not usable
 
-// Library versions as "major.minor.patch"; "loaded" is what the shared library reports at run time,
-// "built" what its headers said at compile time. Empty when not compiled in.
-struct CudaLibraryVersions {
-  std::string cublas, cudnn_loaded, cudnn_built, nccl_loaded, nccl_built;
+// Nothing for the CPU; for cuda:N a DeviceError saying why it cannot be used (CUDA not usable, and
+// why; or no device N, and how many there are).
+void check_device_usable(Device device);
+
+// A library's version as "major.minor.patch": what the shared library reports at run time
+// ("loaded") and what its headers said at compile time ("built"); empty when not compiled in. core
+// only names the shape: each library is reported by the layer that links it (kernels/: cuBLAS and
+// cuDNN, kernels/library_versions.h; dist/: NCCL, dist/library_versions.h).
+struct LibraryVersion {
+  std::string loaded, built;
 };
-CudaLibraryVersions cuda_library_versions();
+std::string version_string(int major, int minor, int patch);  // (9, 1, 0) -> "9.1.0"
 
 // Waits for all work queued on the device (no-op without CUDA).
 void cuda_synchronize(int index);

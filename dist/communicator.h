@@ -1,6 +1,6 @@
 // Communicator: the one interface data parallelism talks to, whatever carries the bytes. Here: the
-// interface and LocalCommunicator, a world of one process. The data-parallel issue adds MPI (ranks
-// on CPUs) and NCCL (GPUs) behind the same interface. Tensors in, tensors out, streams as opaque
+// interface and LocalCommunicator, a world of one process; MPI (ranks on CPUs) and NCCL (GPUs)
+// communicators behind the same interface are planned. Tensors in, tensors out, streams as opaque
 // handles: no MPI or NCCL type appears in this header, so trainers and gradient buckets are written
 // once and tested against LocalCommunicator.
 #pragma once

@@ -109,6 +109,11 @@ case $check in
     expect_exit 2 "$frugal" bench no-such-bench
     expect_exit 2 "$frugal" bench tensor --device gpu7
     grep -q "unknown device 'gpu7'" <<<"$err" || fail "bad device not named: $err"
+    # A device that parses but is not there is bad input too: one line naming it, no source location.
+    expect_exit 2 "$frugal" bench tensor --device cuda:99
+    grep -Eq "^frugal bench: --device cuda:99: cuda:99 (is not usable: .+|does not exist: [0-9]+ device\(s\) visible)$" <<<"$err" \
+      || fail "missing device not explained in one line: $err"
+    ! grep -q '\.cpp:[0-9]' <<<"$err" || fail "a source location reached the user: $err"
     expect_exit 0 "$frugal" --help
     expect_exit 0 "$frugal" info --help
     ;;
@@ -300,7 +305,7 @@ PY
     ;;
   pack_inspect_fashion_mnist)
     data=/usr/share/datasets/fashion-mnist
-    if [ ! -f "$data/t10k-images-idx3-ubyte.gz" ]; then echo "skipped: $data not installed"; exit 0; fi
+    if [ ! -f "$data/t10k-images-idx3-ubyte.gz" ]; then echo "SKIPPED: $data not installed (apt-get install dataset-fashion-mnist)"; exit 77; fi
     dir=$(mktemp -d)
     trap 'rm -rf "$dir"' EXIT
     expect_exit 0 "$frugal" pack --from idx --images "$data/t10k-images-idx3-ubyte.gz" --labels "$data/t10k-labels-idx1-ubyte.gz" \

@@ -1,19 +1,16 @@
-// Status checks for CUDA, cuBLAS, cuDNN and NCCL, all generated from FRUGAL_LIBRARY_CHECK
-// (core/error.h): each throws LibraryError naming the library, the call, file:line and the
-// library's own text for the status. Include only from files that are compiled with CUDA.
+// The status check for the CUDA runtime, generated from FRUGAL_LIBRARY_CHECK (core/error.h): it
+// throws LibraryError naming the library, the call, file:line and the runtime's own text for the
+// status. Include only from files that are compiled with CUDA.
+// Not here: the checks for the libraries above core, generated the same way beside their users:
+// cuBLAS and cuDNN in kernels/cuda/library_check.h, NCCL in dist/nccl_check.h. core links only the
+// CUDA runtime.
 #pragma once
 
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
-#include <cudnn.h>
-#include <nccl.h>
 
 #include "core/error.h"
 
 #define FRUGAL_CUDA_CHECK(call) FRUGAL_LIBRARY_CHECK("CUDA", call, cudaSuccess, cudaGetErrorString)
-#define FRUGAL_CUBLAS_CHECK(call) FRUGAL_LIBRARY_CHECK("cuBLAS", call, CUBLAS_STATUS_SUCCESS, cublasGetStatusString)
-#define FRUGAL_CUDNN_CHECK(call) FRUGAL_LIBRARY_CHECK("cuDNN", call, CUDNN_STATUS_SUCCESS, cudnnGetErrorString)
-#define FRUGAL_NCCL_CHECK(call) FRUGAL_LIBRARY_CHECK("NCCL", call, ncclSuccess, ncclGetErrorString)
 
 // After a kernel launch: catches bad launch configurations at once (asynchronous faults surface at
 // the next synchronising call).

@@ -1,5 +1,5 @@
-// The CUDA runtime side of the backend: device query, library versions, device selection and byte
-// copies (see core/cuda/runtime.h). The allocator's CUDA backings are in cuda_backing.cpp.
+// The CUDA runtime side of the backend: device query, device selection, streams and byte copies
+// (see core/cuda/runtime.h). The allocator's CUDA backings are in cuda_backing.cpp.
 #include "core/cuda/runtime.h"
 
 #include "core/cuda/check.h"
@@ -7,10 +7,6 @@
 namespace frugal::cuda {
 
 namespace {
-std::string version3(int major, int minor, int patch) {
-  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
-}
-
 std::string unusable_reason(cudaError_t error, int driver_version, int runtime_version) {
   const std::string suffix = ": running on CPU";
   if (driver_version == 0) return "no CUDA driver" + suffix;
@@ -61,23 +57,6 @@ CudaDeviceInfo device_info(int index) {
   set_current_device(index);
   FRUGAL_CUDA_CHECK(cudaMemGetInfo(&info.free_bytes, &info.total_bytes));
   return info;
-}
-
-CudaLibraryVersions library_versions() {
-  CudaLibraryVersions versions;
-  int major = 0, minor = 0, patch = 0;
-  // cublasGetProperty, cudnnGetVersion and ncclGetVersion all answer without a device.
-  if (cublasGetProperty(MAJOR_VERSION, &major) == CUBLAS_STATUS_SUCCESS &&
-      cublasGetProperty(MINOR_VERSION, &minor) == CUBLAS_STATUS_SUCCESS &&
-      cublasGetProperty(PATCH_LEVEL, &patch) == CUBLAS_STATUS_SUCCESS)
-    versions.cublas = version3(major, minor, patch);
-  const auto cudnn = static_cast<int>(cudnnGetVersion());  // 90100 for 9.1.0 (cuDNN 9: major*10000 + minor*100 + patch)
-  versions.cudnn_loaded = version3(cudnn / 10000, cudnn % 10000 / 100, cudnn % 100);
-  versions.cudnn_built = version3(CUDNN_MAJOR, CUDNN_MINOR, CUDNN_PATCHLEVEL);
-  int nccl = 0;  // 22805 for 2.28.5 (NCCL >= 2.9: major*10000 + minor*100 + patch)
-  if (ncclGetVersion(&nccl) == ncclSuccess) versions.nccl_loaded = version3(nccl / 10000, nccl % 10000 / 100, nccl % 100);
-  versions.nccl_built = version3(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
-  return versions;
 }
 
 void set_current_device(int index) { FRUGAL_CUDA_CHECK(cudaSetDevice(index)); }

@@ -13,7 +13,6 @@ namespace frugal::cuda {
 
 CudaStatus query_status();
 CudaDeviceInfo device_info(int index);
-CudaLibraryVersions library_versions();
 
 void set_current_device(int index);
 void synchronize(int index);

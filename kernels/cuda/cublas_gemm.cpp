@@ -7,7 +7,7 @@
 #include <map>
 #include <mutex>
 
-#include "core/cuda/check.h"
+#include "kernels/cuda/library_check.h"
 #include "core/cuda/runtime.h"
 #include "kernels/gemm_backends.h"
 

@@ -9,7 +9,7 @@
 // bias (cuDNN always scales and shifts). Not emulated: this needs a GPU.
 #include <array>
 
-#include "core/cuda/check.h"
+#include "kernels/cuda/library_check.h"
 #include "kernels/batch_norm_backends.h"
 #include "kernels/cuda/cudnn_support.h"
 

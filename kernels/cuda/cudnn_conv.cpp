@@ -10,7 +10,7 @@
 #include <array>
 #include <string>
 
-#include "core/cuda/check.h"
+#include "kernels/cuda/library_check.h"
 #include "kernels/conv_backends.h"
 #include "kernels/cuda/cudnn_support.h"
 #include "kernels/workspace.h"

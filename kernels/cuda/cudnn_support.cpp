@@ -7,7 +7,7 @@
 #include <mutex>
 #include <vector>
 
-#include "core/cuda/check.h"
+#include "kernels/cuda/library_check.h"
 
 namespace frugal::cuda {
 

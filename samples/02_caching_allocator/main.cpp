@@ -11,7 +11,7 @@
 #include <fstream>
 #include <iostream>
 
-#include "core/alloc_trace.h"
+#include "memory/alloc_trace.h"
 #include "core/caching_allocator.h"
 #include "core/cuda_status.h"
 #include "core/tensor.h"

@@ -8,7 +8,7 @@
 #include <random>
 #include <sstream>
 
-#include "core/alloc_trace.h"
+#include "memory/alloc_trace.h"
 #include "core/error.h"
 
 using namespace frugal;

@@ -1,7 +1,7 @@
 // Allocation traces (see alloc_trace.h): parsing both formats into slots, replaying them through a
 // CachingAllocator, and generating a MobileNetV2 training trace.
 // Not here: timing against other allocators (bench/alloc_bench.cpp), the command (cli/alloc_replay.cpp).
-#include "core/alloc_trace.h"
+#include "memory/alloc_trace.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -451,7 +451,7 @@ class TrainingTrace {
       : options_(options), blocks_(mobilenet_v2_blocks(options.resolution)) {}
 
   std::string generate() {
-    w_.comment(detail::str("MobileNetV2 training (core/alloc_trace.cpp, Note [The training trace]): resolution ",
+    w_.comment(detail::str("MobileNetV2 training (memory/alloc_trace.cpp, Note [The training trace]): resolution ",
                            options_.resolution, ", ", options_.steps, " steps"));
     parameters();
     for (step_ = 0; step_ < options_.steps; ++step_) train_step();

@@ -1,0 +1,98 @@
+// BenchCommand (see bench.h): picks the benchmark and the device, runs it, prints the results.
+#include "cli/bench.h"
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "bench/bench.h"
+#include "cli/info.h"
+#include "core/cuda_status.h"
+#include "core/error.h"
+
+namespace frugal::cli {
+
+namespace {
+
+constexpr int kExitUsage = 2;
+
+void print_json(const std::string& name, const std::string& device, const std::vector<bench::Result>& results) {
+  nlohmann::ordered_json report = {{"bench", name}, {"device", device}, {"threads", cpu_threads()}};
+  report["results"] = nlohmann::ordered_json::array();
+  for (const auto& r : results)
+    report["results"].push_back({{"case", r.case_name}, {"impl", r.impl}, {"value", r.value}, {"unit", r.unit},
+                                 {"higher_is_better", r.higher_is_better}});
+  std::cout << report.dump() << "\n";
+}
+
+// Each row after a case's first also says how it compares with that first impl (frugal's own), when
+// both are in the same unit.
+void print_table(const std::string& name, const std::string& device, const std::vector<bench::Result>& results) {
+  std::cout << "benchmark " << name << " on " << device << ", " << cpu_threads() << " CPU threads\n";
+  std::size_t case_width = 0;
+  for (const auto& r : results) case_width = std::max(case_width, r.case_name.size() + 2);
+  std::map<std::string, const bench::Result*> first_of_case;
+  for (const auto& r : results) {
+    const bench::Result*& first = first_of_case[r.case_name];
+    std::cout << "  " << std::left << std::setw(static_cast<int>(case_width)) << r.case_name << std::setw(24) << r.impl
+              << std::right << std::setw(12) << std::fixed << std::setprecision(2) << r.value << " " << std::left
+              << std::setw(8) << r.unit << std::right << (r.higher_is_better ? "" : " (lower is better)");
+    if (first && first->value > 0 && first->unit == r.unit)
+      std::cout << "  " << std::setprecision(2) << r.value / first->value << "x " << first->impl;
+    else
+      first = &r;
+    std::cout << "\n";
+  }
+}
+
+}  // namespace
+
+BenchCommand::BenchCommand(CLI::App& app)
+    : Subcommand(app.add_subcommand("bench", "Run a benchmark: frugal and its peers measured in the same run")) {
+  command_->add_option("name", name_, "Benchmark to run (frugal bench --list shows them)");
+  command_->add_option("--device", device_, "cpu or cuda:N (default: cuda:0 when usable, else cpu)");
+  command_->add_flag("--json", json_, "Print one JSON object: {bench, device, threads, results: [...]}");
+  command_->add_flag("--quick", quick_, "Tiny sizes and few repeats: checks the harness, numbers mean nothing");
+  command_->add_flag("--list", list_, "List the benchmarks");
+}
+
+int BenchCommand::run() const {
+  const auto& benchmarks = bench::all_benchmarks();
+  if (list_) {
+    for (const auto& b : benchmarks) std::cout << b.name << ": " << b.description << "\n";
+    return 0;
+  }
+  if (name_.empty()) {
+    std::cerr << "frugal bench: name a benchmark (frugal bench --list shows them)\n";
+    return kExitUsage;
+  }
+  const auto found = std::find_if(benchmarks.begin(), benchmarks.end(), [&](const auto& b) { return b.name == name_; });
+  if (found == benchmarks.end()) {
+    std::string known;
+    for (const auto& b : benchmarks) known += (known.empty() ? "" : ", ") + b.name;
+    std::cerr << "frugal bench: unknown benchmark '" << name_ << "' (known: " << known << ")\n";
+    return kExitUsage;
+  }
+  bench::Options options;
+  options.quick = quick_;
+  try {  // a device that is not there is bad input, said before anything runs
+    options.device = device_.empty() ? (cuda_available() ? Device::cuda(0) : Device::cpu()) : Device::parse(device_);
+    check_device_usable(options.device);
+  } catch (const Error& e) {
+    std::cerr << "frugal bench: --device " << device_ << ": " << e.message() << "\n";
+    return kExitUsage;
+  }
+  const std::vector<bench::Result> results = found->run(options);
+  std::string device = options.device.str();
+  if (options.device.is_cuda()) device += " (" + cuda_device_info(options.device.index()).name + ")";
+  if (json_)
+    print_json(name_, device, results);
+  else
+    print_table(name_, device, results);
+  return 0;
+}
+
+}  // namespace frugal::cli
