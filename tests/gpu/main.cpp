@@ -9,9 +9,10 @@
 #include <iostream>
 
 #include "core/cuda_status.h"
+#include "tests/skip.h"
 
 namespace {
-constexpr int kSkipCode = 77;  // the automake convention for "skipped", set as SKIP_RETURN_CODE in CTest
+using frugal::test::kSkipCode;
 
 // doctest's listing options run no test, so they must work without a GPU (CTest discovers the
 // cases by listing them at build time).
