@@ -1,11 +1,10 @@
 // CPU implementations of core's data-moving kernels (declared in core/copy.h): readable loops,
-// parallelised with OpenMP over independent chunks of elements.
-#include <omp.h>
-
+// parallel over independent chunks of elements when they are big enough (core/cpu/parallel.h).
 #include <cstring>
 
 #include "core/convert.h"
 #include "core/copy.h"
+#include "core/cpu/parallel.h"
 #include "core/cpu/strided_cursor.h"
 
 namespace frugal::cpu {
@@ -19,18 +18,17 @@ void copy_loop(To* dst, const StridedLayout& dst_layout, const From* src, const 
     if constexpr (std::is_same_v<To, From>) {
       std::memcpy(dst, src, static_cast<std::size_t>(n) * sizeof(To));
     } else {
-#pragma omp parallel for schedule(static)
-      for (std::int64_t i = 0; i < n; ++i) dst[i] = convert<To>(src[i]);
+      parallel_for_chunks(n, kChunk, n, [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t i = begin; i < end; ++i) dst[i] = convert<To>(src[i]);
+      });
     }
     return;
   }
-#pragma omp parallel for schedule(static)
-  for (std::int64_t chunk = 0; chunk < n; chunk += kChunk) {
-    StridedCursor out(dst_layout, chunk), in(src_layout, chunk);
-    const std::int64_t end = std::min(n, chunk + kChunk);
-    for (std::int64_t i = chunk; i < end; ++i, out.advance(), in.advance())
+  parallel_for_chunks(n, kChunk, n, [&](std::int64_t begin, std::int64_t end) {
+    StridedCursor out(dst_layout, begin), in(src_layout, begin);
+    for (std::int64_t i = begin; i < end; ++i, out.advance(), in.advance())
       dst[out.offset()] = convert<To>(src[in.offset()]);
-  }
+  });
 }
 
 }  // namespace
@@ -49,12 +47,10 @@ void fill_strided(void* dst, DType dtype, const StridedLayout& layout, double va
     const T v = convert<T>(value);
     T* out = static_cast<T*>(dst);
     const std::int64_t n = layout_numel(layout);
-#pragma omp parallel for schedule(static)
-    for (std::int64_t chunk = 0; chunk < n; chunk += kChunk) {
-      StridedCursor cursor(layout, chunk);
-      const std::int64_t end = std::min(n, chunk + kChunk);
-      for (std::int64_t i = chunk; i < end; ++i, cursor.advance()) out[cursor.offset()] = v;
-    }
+    parallel_for_chunks(n, kChunk, n, [&](std::int64_t begin, std::int64_t end) {
+      StridedCursor cursor(layout, begin);
+      for (std::int64_t i = begin; i < end; ++i, cursor.advance()) out[cursor.offset()] = v;
+    });
   });
 }
 
@@ -62,8 +58,7 @@ void random_fill(void* dst, DType dtype, std::int64_t numel, const RandomSpec& s
   visit_dtype(dtype, [&]<typename T>() {
     T* out = static_cast<T*>(dst);
     const std::int64_t blocks = (numel + 3) / 4;  // each Philox call yields four 32-bit words
-#pragma omp parallel for schedule(static)
-    for (std::int64_t block = 0; block < blocks; ++block) random_fill_block(out, numel, spec, block);
+    parallel_for(blocks, numel, [&](std::int64_t block) { random_fill_block(out, numel, spec, block); });
   });
 }
 

@@ -2,6 +2,7 @@
 // (statistics, backward sums) run in parallel over channels, each channel's elements folded in
 // order; the elementwise passes run in parallel over (n, c) planes. The arithmetic is
 // kernels/batch_norm_ops.h, the same as the CUDA kernels'.
+#include "core/cpu/parallel.h"
 #include "core/convert.h"
 #include "kernels/batch_norm_backends.h"
 #include "kernels/visit_floating.h"
@@ -12,14 +13,13 @@ void batch_norm_statistics(DType dtype, const void* x, const BatchNormShape& sha
                            void* save_mean, void* save_invstd, void* running_mean, void* running_var) {
   visit_floating(dtype, "batch norm", [&]<typename T, typename C>() {
     const T* in = static_cast<const T*>(x);
-#pragma omp parallel for schedule(static)
-    for (std::int64_t c = 0; c < shape.channels; ++c) {
+    parallel_for(shape.channels, shape.channels * shape.per_channel(), [&](std::int64_t c) {
       Welford stats;
       for (std::int64_t n = 0; n < shape.batch; ++n)
         for (std::int64_t s = 0; s < shape.spatial; ++s) stats.add(convert<double>(in[shape.offset(n, c, s)]));
       batch_norm::finish_statistics(stats, c, momentum, eps, static_cast<C*>(save_mean), static_cast<C*>(save_invstd),
                                     static_cast<C*>(running_mean), static_cast<C*>(running_var));
-    }
+    });
   });
 }
 
@@ -28,8 +28,7 @@ void batch_norm_normalize(DType dtype, const void* x, const BatchNormShape& shap
   visit_floating(dtype, "batch norm", [&]<typename T, typename C>() {
     const T* in = static_cast<const T*>(x);
     T* out = static_cast<T*>(y);
-#pragma omp parallel for schedule(static)
-    for (std::int64_t plane = 0; plane < shape.batch * shape.channels; ++plane) {
+    parallel_for(shape.batch * shape.channels, shape.channels * shape.per_channel(), [&](std::int64_t plane) {
       const std::int64_t n = plane / shape.channels, c = plane % shape.channels;
       const auto affine = batch_norm::channel_affine(static_cast<const C*>(mean), static_cast<const C*>(invstd),
                                                      static_cast<const C*>(weight), static_cast<const C*>(bias), c);
@@ -37,7 +36,7 @@ void batch_norm_normalize(DType dtype, const void* x, const BatchNormShape& shap
         const std::int64_t i = shape.offset(n, c, s);
         out[i] = convert<T>(batch_norm::normalize(convert<C>(in[i]), affine, relu6));
       }
-    }
+    });
   });
 }
 
@@ -47,8 +46,7 @@ void batch_norm_backward_sums(DType dtype, const void* grad, const void* x, cons
   visit_floating(dtype, "batch norm", [&]<typename T, typename C>() {
     const T *g = static_cast<const T*>(grad), *in = static_cast<const T*>(x), *fused = static_cast<const T*>(fused_output);
     const C *m = static_cast<const C*>(mean), *is = static_cast<const C*>(invstd);
-#pragma omp parallel for schedule(static)
-    for (std::int64_t c = 0; c < shape.channels; ++c) {
+    parallel_for(shape.channels, shape.channels * shape.per_channel(), [&](std::int64_t c) {
       batch_norm::GradSums sums;
       for (std::int64_t n = 0; n < shape.batch; ++n)
         for (std::int64_t s = 0; s < shape.spatial; ++s) {
@@ -57,7 +55,7 @@ void batch_norm_backward_sums(DType dtype, const void* grad, const void* x, cons
         }
       static_cast<C*>(sum_dy)[c] = static_cast<C>(sums.dy);
       static_cast<C*>(sum_dy_xhat)[c] = static_cast<C>(sums.dy_xhat);
-    }
+    });
   });
 }
 
@@ -67,8 +65,7 @@ void batch_norm_backward_input(DType dtype, const void* grad, const void* x, con
   visit_floating(dtype, "batch norm", [&]<typename T, typename C>() {
     const T *g = static_cast<const T*>(grad), *in = static_cast<const T*>(x), *fused = static_cast<const T*>(fused_output);
     T* out = static_cast<T*>(grad_input);
-#pragma omp parallel for schedule(static)
-    for (std::int64_t plane = 0; plane < shape.batch * shape.channels; ++plane) {
+    parallel_for(shape.batch * shape.channels, shape.channels * shape.per_channel(), [&](std::int64_t plane) {
       const std::int64_t n = plane / shape.channels, c = plane % shape.channels;
       const auto coefficients = batch_norm::channel_backward(
           static_cast<const C*>(mean), static_cast<const C*>(invstd), static_cast<const C*>(weight),
@@ -78,7 +75,7 @@ void batch_norm_backward_input(DType dtype, const void* grad, const void* x, con
         const C dy = batch_norm::incoming_grad<C>(g, fused, i);
         out[i] = convert<T>(batch_norm::grad_input(dy, convert<C>(in[i]), coefficients));
       }
-    }
+    });
   });
 }
 

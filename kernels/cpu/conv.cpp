@@ -1,4 +1,4 @@
-// CPU kernels of the native convolution (kernels/conv_backends.h), parallel with OpenMP over
+// CPU kernels of the native convolution (kernels/conv_backends.h), parallel (core/cpu/parallel.h) over
 // independent rows or planes. They walk rows rather than elements: for each kernel tap,
 // outputs_inside() (kernels/conv_ops.h) gives the run of outputs whose input lies inside the image,
 // so the inner loops have no bounds test and vectorise. Every element still receives its terms in
@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/cpu/parallel.h"
 #include "core/convert.h"
 #include "kernels/conv_backends.h"
 #include "kernels/visit_floating.h"
@@ -29,8 +30,7 @@ void im2col(DType dtype, const ConvGeometry& g, const void* x, void* col) {
     const T* in = static_cast<const T*>(x);
     T* out = static_cast<T*>(col);
     const T zero = convert<T>(0.0f);
-#pragma omp parallel for schedule(static)
-    for (std::int64_t r = 0; r < g.channels * g.taps(); ++r) {  // one (channel, tap) row of the column matrix
+    parallel_for(g.channels * g.taps(), g.channels * g.taps() * g.out_plane(), [&](std::int64_t r) {  // one (channel, tap) row of the column matrix
       const std::int64_t c = r / g.taps(), kh = r % g.taps() / g.kernel_w, kw = r % g.kernel_w;
       const OutputRange inside = columns_inside(g, kw);
       const std::int64_t shift = column_shift(g, kw);
@@ -46,7 +46,7 @@ void im2col(DType dtype, const ConvGeometry& g, const void* x, void* col) {
         for (std::int64_t ow = inside.first; ow < inside.last; ++ow) dst[ow] = src[ow * g.stride_w + shift];
         std::fill(dst + inside.last, dst + g.out_width, zero);
       }
-    }
+    });
   });
 }
 
@@ -54,8 +54,7 @@ void col2im(DType dtype, const ConvGeometry& g, const void* col, void* x) {
   visit_floating(dtype, "conv2d_backward_input", [&]<typename T, typename C>() {
     const T* in = static_cast<const T*>(col);
     T* out = static_cast<T*>(x);
-#pragma omp parallel for schedule(static)
-    for (std::int64_t c = 0; c < g.channels; ++c) {  // each thread owns a channel plane: no races
+    parallel_for(g.channels, g.channels * g.taps() * g.out_plane(), [&](std::int64_t c) {  // each thread owns a channel plane: no races
       std::vector<C> plane(static_cast<std::size_t>(g.plane()), C(0));
       for (std::int64_t kh = 0; kh < g.kernel_h; ++kh)
         for (std::int64_t kw = 0; kw < g.kernel_w; ++kw) {
@@ -71,7 +70,7 @@ void col2im(DType dtype, const ConvGeometry& g, const void* col, void* x) {
           }
         }
       for (std::int64_t i = 0; i < g.plane(); ++i) out[c * g.plane() + i] = convert<T>(plane[i]);
-    }
+    });
   });
 }
 
@@ -83,8 +82,7 @@ void depthwise_forward(DType dtype, const ConvGeometry& g, std::int64_t batch, s
     const T* shift_by = static_cast<const T*>(bias);
     T* out = static_cast<T*>(y);
     const std::int64_t out_channels = g.channels * multiplier;
-#pragma omp parallel for schedule(static)
-    for (std::int64_t plane = 0; plane < batch * out_channels; ++plane) {  // one (sample, output channel)
+    parallel_for(batch * out_channels, batch * out_channels * g.taps() * g.out_plane(), [&](std::int64_t plane) {  // one (sample, output channel)
       const std::int64_t n = plane / out_channels, oc = plane % out_channels;
       const T* x_plane = in + (n * g.channels + oc / multiplier) * g.plane();
       const T* filter = filters + oc * g.taps();
@@ -107,7 +105,7 @@ void depthwise_forward(DType dtype, const ConvGeometry& g, std::int64_t batch, s
         T* dst = out + plane * g.out_plane() + oh * g.out_width;
         for (std::int64_t ow = 0; ow < g.out_width; ++ow) dst[ow] = convert<T>(row[ow] + offset);
       }
-    }
+    });
   });
 }
 
@@ -117,8 +115,7 @@ void depthwise_backward_input(DType dtype, const ConvGeometry& g, std::int64_t b
     const T* dy = static_cast<const T*>(grad_y);
     const T* filters = static_cast<const T*>(weight);
     T* dx = static_cast<T*>(grad_x);
-#pragma omp parallel for schedule(static)
-    for (std::int64_t plane = 0; plane < batch * g.channels; ++plane) {  // one (sample, input channel): no races
+    parallel_for(batch * g.channels, batch * g.channels * multiplier * g.taps() * g.out_plane(), [&](std::int64_t plane) {  // one (sample, input channel): no races
       const std::int64_t n = plane / g.channels, c = plane % g.channels;
       std::vector<C> sums(static_cast<std::size_t>(g.plane()), C(0));
       for (std::int64_t j = 0; j < multiplier; ++j) {
@@ -140,7 +137,7 @@ void depthwise_backward_input(DType dtype, const ConvGeometry& g, std::int64_t b
           }
       }
       for (std::int64_t i = 0; i < g.plane(); ++i) dx[plane * g.plane() + i] = convert<T>(sums[i]);
-    }
+    });
   });
 }
 
@@ -151,8 +148,7 @@ void depthwise_backward_weight(DType dtype, const ConvGeometry& g, std::int64_t 
     const T* in = static_cast<const T*>(x);
     T* dw = static_cast<T*>(grad_weight);
     const std::int64_t out_channels = g.channels * multiplier;
-#pragma omp parallel for schedule(static)
-    for (std::int64_t job = 0; job < out_channels * g.taps(); ++job) {  // one (output channel, tap)
+    parallel_for(out_channels * g.taps(), out_channels * g.taps() * batch * g.out_plane(), [&](std::int64_t job) {  // one (output channel, tap)
       const std::int64_t oc = job / g.taps(), kh = job % g.taps() / g.kernel_w, kw = job % g.kernel_w;
       const OutputRange inside = columns_inside(g, kw);
       const std::int64_t shift = column_shift(g, kw);
@@ -169,7 +165,7 @@ void depthwise_backward_weight(DType dtype, const ConvGeometry& g, std::int64_t 
         }
       }
       dw[job] = convert<T>(total);
-    }
+    });
   });
 }
 

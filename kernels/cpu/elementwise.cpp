@@ -1,9 +1,11 @@
-// CPU elementwise kernels (kernels/elementwise_backends.h): one strided loop, parallelised with
-// OpenMP over chunks, around the per-element functions of kernels/elementwise_ops.h.
+// CPU elementwise kernels (kernels/elementwise_backends.h): one strided loop, parallel over chunks
+// when it is big enough (core/cpu/parallel.h), around the per-element functions of
+// kernels/elementwise_ops.h.
 #include <array>
 #include <utility>
 
 #include "core/convert.h"
+#include "core/cpu/parallel.h"
 #include "core/cpu/strided_cursor.h"
 #include "kernels/elementwise_backends.h"
 #include "kernels/visit_floating.h"
@@ -20,27 +22,26 @@ void strided_loop(const std::array<const StridedLayout*, N>& layouts, Body&& bod
   bool all_row_major = true;
   for (const StridedLayout* layout : layouts) all_row_major = all_row_major && is_row_major(*layout);
   if (all_row_major) {  // the common case: element i at offset i everywhere, a loop the compiler vectorises
-#pragma omp parallel for schedule(static)
-    for (std::int64_t i = 0; i < n; ++i) {
-      std::array<std::int64_t, N> offsets;
-      offsets.fill(i);
-      body(offsets);
-    }
+    parallel_for_chunks(n, kChunk, n, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t i = begin; i < end; ++i) {
+        std::array<std::int64_t, N> offsets;
+        offsets.fill(i);
+        body(offsets);
+      }
+    });
     return;
   }
-#pragma omp parallel for schedule(static)
-  for (std::int64_t chunk = 0; chunk < n; chunk += kChunk) {
+  parallel_for_chunks(n, kChunk, n, [&](std::int64_t begin, std::int64_t end) {
     auto cursors = [&]<std::size_t... I>(std::index_sequence<I...>) {
-      return std::array<StridedCursor, N>{StridedCursor(*layouts[I], chunk)...};
+      return std::array<StridedCursor, N>{StridedCursor(*layouts[I], begin)...};
     }(std::make_index_sequence<N>{});
-    const std::int64_t end = std::min(n, chunk + kChunk);
-    for (std::int64_t i = chunk; i < end; ++i) {
+    for (std::int64_t i = begin; i < end; ++i) {
       std::array<std::int64_t, N> offsets;
       for (std::size_t k = 0; k < N; ++k) offsets[k] = cursors[k].offset();
       body(offsets);
       for (auto& cursor : cursors) cursor.advance();
     }
-  }
+  });
 }
 
 // Calls fn.template operator()<Op>() with the op as a compile-time constant, so the switch inside

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/cpu/parallel.h"
 #include "core/convert.h"
 #include "kernels/gemm_backends.h"
 #include "kernels/visit_floating.h"
@@ -82,9 +83,9 @@ void blocked(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::in
     for (std::int64_t p0 = 0; p0 < k; p0 += kBlockK) {
       const std::int64_t cols = std::min(kBlockN, n - j0), depth = std::min(kBlockK, k - p0);
       // Threads take strips of rows of C: no two write the same element.
-#pragma omp parallel for schedule(static)
-      for (std::int64_t i0 = 0; i0 < m; i0 += kMicroRows) {
-        const std::int64_t rows = std::min(kMicroRows, m - i0);
+      const std::int64_t strips = (m + kMicroRows - 1) / kMicroRows;
+      parallel_for(strips, m * cols * depth, [&](std::int64_t strip) {
+        const std::int64_t i0 = strip * kMicroRows, rows = std::min(kMicroRows, m - i0);
         const C* a_strip = &pa[i0 * k + p0];
         for (std::int64_t jr = 0; jr < cols; jr += kMicroCols) {
           const std::int64_t width = std::min(kMicroCols, cols - jr);
@@ -98,13 +99,12 @@ void blocked(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::in
           }
           edge_kernel(rows, width, depth, a_strip, k, b_panel, n, c_tile, n);
         }
-      }
+      });
     }
-#pragma omp parallel for schedule(static)
-  for (std::int64_t i = 0; i < m * n; ++i) {
+  parallel_for(m * n, m * n, [&](std::int64_t i) {
     const C old = beta == C(0) ? C(0) : beta * convert<C>(c[i]);  // beta 0 ignores C, even NaN
     c[i] = convert<T>(alpha * sum[i] + old);
-  }
+  });
 }
 
 #if FRUGAL_WITH_OPENBLAS

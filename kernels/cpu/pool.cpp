@@ -5,6 +5,7 @@
 // order into a plane of the compute type, rounded once at the end.
 #include <vector>
 
+#include "core/cpu/parallel.h"
 #include "kernels/pool_backends.h"
 #include "kernels/visit_floating.h"
 
@@ -16,8 +17,7 @@ void pool2d(PoolKind kind, DType dtype, const void* x, const ImageLayout& x_layo
     const T* in = static_cast<const T*>(x);
     T* result = static_cast<T*>(out);
     const std::int64_t plane_size = geometry.h.out * geometry.w.out;
-#pragma omp parallel for schedule(static)
-    for (std::int64_t p = 0; p < geometry.planes; ++p) {
+    parallel_for(geometry.planes, geometry.planes * geometry.h.out * geometry.w.out * geometry.h.kernel * geometry.w.kernel, [&](std::int64_t p) {
       const T* plane = in + plane_offset(x_layout, p);
       for (std::int64_t oh = 0; oh < geometry.h.out; ++oh)
         for (std::int64_t ow = 0; ow < geometry.w.out; ++ow) {
@@ -26,7 +26,7 @@ void pool2d(PoolKind kind, DType dtype, const void* x, const ImageLayout& x_layo
           result[o] = convert<T>(v.value);
           if (indices) indices[o] = v.index;
         }
-    }
+    });
   });
 }
 
@@ -36,8 +36,7 @@ void pool2d_backward(PoolKind kind, DType dtype, const void* grad_output, const 
     const T* grad = static_cast<const T*>(grad_output);
     T* result = static_cast<T*>(grad_input);
     const std::int64_t in_size = geometry.h.in * geometry.w.in, out_size = geometry.h.out * geometry.w.out;
-#pragma omp parallel for schedule(static)
-    for (std::int64_t p = 0; p < geometry.planes; ++p) {
+    parallel_for(geometry.planes, geometry.planes * (geometry.h.in * geometry.w.in + geometry.h.out * geometry.w.out), [&](std::int64_t p) {
       std::vector<C> sum(static_cast<std::size_t>(in_size), C(0));
       for (std::int64_t oh = 0; oh < geometry.h.out; ++oh)
         for (std::int64_t ow = 0; ow < geometry.w.out; ++ow) {
@@ -55,7 +54,7 @@ void pool2d_backward(PoolKind kind, DType dtype, const void* grad_output, const 
             for (std::int64_t x = cols.begin; x < cols.end; ++x) sum[y * geometry.w.in + x] += share;
         }
       for (std::int64_t i = 0; i < in_size; ++i) result[p * in_size + i] = convert<T>(sum[i]);
-    }
+    });
   });
 }
 

@@ -5,6 +5,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/cpu/parallel.h"
 #include "core/convert.h"
 #include "core/cpu/strided_cursor.h"
 #include "kernels/reduce_backends.h"
@@ -68,11 +69,10 @@ void reduce(Reduction op, DType dtype, const void* x, const StridedLayout& x_lay
     const std::int64_t pieces = outer >= kPieces ? 1 : std::clamp<std::int64_t>(inner / kMinPiece, 1, kPieces);
     std::vector<Partial> partials(static_cast<std::size_t>(outer * pieces));
     const std::int64_t piece = (inner + pieces - 1) / pieces;
-#pragma omp parallel for schedule(static)
-    for (std::int64_t job = 0; job < outer * pieces; ++job) {
+    parallel_for(outer * pieces, outer * inner, [&](std::int64_t job) {
       const std::int64_t o = job / pieces, begin = job % pieces * piece;
       partials[job] = fold(op, in, x_layout, o * inner, begin, std::min(inner, begin + piece));
-    }
+    });
     for (std::int64_t o = 0; o < outer; ++o) {
       Partial total = partials[o * pieces];
       for (std::int64_t p = 1; p < pieces; ++p) total.merge(partials[o * pieces + p]);

@@ -1,0 +1,54 @@
+// parallel_for: the one way frugal's CPU loops use OpenMP threads, and only when a loop is big
+// enough to pay for them (Note [Small loops run on the calling thread]). Host code only.
+// Not here: OpenBLAS's own threading (it decides for itself), or the data loader's worker threads.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+namespace frugal::cpu {
+
+// Note [Small loops run on the calling thread]
+// Opening an OpenMP parallel region wakes the team's threads and waits at its end for the slowest.
+// On an idle 2-core machine that costs about 1 us; with other threads busy beside it (two loader
+// workers, a build) it costs milliseconds whenever a team thread is descheduled: padding one 28x28
+// sample took 6.5 us idle, 45 us beside two busy threads and 2.9-4.4 ms on a loaded machine, against
+// 5.5 us on one thread. So a loop runs on its caller unless it has at least kMinParallelWork element
+// operations (its `work`, counted by the caller: elements touched, or multiply-adds): measured with
+// a 2x+1 loop over floats, one thread does 32768 of them in 10-20 us, where a region's 1 us idle
+// cost is small and a second thread saves up to half. The same grain size as PyTorch's
+// at::parallel_for (GRAIN_SIZE = 32768). docs/benchmarks.md has the measurement.
+inline constexpr std::int64_t kMinParallelWork = 32768;
+
+inline bool worth_parallel(std::int64_t work) { return work >= kMinParallelWork; }
+
+// How many parallel regions parallel_for has opened in this process: tests check that small work
+// opens none, and a teaching sample can count them.
+inline std::atomic<std::uint64_t> g_parallel_regions{0};
+inline std::uint64_t parallel_regions_opened() { return g_parallel_regions.load(std::memory_order_relaxed); }
+
+// Calls body(i) for i in [0, count): split statically over OpenMP's threads when `work` (the whole
+// loop's element operations) is worth it, else in order on the calling thread. body(i) for different
+// i must not write the same memory.
+template <typename Body>
+void parallel_for(std::int64_t count, std::int64_t work, Body&& body) {
+  if (!worth_parallel(work)) {
+    for (std::int64_t i = 0; i < count; ++i) body(i);
+    return;
+  }
+  g_parallel_regions.fetch_add(1, std::memory_order_relaxed);
+#pragma omp parallel for schedule(static)
+  for (std::int64_t i = 0; i < count; ++i) body(i);
+}
+
+// The same over chunks: body(begin, end) for consecutive ranges of at most `chunk` indices.
+template <typename Body>
+void parallel_for_chunks(std::int64_t count, std::int64_t chunk, std::int64_t work, Body&& body) {
+  const std::int64_t chunks = (count + chunk - 1) / chunk;
+  parallel_for(chunks, work, [&](std::int64_t c) {
+    const std::int64_t begin = c * chunk;
+    body(begin, begin + chunk < count ? begin + chunk : count);
+  });
+}
+
+}  // namespace frugal::cpu

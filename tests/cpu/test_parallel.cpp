@@ -1,0 +1,56 @@
+// parallel_for (core/cpu/parallel.h): small loops stay on the calling thread and open no OpenMP
+// region; big ones are split, and either way every index is visited exactly once. Counted with
+// parallel_regions_opened(), never timed.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <vector>
+
+#include "core/cpu/parallel.h"
+#include "core/tensor.h"
+#include "data/transforms.h"
+#include "kernels/conv.h"
+#include "kernels/elementwise.h"
+#include "kernels/loss.h"
+
+using namespace frugal;
+using cpu::parallel_regions_opened;
+
+TEST_CASE("parallel_for: every index once, on the caller below kMinParallelWork, split above it") {
+  for (const std::int64_t work : {std::int64_t{1}, cpu::kMinParallelWork - 1, cpu::kMinParallelWork, std::int64_t{1} << 20}) {
+    constexpr std::int64_t kCount = 1000;
+    std::vector<std::atomic<int>> visits(kCount);
+    const auto before = parallel_regions_opened();
+    cpu::parallel_for(kCount, work, [&](std::int64_t i) { visits[static_cast<std::size_t>(i)]++; });
+    for (const auto& v : visits) CHECK(v.load() == 1);
+    CHECK(parallel_regions_opened() - before == (work >= cpu::kMinParallelWork ? 1u : 0u));
+  }
+  std::vector<int> chunks_seen(10, 0);
+  cpu::parallel_for_chunks(95, 10, 1, [&](std::int64_t begin, std::int64_t end) {
+    CHECK(end - begin == (begin == 90 ? 5 : 10));
+    chunks_seen[static_cast<std::size_t>(begin / 10)]++;
+  });
+  CHECK(chunks_seen == std::vector<int>(10, 1));
+}
+
+TEST_CASE("one 28x28 sample's transforms, a small add, conv and loss open no parallel region") {
+  data::RandomStream random(1, 0, 0);
+  const Tensor image = arange(784.0).view({1, 28, 28});
+  const auto before = parallel_regions_opened();
+  const Tensor padded = data::Pad(2).apply(image, random);  // a strided copy into a view
+  const Tensor cropped = data::RandomCrop(28, 28).apply(padded, random);
+  const Tensor sum = add(cropped, cropped);
+  const Tensor y = conv2d(sum.view({1, 1, 28, 28}), ones({4, 1, 3, 3}));
+  cross_entropy(zeros({8, 10}), zeros({8}, {.dtype = DType::i64}));
+  CHECK(parallel_regions_opened() == before);
+  CHECK(padded.shape() == Shape{1, 32, 32});
+  CHECK(y.shape() == Shape{1, 4, 26, 26});
+}
+
+TEST_CASE("a large strided copy is still split across threads") {
+  const Tensor big = zeros({1024, 1024});
+  const auto before = parallel_regions_opened();
+  const Tensor transposed = big.t().contiguous();  // strided: the chunked loop, not memcpy
+  CHECK(parallel_regions_opened() > before);
+  CHECK(transposed.shape() == Shape{1024, 1024});
+}
