@@ -4,7 +4,7 @@
 // whatever the thread count, and a generator's state is two integers that a checkpoint can save.
 // Uniform values lie on the 2^-24 grid (float precision) for every dtype; normals use Box-Muller in
 // double precision, so CPU and GPU agree to the last bit or within one unit of the last place.
-// Not here: dropout masks (kernels issue), which use the same Philox counters.
+// Not here: dropout masks (kernels/dropout.h), which use the same Philox counters.
 #pragma once
 
 #include <cstdint>

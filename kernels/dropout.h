@@ -2,7 +2,7 @@
 // the expected value is unchanged (inverted dropout, as PyTorch). The mask comes from the Philox
 // generator (core/random.h): the same seed and offset give the same mask on the CPU and the GPU, and
 // replaying a GeneratorState reproduces it (activation checkpointing relies on that).
-// Composed from bernoulli and elementwise ops; a fused kernel may come with the kernels issue.
+// Composed from bernoulli and elementwise ops, not a fused kernel of its own.
 #pragma once
 
 #include "core/random.h"

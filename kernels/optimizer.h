@@ -2,7 +2,7 @@
 // weight decay, bias correction), each updating a whole list of parameters and their state in
 // place, many tensors per kernel launch. The arithmetic follows torch.optim (kernels/optimizer_ops.h).
 // Every tensor of one call shares a device and a floating dtype and is contiguous; state tensors
-// have their parameter's shape and dtype. The nn optimizers (autograd/nn issue) group parameters so.
+// have their parameter's shape and dtype. The nn optimizers (nn/optim.h) group parameters so.
 #pragma once
 
 #include <span>

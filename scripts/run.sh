@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job: installs what is missing, builds, prints `frugal info`, then runs the tensor tour.
-# Later issues grow this into training MobileNetV2 on Fashion-MNIST.
+# Planned: training MobileNetV2 on Fashion-MNIST (`frugal train`) as the main job.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 frugal_install_packages
