@@ -4,8 +4,13 @@
 //   copy_transpose   dst.copy_(src.t()), f32       a naive double loop            cublasSgeam
 //   cast_f32_f16     f16 dst.copy_(f32 src)        a one-thread conversion loop   cudaMemcpy of the same bytes
 //   uniform_f32      uniform_(dst), Philox         std::mt19937 (one thread)      cuRAND Philox4_32_10
+//   pad_28x28        one [1, 28, 28] sample copied  a one-thread loop, and the      (CPU only)
+//                    into the middle of [1, 32, 32] same loop in an OpenMP region
+//                    (what data::Pad does)          (what every copy did before core/cpu/parallel.h)
 // Bandwidth counts bytes read plus bytes written. Every destination is allocated once, outside the
 // timed region, so allocation cost is not measured here (that is `frugal bench alloc`'s job).
+#include <omp.h>
+
 #include <cstring>
 #include <random>
 
@@ -124,6 +129,31 @@ void random_cases(const Timer& timer, std::vector<Result>& results) {
   }
 }
 
+// A small strided copy: its cost is all fixed costs, so it shows what a parallel region adds.
+// Samples per second, higher is better.
+void small_copy_cases(const Timer& timer, std::vector<Result>& results) {
+  if (timer.options.device.is_cuda()) return;
+  const Tensor sample = uniform({1, 28, 28}, 0.0, 1.0);
+  Tensor padded = zeros({1, 32, 32});
+  Tensor middle = padded.narrow(1, 2, 28).narrow(2, 2, 28);
+  const auto per_second = [](double seconds) { return 1.0 / seconds; };
+  results.push_back({"pad_28x28", "frugal", per_second(timer.seconds([&] { middle.copy_(sample); })), "sample/s", true});
+  const float* in = sample.data<float>();
+  float* out = padded.data<float>();
+  const auto copy_row = [&](std::int64_t row) {
+    std::memcpy(out + (row + 2) * 32 + 2, in + row * 28, 28 * sizeof(float));
+  };
+  results.push_back({"pad_28x28", "one-thread-loop", per_second(timer.seconds([&] {
+                       for (std::int64_t row = 0; row < 28; ++row) copy_row(row);
+                     })),
+                     "sample/s", true});
+  results.push_back({"pad_28x28", "openmp-region", per_second(timer.seconds([&] {
+#pragma omp parallel for schedule(static)
+                       for (std::int64_t row = 0; row < 28; ++row) copy_row(row);
+                     })),
+                     "sample/s", true});
+}
+
 }  // namespace
 
 std::vector<Result> tensor_benchmark(const Options& options) {
@@ -133,6 +163,7 @@ std::vector<Result> tensor_benchmark(const Options& options) {
   copy_cases(timer, results);
   transpose_cases(timer, results);
   random_cases(timer, results);
+  small_copy_cases(timer, results);
   return results;
 }
 

@@ -879,8 +879,7 @@ TEST_CASE("Datasets are safe to read from several threads at once") {
 }
 
 TEST_CASE("The fuzz corpus's files, written by fuzz/make_corpus.py from the documented formats, read as expected") {
-  // tests/cpu/this file -> the repository; __FILE__ is absolute in CMake builds.
-  const std::string corpus = (fs::path(__FILE__).parent_path().parent_path().parent_path() / "fuzz/corpus").string();
+  const std::string corpus = (fs::path(FRUGAL_SOURCE_DIR) / "fuzz/corpus").string();
   if (!fs::exists(corpus)) FRUGAL_SKIP("fuzz/corpus not found beside the tests' sources");
   const ShardDataset u8(corpus + "/fuzz_shard/u8_2x2_i64");
   CHECK(u8.size() == 2);

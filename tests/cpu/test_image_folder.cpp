@@ -262,7 +262,7 @@ TEST_CASE("image folder: get() from several threads at once gives what one threa
 }
 
 TEST_CASE("image folder: the fuzz seeds, written by fuzz/make_corpus.py from the formats' specs, decode as expected") {
-  const fs::path corpus = fs::path(__FILE__).parent_path().parent_path().parent_path() / "fuzz/corpus/fuzz_image";
+  const fs::path corpus = fs::path(FRUGAL_SOURCE_DIR) / "fuzz/corpus/fuzz_image";
   if (!fs::exists(corpus)) FRUGAL_SKIP("fuzz/corpus/fuzz_image not found beside the tests' sources");
   const auto decode = [&](const std::string& name, std::int64_t height, std::int64_t width) {
     return values(data::decode_image(read_bytes((corpus / name).string()), height, width, name));
