@@ -30,7 +30,7 @@ if(FRUGAL_OPENBLAS)  # the CPU's library GEMM
                                                         INTERFACE_LINK_LIBRARIES "${OpenBLAS_LIBRARIES}")
   endif()
 endif()
-if(FRUGAL_EMULATOR)  # fibers for the CUDA emulator (core/emu)
+if(FRUGAL_EMULATOR)  # fibers for the CUDA emulator (emu/)
   find_package(Boost 1.74 CONFIG COMPONENTS context)
   if(NOT Boost_FOUND)
     message(FATAL_ERROR "frugal: Boost.Context not found (Debian: libboost-context-dev). The CUDA emulator "

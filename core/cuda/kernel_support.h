@@ -1,6 +1,6 @@
 // What a hand-written CUDA kernel source includes. The same source is built twice:
 //   - by nvcc, for the GPU: CUDA's own headers, and FRUGAL_LAUNCH is <<<...>>>;
-//   - by the host compiler, for the emulator (core/emu/): core/emu/cuda_emu.h supplies CUDA's names
+//   - by the host compiler, for the emulator (emu/): emu/cuda_emu.h supplies CUDA's names
 //     and FRUGAL_LAUNCH runs the kernel's blocks as fibers on the CPU.
 // Nothing else in a kernel source needs to know which of the two it is.
 //
@@ -23,7 +23,7 @@
 
 #else
 
-#include "core/emu/cuda_emu.h"
+#include "emu/cuda_emu.h"
 
 #define FRUGAL_LAUNCH(grid, block, shared_bytes, stream, ...) \
   ::frugal::emu::launch(#__VA_ARGS__, __VA_ARGS__, grid, block, shared_bytes, stream)

@@ -10,7 +10,7 @@
 #include <utility>
 #include <cmath>
 
-#include "core/emu/emulator.h"
+#include "emu/emulator.h"
 #include "core/random.h"
 #include "kernels/batch_norm_backends.h"
 

@@ -3,7 +3,7 @@
 // multiplier, in f32 (small integers: exact whatever the summation order), f64 and bf16.
 #include <doctest/doctest.h>
 
-#include "core/emu/emulator.h"
+#include "emu/emulator.h"
 #include "core/random.h"
 #include "kernels/conv_backends.h"
 

@@ -3,7 +3,7 @@
 // the naive, tiled and register-blocked GEMM kernels (exact on small integers, odd sizes, every transpose).
 #include <doctest/doctest.h>
 
-#include "core/emu/emulator.h"
+#include "emu/emulator.h"
 #include "core/random.h"
 #include "kernels/elementwise.h"
 #include "kernels/elementwise_backends.h"

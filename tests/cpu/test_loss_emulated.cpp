@@ -9,7 +9,7 @@
 #include <limits>
 #include <string>
 
-#include "core/emu/emulator.h"
+#include "emu/emulator.h"
 #include "core/random.h"
 #include "kernels/loss_backends.h"
 #include "kernels/softmax_backends.h"

@@ -2,7 +2,7 @@
 // lists longer than one launch, bad input, and the CUDA kernels in the emulator against the CPU.
 #include <doctest/doctest.h>
 
-#include "core/emu/emulator.h"
+#include "emu/emulator.h"
 #include "core/random.h"
 #include "kernels/optimizer.h"
 #include "kernels/optimizer_backends.h"

@@ -4,7 +4,7 @@
 // the order of the CPU's scatter (kernels/cuda/pool.cu, Note [Backward as a gather]).
 #include <doctest/doctest.h>
 
-#include "core/emu/emulator.h"
+#include "emu/emulator.h"
 #include "core/random.h"
 #include "kernels/pool_backends.h"
 

@@ -12,7 +12,7 @@
 // model's weaker orderings, and library calls (cuBLAS, cuDNN, NCCL). See docs/cuda-emulator.md.
 //
 // Kernel sources do not include this header directly: core/cuda/kernel_support.h gives them CUDA's
-// names (through core/emu/cuda_emu.h) and FRUGAL_LAUNCH.
+// names (through emu/cuda_emu.h) and FRUGAL_LAUNCH.
 #pragma once
 
 #include <cstdint>

@@ -18,7 +18,7 @@
 #include <cstring>
 #include <type_traits>
 
-#include "core/emu/emulator.h"
+#include "emu/emulator.h"
 #include "core/half.h"
 
 namespace frugal::emu {

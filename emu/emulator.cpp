@@ -9,7 +9,7 @@
 // Because threads switch only at meeting points, what a thread does between two of them is
 // atomic, and the schedule decides only the order of those stretches: exactly the freedom a GPU
 // has, minus interleavings inside a stretch, which no correct kernel may depend on.
-#include "core/emu/emulator.h"
+#include "emu/emulator.h"
 
 #include <boost/context/fiber.hpp>
 #include <boost/context/pooled_fixedsize_stack.hpp>
