@@ -92,6 +92,12 @@ OpenedFile open_regular_file(const std::string& path) {
 
 }  // namespace
 
+std::string path_error_text(int error) {
+  if (error == ENOENT) return "does not exist";
+  if (error == ELOOP) return "is a symlink loop (too many levels of symbolic links)";
+  return errno_text(error);
+}
+
 // ---- MappedFile
 
 MappedFile::MappedFile(std::string path, Access access) : file_(std::move(path)) {

@@ -32,6 +32,10 @@ struct FileError : Error { using Error::Error; };
 // final path, never its temporary file, which the user never chose and which is already gone.
 struct WriteError : FileError { using FileError::FileError; };
 
+// Why stat() or open() of a path failed, in words for a one-line message: "does not exist" for
+// ENOENT, "is a symlink loop (too many levels of symbolic links)" for ELOOP, else the system's text.
+std::string path_error_text(int error);
+
 // How a mapping will be read; passed to madvise so the kernel reads ahead, or does not.
 enum class Access : std::uint8_t {
   normal,      // the kernel's default read-ahead
