@@ -32,6 +32,7 @@ namespace {
 
 using nlohmann::ordered_json;
 
+constexpr int kExitError = 1;
 constexpr int kExitUsage = 2;
 constexpr std::string_view kGreyRamp = " .:-=+*#%@";  // dark to bright, one character per tenth of the range
 constexpr std::int64_t kHistogramWidth = 40;          // characters in the longest bar
@@ -326,6 +327,9 @@ int InspectCommand::run() const {
     return 0;
   } catch (const ValueError& error) {
     std::cerr << "frugal inspect: " << error.message() << "\n";
+  } catch (const data::WriteError& error) {  // a decompressed copy could not be written (a full disk)
+    std::cerr << "frugal inspect: error: " << error.message() << "\n";
+    return kExitError;
   } catch (const data::FileError& error) {
     std::cerr << "frugal inspect: " << error.message() << "\n";
   }

@@ -2,7 +2,7 @@
 // at offsets (RandomAccessFile), the atomic way to write one (AtomicFile), and the copy of a mapped
 // record into a fresh tensor that every mapped dataset's get() hands out.
 // Why a mapping: the page cache holds the file once for every worker thread and every process, a
-// record costs one memcpy, and a file larger than RAM still works (the kernel pages it).
+// header or a whole array is read in place, and a file larger than RAM still works (the kernel pages it).
 // Why pread for the largest files: every mapped page a process touches counts in its RSS until the
 // kernel reclaims it, so streaming a mapped multi-GB shard makes RSS grow with the shard; pages read
 // with pread stay in the page cache, outside the process (measured: `frugal bench loader`).
