@@ -3,15 +3,20 @@
 // it is read as an array); a Summary is filled once, then printed as text or as JSON.
 #include "cli/inspect.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <array>
-#include <filesystem>
-#include <fstream>
+#include <cerrno>
+#include <cstring>
 #include <iomanip>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 
 #include "cli/pack.h"
 #include "core/error.h"
@@ -25,12 +30,13 @@ namespace frugal::cli {
 
 namespace {
 
-namespace fs = std::filesystem;
 using nlohmann::ordered_json;
 
+constexpr int kExitError = 1;
 constexpr int kExitUsage = 2;
 constexpr std::string_view kGreyRamp = " .:-=+*#%@";  // dark to bright, one character per tenth of the range
 constexpr std::int64_t kHistogramWidth = 40;          // characters in the longest bar
+constexpr std::int64_t kMaxShownSamples = 10000;      // --samples: far more than anyone reads
 
 enum class Format { shard, idx, cifar10, cifar100, folder };
 
@@ -84,34 +90,57 @@ bool is_plain_idx(const std::string& path) {
   }
 }
 
+// The first bytes of `path` (up to head.size()), read through a descriptor so that a failure says
+// why: "cannot open: Permission denied". Returns how many were read.
+std::size_t read_head(const std::string& path, std::span<std::uint8_t> head) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  FRUGAL_CHECK_AS(data::FileError, fd >= 0, path, ": cannot open: ", std::strerror(errno));
+  const ssize_t got = ::read(fd, head.data(), head.size());
+  const int error = errno;
+  ::close(fd);
+  FRUGAL_CHECK_AS(data::FileError, got >= 0, path, ": cannot read: ", std::strerror(error));
+  return static_cast<std::size_t>(got);
+}
+
+// A file that is none of the formats. One with a plausible CIFAR label first and at least one
+// record's bytes is most likely a CIFAR batch cut short (or with bytes added): say so, with the
+// record sizes it misses, rather than list every format.
+[[noreturn]] void unknown_format(const std::string& path, std::span<const std::uint8_t> head, std::uintmax_t size) {
+  const std::size_t c10 = data::cifar_record_size(data::CifarKind::cifar10);
+  const std::size_t c100 = data::cifar_record_size(data::CifarKind::cifar100_fine);
+  constexpr std::uint8_t kCifarFirstLabels = 20;  // CIFAR-10's 10 classes, CIFAR-100's 20 coarse ones
+  FRUGAL_CHECK_VALUE(size < c10 || head.empty() || head[0] >= kCifarFirstLabels, path,
+                     ": looks like a CIFAR batch, but its ", size, " bytes are not a whole number of records (",
+                     size / c10, " CIFAR-10 records of ", c10, " bytes and ", size % c10, " over; ", size / c100,
+                     " CIFAR-100 records of ", c100, " bytes and ", size % c100, " over): truncated or padded?");
+  std::ostringstream first;
+  for (std::size_t i = 0; i < head.size(); ++i) first << (i ? " " : "") << std::hex << std::setw(2) << std::setfill('0') << int{head[i]};
+  FRUGAL_THROW(ValueError, path, ": not a frugal shard, IDX file, CIFAR batch or image folder (", size,
+               " bytes, starting ", first.str(), ")");
+}
+
 // Shards and gzip (frugal reads only IDX gzipped) have magic numbers; IDX starts 00 00; CIFAR has
 // no header, only its record size. A CIFAR batch can start 00 00 too (label 0, a black first pixel),
 // so a file that could be either is IDX only if it parses as IDX.
 Format detect(const std::string& path) {
-  std::error_code error;
-  FRUGAL_CHECK_AS(data::FileError, fs::exists(path, error), path, ": does not exist");
-  if (fs::is_directory(path, error)) return Format::folder;
+  struct stat info {};
+  FRUGAL_CHECK_AS(data::FileError, ::stat(path.c_str(), &info) == 0, path, ": ", data::path_error_text(errno));
+  if (S_ISDIR(info.st_mode)) return Format::folder;
   // Before opening: reading a FIFO would wait for a writer, and a device has no size.
-  FRUGAL_CHECK_AS(data::FileError, fs::is_regular_file(path, error), path, ": is not a regular file or a folder");
-  std::ifstream in(path, std::ios::binary);
-  FRUGAL_CHECK_AS(data::FileError, in.is_open(), path, ": cannot open");
-  std::array<unsigned char, sizeof(data::kShardMagic)> head{};
-  in.read(reinterpret_cast<char*>(head.data()), head.size());
-  const auto got = in.gcount();
-  const std::uintmax_t size = fs::file_size(path);
+  FRUGAL_CHECK_AS(data::FileError, S_ISREG(info.st_mode), path, ": is not a regular file or a folder");
+  std::array<std::uint8_t, sizeof(data::kShardMagic)> bytes{};
+  const std::span<const std::uint8_t> head(bytes.data(), read_head(path, bytes));
+  const auto size = static_cast<std::uintmax_t>(info.st_size);
   FRUGAL_CHECK_AS(data::FileError, size > 0, path, ": is empty");
   const bool cifar10_sized = size % data::cifar_record_size(data::CifarKind::cifar10) == 0;
   const bool cifar100_sized = size % data::cifar_record_size(data::CifarKind::cifar100_fine) == 0;
-  if (std::equal(head.begin(), head.end(), data::kShardMagic)) return Format::shard;
-  if (got >= 2 && head[0] == 0x1f && head[1] == 0x8b) return Format::idx;
-  if (got >= 4 && head[0] == 0 && head[1] == 0 && (!(cifar10_sized || cifar100_sized) || is_plain_idx(path)))
+  if (head.size() == bytes.size() && std::equal(bytes.begin(), bytes.end(), data::kShardMagic)) return Format::shard;
+  if (data::is_gzip(head)) return Format::idx;
+  if (head.size() >= 4 && head[0] == 0 && head[1] == 0 && (!(cifar10_sized || cifar100_sized) || is_plain_idx(path)))
     return Format::idx;
   if (cifar10_sized) return Format::cifar10;
   if (cifar100_sized) return Format::cifar100;
-  std::ostringstream first;
-  for (std::streamsize i = 0; i < got; ++i) first << (i ? " " : "") << std::hex << std::setw(2) << std::setfill('0') << int{head[i]};
-  FRUGAL_THROW(ValueError, path, ": not a frugal shard, IDX file, CIFAR batch or image folder (", size,
-               " bytes, starting ", first.str(), ")");
+  unknown_format(path, head, size);
 }
 
 // A 1-channel image, one character per pixel; nothing for other samples. u8 pixels span 0..255;
@@ -138,7 +167,15 @@ std::vector<std::string> ascii_art(const Tensor& sample) {
   return rows;
 }
 
-void count_label(std::vector<std::int64_t>& counts, std::int64_t label) {
+// A histogram of more classes than this is not drawn: its rows alone would be megabytes, and a
+// crafted file with one label of 2^27 would make it gigabytes. ImageNet-21k has 21,841 classes.
+constexpr std::int64_t kMaxHistogramClasses = std::int64_t{1} << 20;
+
+// Adds record `index`'s label to the histogram, which grows to the labels seen; ValueError naming
+// `file` for a label the histogram will not grow to.
+void count_label(std::vector<std::int64_t>& counts, std::int64_t label, const std::string& file, std::int64_t index) {
+  FRUGAL_CHECK_VALUE(label < kMaxHistogramClasses, file, ": record ", index, " has label ", label,
+                     "; inspect draws histograms of at most ", kMaxHistogramClasses, " classes");
   if (label >= static_cast<std::int64_t>(counts.size())) counts.resize(static_cast<std::size_t>(label + 1), 0);
   ++counts[static_cast<std::size_t>(label)];
 }
@@ -146,24 +183,24 @@ void count_label(std::vector<std::int64_t>& counts, std::int64_t label) {
 // Count, shape, histogram and first samples of a dataset. `label_of(i)` reads label i, without the
 // sample where the format allows (an image folder's labels need no decoding).
 template <typename LabelOf>
-void summarize(Summary& s, const data::Dataset& dataset, std::int64_t shown, LabelOf label_of) {
+void summarize(Summary& s, const std::string& file, const data::Dataset& dataset, std::int64_t shown,
+               LabelOf label_of) {
   s.description = dataset.describe();
   s.records = dataset.size();
   s.sample_shape = dataset.sample_shape();
   s.sample_dtype = dtype_name(dataset.sample_dtype());
   // Sized by the header's class count only up to a bound: a corrupt-but-checksummed header could
   // claim 2^40 classes. count_label grows the histogram to the labels actually seen beyond it.
-  constexpr std::int64_t kMaxPresizedClasses = 1 << 20;
-  s.class_counts.emplace(static_cast<std::size_t>(std::min(dataset.num_classes(), kMaxPresizedClasses)), 0);
-  for (std::int64_t i = 0; i < s.records; ++i) count_label(*s.class_counts, label_of(i));
+  s.class_counts.emplace(static_cast<std::size_t>(std::min(dataset.num_classes(), kMaxHistogramClasses)), 0);
+  for (std::int64_t i = 0; i < s.records; ++i) count_label(*s.class_counts, label_of(i), file, i);
   for (std::int64_t i = 0; i < std::min(shown, s.records); ++i) {
     const data::Sample sample = dataset.get(i);
     s.samples.push_back({i, sample.label, ascii_art(sample.input)});
   }
 }
 
-void summarize_dataset(Summary& s, const data::Dataset& dataset, std::int64_t shown) {
-  summarize(s, dataset, shown, [&](std::int64_t i) { return dataset.get(i).label; });
+void summarize_dataset(Summary& s, const std::string& file, const data::Dataset& dataset, std::int64_t shown) {
+  summarize(s, file, dataset, shown, [&](std::int64_t i) { return dataset.get(i).label; });
 }
 
 // One IDX file alone: a 1-D u8 array is a labels file, a 3-D u8 array an images file ([1, H, W]
@@ -182,7 +219,7 @@ void summarize_idx(Summary& s, const std::string& path, const std::string& cache
   s.header = {{"element_type", data::idx_type_name(array.type())}, {"dims", dims}, {"gzip", array.name() != path}};
   if (labels) {
     s.class_counts.emplace();
-    for (std::int64_t i = 0; i < s.records; ++i) count_label(*s.class_counts, static_cast<std::int64_t>(array.at(i)));
+    for (std::int64_t i = 0; i < s.records; ++i) count_label(*s.class_counts, static_cast<std::int64_t>(array.at(i)), path, i);
   }
   for (std::int64_t i = 0; i < std::min(shown, s.records); ++i) {
     ShownSample sample{i, std::nullopt, {}};
@@ -246,7 +283,7 @@ InspectCommand::InspectCommand(CLI::App& app)
   command_->add_option("file", file_, "The file (or image folder) to inspect")->required();
   command_->add_flag("--json", json_, "Print one JSON object: {file, format, records, sample_shape, ..., samples}");
   command_->add_option("--samples", samples_, "How many of the first samples to show (default 3)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(between(0, kMaxShownSamples));
   command_->add_option("--size", size_, "Image folders: the HEIGHTxWIDTH images are resized to (default 32x32)");
   command_->add_option("--cache-dir", cache_dir_, "IDX .gz files: where they are decompressed (default ~/.cache/frugal)");
 }
@@ -262,7 +299,7 @@ int InspectCommand::run() const {
         s.header = {{"version", info.version},          {"label_dtype", dtype_name(info.label_dtype)},
                     {"record_size", info.record_size},  {"data_offset", info.data_offset},
                     {"header_crc32", info.header_crc}};
-        summarize_dataset(s, shard, samples_);
+        summarize_dataset(s, file_, shard, samples_);
         break;
       }
       case Format::idx: summarize_idx(s, file_, cache_dir_, samples_); break;
@@ -271,7 +308,7 @@ int InspectCommand::run() const {
         const auto kind = s.format == Format::cifar10 ? data::CifarKind::cifar10 : data::CifarKind::cifar100_fine;
         s.header = {{"record_size", data::cifar_record_size(kind)},
                     {"label", s.format == Format::cifar10 ? "the class" : "fine (of coarse and fine)"}};
-        summarize_dataset(s, data::CifarDataset({file_}, kind), samples_);
+        summarize_dataset(s, file_, data::CifarDataset({file_}, kind), samples_);
         break;
       }
       case Format::folder: {
@@ -279,7 +316,7 @@ int InspectCommand::run() const {
         const data::ImageFolder folder(file_, height, width);
         s.class_names = folder.classes();
         s.header = {{"resized_to", size_}};
-        summarize(s, folder, samples_, [&](std::int64_t i) { return folder.label(i); });
+        summarize(s, file_, folder, samples_, [&](std::int64_t i) { return folder.label(i); });
         break;
       }
     }
@@ -290,6 +327,9 @@ int InspectCommand::run() const {
     return 0;
   } catch (const ValueError& error) {
     std::cerr << "frugal inspect: " << error.message() << "\n";
+  } catch (const data::WriteError& error) {  // a decompressed copy could not be written (a full disk)
+    std::cerr << "frugal inspect: error: " << error.message() << "\n";
+    return kExitError;
   } catch (const data::FileError& error) {
     std::cerr << "frugal inspect: " << error.message() << "\n";
   }

@@ -15,7 +15,8 @@ namespace frugal::cli {
 class InspectCommand final : public Subcommand {
  public:
   explicit InspectCommand(CLI::App& app);  // adds the subcommand and its options to `app`
-  // Exit codes: 0 inspected, 2 bad input (one line "frugal inspect: ..." on stderr, naming the file).
+  // Exit codes: 0 inspected; 1 a .gz file's decompressed copy could not be written (a full disk);
+  // 2 bad input (one line "frugal inspect: ..." on stderr, naming the file).
   int run() const override;
 
  private:

@@ -1,10 +1,12 @@
-// `frugal pack` (see pack.h): the options become a data::Dataset, whose samples are streamed into a
-// ShardWriter in index order. SIGINT and SIGTERM are caught for the whole command (reading the input
-// too), so the loop can stop and every temporary file is removed instead of the process dying with
-// it on disk; the exit code is then 128 + the signal, as a shell reports a command a signal stopped.
+// `frugal pack` (see pack.h): --out is checked, the options become a data::Dataset, whose samples
+// are streamed into a ShardWriter in index order. SIGHUP, SIGINT, SIGQUIT and SIGTERM are caught for
+// the whole command (reading the input too), so the loop can stop and report; the exit code is then
+// 128 + the signal, as a shell reports a command a signal stopped. (A signal nobody can catch,
+// SIGKILL, leaves nothing either: the shard is written to a file with no name until it is complete.)
 #include "cli/pack.h"
 
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <CLI/CLI.hpp>
 #include <charconv>
@@ -26,14 +28,18 @@ namespace frugal::cli {
 
 namespace {
 
+constexpr int kExitError = 1;
 constexpr int kExitUsage = 2;
-// The signal that stopped the packing (SIGINT or SIGTERM), 0 while none has.
+// The signal that stopped the packing, 0 while none has.
 volatile std::sig_atomic_t interrupted = 0;
 void on_interrupt(int signal) { interrupted = signal; }
 // 128 + the signal, what a shell reports for a command a signal stopped: 130 for Ctrl-C, 143 for SIGTERM.
 int interrupted_exit_code() { return 128 + interrupted; }
 
-// While alive, SIGINT and SIGTERM set `interrupted` instead of ending the process. Installed without
+// The signals that ask a program to stop: a closed terminal (HUP), Ctrl-C (INT), Ctrl-\ (QUIT), kill (TERM).
+constexpr int kStopSignals[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM};
+
+// While alive, the stop signals set `interrupted` instead of ending the process. Installed without
 // SA_RESTART, so a read blocked in the kernel returns early instead of holding up the stop.
 class InterruptScope {
  public:
@@ -42,19 +48,38 @@ class InterruptScope {
     struct sigaction action {};
     action.sa_handler = on_interrupt;
     sigemptyset(&action.sa_mask);
-    sigaction(SIGINT, &action, &previous_int_);
-    sigaction(SIGTERM, &action, &previous_term_);
+    for (std::size_t i = 0; i < std::size(kStopSignals); ++i) sigaction(kStopSignals[i], &action, &previous_[i]);
   }
   ~InterruptScope() {
-    sigaction(SIGINT, &previous_int_, nullptr);
-    sigaction(SIGTERM, &previous_term_, nullptr);
+    for (std::size_t i = 0; i < std::size(kStopSignals); ++i) sigaction(kStopSignals[i], &previous_[i], nullptr);
   }
   InterruptScope(const InterruptScope&) = delete;
   InterruptScope& operator=(const InterruptScope&) = delete;
 
  private:
-  struct sigaction previous_int_ {}, previous_term_ {};
+  struct sigaction previous_[std::size(kStopSignals)] {};
 };
+
+const char* file_kind(mode_t mode) {  // for "OUT: is a FIFO"
+  return S_ISDIR(mode) ? "a folder" : S_ISLNK(mode) ? "a symbolic link" : S_ISFIFO(mode) ? "a FIFO"
+         : S_ISSOCK(mode) ? "a socket" : (S_ISCHR(mode) || S_ISBLK(mode)) ? "a device" : "not a regular file";
+}
+
+// ValueError, before any work, unless `out` names a new file or a regular file (not a symbolic link)
+// that is none of `inputs`: rename() would replace a FIFO, a device (as root, /dev/null) or a link
+// as readily as a file, and the input itself would be destroyed. Inputs are compared by device and
+// inode, so a hard link or another spelling of the same path ("./x") is caught too.
+void check_out(const std::string& out, const std::vector<std::string>& inputs) {
+  struct stat target {};
+  if (::lstat(out.c_str(), &target) != 0) return;  // a new name; a missing folder is reported when writing
+  FRUGAL_CHECK_VALUE(S_ISREG(target.st_mode), "--out ", out, ": is ", file_kind(target.st_mode),
+                     "; pack writes a new file or replaces a regular one, nothing else");
+  for (const std::string& input : inputs) {
+    struct stat read {};
+    FRUGAL_CHECK_VALUE(::stat(input.c_str(), &read) != 0 || read.st_dev != target.st_dev || read.st_ino != target.st_ino,
+                       "--out ", out, ": is the input ", input, " (the same file); packing would destroy it");
+  }
+}
 
 // A ValueError unless `option` was left out or applies to this --from.
 void check_applies(const CLI::App& command, const char* option, bool applies, const std::string& from) {
@@ -73,6 +98,9 @@ std::pair<std::int64_t, std::int64_t> parse_image_size(const std::string& text, 
   const std::string_view view = text;
   FRUGAL_CHECK_VALUE(x != std::string::npos && parse(view.substr(0, x), height) && parse(view.substr(x + 1), width),
                      option, ": expected HEIGHTxWIDTH with positive integers (e.g. 32x32), got '", text, "'");
+  std::int64_t pixels = 0;
+  FRUGAL_CHECK_VALUE(!__builtin_mul_overflow(height, width, &pixels) && pixels <= data::kMaxImagePixels, option, ": ",
+                     text, " is more than the ", data::kMaxImagePixels, " pixels (8192x8192) an image may have");
   return {height, width};
 }
 
@@ -87,7 +115,9 @@ PackCommand::PackCommand(CLI::App& app)
   command_->add_option("--from", from_, "Input format: idx, cifar10, cifar100 or folder")
       ->required()
       ->check(CLI::IsMember({"idx", "cifar10", "cifar100", "folder"}));
-  command_->add_option("--out", out_, "The shard file to write (appears only once complete)")->required();
+  command_->add_option("--out", out_, "The shard file to write (appears only once complete)")
+      ->required()
+      ->check(not_empty());
   command_->add_option("inputs", inputs_, "CIFAR batch files (--from cifar10|cifar100) or the image folder (--from folder)");
   command_->add_option("--images", images_, "--from idx: the images file (N, H, W) u8, plain or .gz");
   command_->add_option("--labels", labels_, "--from idx: the labels file (N) u8, plain or .gz");
@@ -112,9 +142,11 @@ int PackCommand::run() const {
     if (idx) {
       FRUGAL_CHECK_VALUE(!images_.empty() && !labels_.empty(), "--from idx needs --images and --labels");
       FRUGAL_CHECK_VALUE(inputs_.empty(), "--from idx reads --images and --labels, not '", inputs_.front(), "'");
+      check_out(out_, {images_, labels_});
       dataset = std::make_shared<data::IdxDataset>(images_, labels_, cache_dir_);
     } else if (cifar) {
       FRUGAL_CHECK_VALUE(!inputs_.empty(), "--from ", from_, " needs one or more batch files");
+      check_out(out_, inputs_);
       const data::CifarKind kind = from_ == "cifar10" ? data::CifarKind::cifar10
                                    : label_ == "fine" ? data::CifarKind::cifar100_fine
                                                       : data::CifarKind::cifar100_coarse;
@@ -123,7 +155,12 @@ int PackCommand::run() const {
       FRUGAL_CHECK_VALUE(inputs_.size() == 1, "--from folder needs one folder, got ", inputs_.size(), " inputs");
       FRUGAL_CHECK_VALUE(!size_.empty(), "--from folder needs --size HxW");
       const auto [height, width] = parse_image_size(size_, "--size");
-      dataset = std::make_shared<data::ImageFolder>(inputs_.front(), height, width);
+      check_out(out_, {});  // a folder or a link, before listing the images
+      const auto images = std::make_shared<data::ImageFolder>(inputs_.front(), height, width);
+      std::vector<std::string> files(static_cast<std::size_t>(images->size()));
+      for (std::int64_t i = 0; i < images->size(); ++i) files[static_cast<std::size_t>(i)] = images->path(i);
+      check_out(out_, files);  // listing decodes nothing: still before the work
+      dataset = images;
     }
     if (interrupted) {
       std::cerr << "frugal pack: interrupted while reading the input; nothing written to " << out_ << "\n";
@@ -131,20 +168,22 @@ int PackCommand::run() const {
     }
     return write(*dataset);
   } catch (const ValueError& error) {
-    return report_bad_input(error);
+    return report(error, kExitUsage);
+  } catch (const data::WriteError& error) {  // the output's failure (a full disk), not the input's
+    return report(error, kExitError);
   } catch (const data::FileError& error) {
-    return report_bad_input(error);
+    return report(error, kExitUsage);
   }
 }
 
-int PackCommand::report_bad_input(const Error& error) const {
+int PackCommand::report(const Error& error, int exit_code) const {
   // An error while interrupted is the interruption's doing (a read cut short), not the input's.
   if (interrupted) {
     std::cerr << "frugal pack: interrupted; nothing written to " << out_ << "\n";
     return interrupted_exit_code();
   }
-  std::cerr << "frugal pack: " << error.message() << "\n";
-  return kExitUsage;
+  std::cerr << "frugal pack: " << (exit_code == kExitError ? "error: " : "") << error.message() << "\n";
+  return exit_code;
 }
 
 int PackCommand::write(const data::Dataset& dataset) const {

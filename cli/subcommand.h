@@ -4,11 +4,20 @@
 // Not here: parsing or exit-code policy beyond the codes each run() documents.
 #pragma once
 
+#include <cstdint>
+
 namespace CLI {
 class App;
-}
+class Validator;
+}  // namespace CLI
 
 namespace frugal::cli {
+
+// A CLI11 check that an integer option lies in [low, high]; its message is one short line,
+// "--batch: must be between 1 and 65536, got 0", where CLI11's own ranges print a 300-digit double.
+CLI::Validator between(std::int64_t low, std::int64_t high);
+// A CLI11 check that an option's value is not "" (a path that names nothing).
+CLI::Validator not_empty();
 
 class Subcommand {
  public:

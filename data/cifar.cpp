@@ -2,6 +2,7 @@
 // several batch files.
 #include "data/cifar.h"
 
+#include <array>
 #include <cstring>
 
 #include "data/dataset_ops.h"
@@ -57,9 +58,25 @@ const std::uint8_t* CifarBatch::record(std::int64_t index) const {
   return bytes_.data() + static_cast<std::size_t>(index) * cifar_record_size(kind_);
 }
 
-std::int64_t CifarBatch::label(std::int64_t index) const {
+std::int64_t CifarBatch::label(std::int64_t index) const { return check_label(index, record(index)); }
+
+std::int64_t CifarBatch::read(std::int64_t index, void* out) const {
+  const std::uint8_t* stored = record(index);  // checks the index; not read through
+  std::array<std::uint8_t, 2> labels{};
+  const std::size_t label_bytes = cifar_record_size(kind_) - kCifarPixelBytes;
+  if (file_) {
+    file_->file().read_at(static_cast<std::uint64_t>(stored - file_->data()), labels.data(), label_bytes, out,
+                          kCifarPixelBytes);
+  } else {
+    std::memcpy(labels.data(), stored, label_bytes);
+    std::memcpy(out, stored + label_bytes, kCifarPixelBytes);
+  }
+  return check_label(index, labels.data());
+}
+
+std::int64_t CifarBatch::check_label(std::int64_t index, const std::uint8_t* labels) const {
   // CIFAR-100 stores the coarse label first, then the fine one.
-  const std::int64_t label = record(index)[kind_ == CifarKind::cifar100_fine ? 1 : 0];
+  const std::int64_t label = labels[kind_ == CifarKind::cifar100_fine ? 1 : 0];
   FRUGAL_CHECK_VALUE(label < cifar_num_classes(kind_), name_, ": record ", index, " has label ", label,
                      ", out of range for the ", cifar_num_classes(kind_), " classes of ", kind_name(kind_));
   return label;
@@ -85,9 +102,7 @@ std::int64_t CifarDataset::get_into(std::int64_t index, void* out) const {
   FRUGAL_CHECK_INDEX(index >= 0 && index < size(), "CifarDataset: index ", index, " is out of range for ", size(),
                      " samples");
   const auto [b, record] = locate(starts_, index);
-  const std::int64_t label = batches_[b].label(record);  // checked before anything is copied
-  std::memcpy(out, batches_[b].pixels(record), kCifarPixelBytes);
-  return label;
+  return batches_[b].read(record, out);
 }
 
 std::string CifarDataset::describe() const {

@@ -38,12 +38,17 @@ class CifarBatch {
   // The label of record `index`; ValueError naming the file and record if it is out of range.
   std::int64_t label(std::int64_t index) const;
   const std::uint8_t* pixels(std::int64_t index) const;  // kCifarPixelBytes bytes, [3, 32, 32]
+  // Copies record `index`'s pixels (kCifarPixelBytes bytes) to `out` and returns its label, checked
+  // as label() checks it. From a file both are read with one preadv, not from the mapping: FileError
+  // naming the file if it shrank since it was opened (data/mapped_file.h).
+  std::int64_t read(std::int64_t index, void* out) const;
   CifarKind kind() const { return kind_; }
   const std::string& name() const { return name_; }
 
  private:
   CifarBatch() = default;
   const std::uint8_t* record(std::int64_t index) const;  // IndexError outside [0, size())
+  std::int64_t check_label(std::int64_t index, const std::uint8_t* labels) const;  // the record's label bytes
 
   std::shared_ptr<const MappedFile> file_;  // keeps the mapping alive; null for parse()d bytes
   std::string name_;

@@ -154,8 +154,16 @@ double IdxArray::at(std::int64_t flat_index) const {
 std::span<const std::uint8_t> IdxArray::item(std::int64_t index) const {
   FRUGAL_CHECK_INDEX(index >= 0 && index < dims_[0], name_, ": item ", index, " is out of range for dims ",
                      shape_str(dims_));
-  const auto item_bytes = data_.size() / static_cast<std::size_t>(dims_[0]);
-  return data_.subspan(static_cast<std::size_t>(index) * item_bytes, item_bytes);
+  return data_.subspan(static_cast<std::size_t>(index) * item_bytes(), item_bytes());
+}
+
+void IdxArray::read_item(std::int64_t index, void* out) const {
+  const std::span<const std::uint8_t> bytes = item(index);  // checks the index; not read through
+  if (!file_) {
+    std::memcpy(out, bytes.data(), bytes.size());
+    return;
+  }
+  file_->file().read_at(static_cast<std::uint64_t>(bytes.data() - file_->data()), out, bytes.size());
 }
 
 // ---- the decompression cache
@@ -172,8 +180,9 @@ namespace {
 // Inflates the whole of `gz` (one or more concatenated gzip members, as gzip -d accepts) into `out`,
 // which must come to exactly the size its IDX header gives (idx_file_size of the first bytes): a
 // gzipped file that is not IDX is refused at its first bytes, and a gzip bomb once its output
-// passes what the header promised, before either fills the disk.
-void gunzip(const MappedFile& gz, AtomicFile& out) {
+// passes what the header promised, before either fills the disk. `gz` is read with pread, not
+// mapped: a source truncated while it is read is a FileError, not SIGBUS. Returns the output's CRC-32.
+std::uint32_t gunzip(const RandomAccessFile& gz, AtomicFile& out) {
   z_stream stream{};
   // Window bits 15 (the largest window) + 32: detect the gzip (or zlib) header automatically.
   FRUGAL_CHECK_VALUE(inflateInit2(&stream, 15 + 32) == Z_OK, gz.path(), ": zlib's inflateInit2 failed");
@@ -182,15 +191,16 @@ void gunzip(const MappedFile& gz, AtomicFile& out) {
     ~End() { inflateEnd(stream); }
   } end{&stream};
 
-  constexpr std::size_t kMaxInput = std::size_t{1} << 30;  // zlib counts input in 32-bit uInt
-  std::vector<std::uint8_t> chunk(std::size_t{1} << 20);
-  std::size_t fed = 0;  // bytes of gz handed to zlib so far
+  std::vector<std::uint8_t> input(std::size_t{1} << 20), chunk(std::size_t{1} << 20);
+  std::uint64_t fed = 0;  // bytes of gz handed to zlib so far
   std::vector<std::uint8_t> head;  // the output's first bytes, until the header's size is known
   std::uint64_t written = 0, expected = 0;  // expected: 0 until the header is complete
+  uLong crc = crc32(0L, Z_NULL, 0);
   for (;;) {
     if (stream.avail_in == 0 && fed < gz.size()) {
-      const std::size_t next = std::min(kMaxInput, gz.size() - fed);
-      stream.next_in = const_cast<Bytef*>(gz.data() + fed);  // zlib's API is not const; it only reads
+      const auto next = static_cast<std::size_t>(std::min<std::uint64_t>(input.size(), gz.size() - fed));
+      gz.read_at(fed, input.data(), next);
+      stream.next_in = input.data();
       stream.avail_in = static_cast<uInt>(next);
       fed += next;
     }
@@ -214,14 +224,51 @@ void gunzip(const MappedFile& gz, AtomicFile& out) {
     FRUGAL_CHECK_VALUE(expected == 0 || written <= expected, gz.path(), ": decompresses to more than the ", expected,
                        " bytes its IDX header gives");
     out.write(chunk.data(), produced);
+    crc = crc32(crc, chunk.data(), static_cast<uInt>(produced));
     if (status == Z_STREAM_END) {
       if (!input_left) {
         FRUGAL_CHECK_VALUE(expected != 0 && written == expected, gz.path(), ": decompresses to ", written,
                            " bytes, its IDX header gives ", expected == 0 ? std::string("none") : std::to_string(expected));
-        return;
+        return static_cast<std::uint32_t>(crc);
       }
       FRUGAL_CHECK_VALUE(inflateReset(&stream) == Z_OK, gz.path(), ": zlib's inflateReset failed");
     }
+  }
+}
+
+// The sidecar of a cache copy: "SIZE CRC32\n", the copy's size in bytes and CRC-32 in hex.
+std::string sidecar_text(std::uint64_t size, std::uint32_t crc) {
+  std::ostringstream text;
+  text << size << " " << std::hex << std::setw(8) << std::setfill('0') << crc << "\n";
+  return text.str();
+}
+
+// The CRC-32 of the whole file, read with pread in 1 MiB pieces.
+std::uint32_t file_crc(const RandomAccessFile& file) {
+  std::vector<std::uint8_t> piece(std::size_t{1} << 20);
+  uLong crc = crc32(0L, Z_NULL, 0);
+  for (std::uint64_t at = 0; at < file.size();) {
+    const auto count = static_cast<std::size_t>(std::min<std::uint64_t>(piece.size(), file.size() - at));
+    file.read_at(at, piece.data(), count);
+    crc = crc32(crc, piece.data(), static_cast<uInt>(count));
+    at += count;
+  }
+  return static_cast<std::uint32_t>(crc);
+}
+
+// Whether the cache copy is whole and unchanged: its sidecar exists and gives its size and CRC-32.
+// Anything unreadable or different is "no": the caller decompresses again.
+bool cache_copy_intact(const std::string& copy) {
+  constexpr std::size_t kSidecarBytes = 64;  // "SIZE CRC32\n" is at most 20 + 1 + 8 + 1 bytes
+  try {
+    const RandomAccessFile sidecar(copy + ".crc32");
+    if (sidecar.size() > kSidecarBytes) return false;
+    std::string stored(static_cast<std::size_t>(sidecar.size()), '\0');
+    sidecar.read_at(0, stored.data(), stored.size());
+    const RandomAccessFile file(copy);
+    return stored == sidecar_text(file.size(), file_crc(file));
+  } catch (const FileError&) {
+    return false;
   }
 }
 
@@ -243,12 +290,15 @@ std::string decompressed_copy(const std::string& gz_path, const std::string& cac
   auto nanoseconds = [](const timespec& t) { return static_cast<long long>(t.tv_sec) * 1'000'000'000 + t.tv_nsec; };
   const std::string copy = folder + "/" + stem + "." + std::to_string(info.st_size) + "." +
                            std::to_string(nanoseconds(info.st_mtim)) + "." + std::to_string(nanoseconds(info.st_ctim));
-  if (std::filesystem::is_regular_file(copy, error)) return copy;  // whole, since written atomically
+  if (cache_copy_intact(copy)) return copy;
 
-  const MappedFile gz(gz_path, Access::sequential);
+  const RandomAccessFile gz(gz_path);
   AtomicFile out(copy);
-  gunzip(gz, out);
+  const std::uint32_t crc = gunzip(gz, out);
+  const std::uint64_t size = out.size();
   out.commit();
+  const std::string sidecar = sidecar_text(size, crc);  // after the copy: a sidecar vouches for a whole copy
+  write_file_atomically(copy + ".crc32", {reinterpret_cast<const std::uint8_t*>(sidecar.data()), sidecar.size()});
   return copy;
 }
 
@@ -266,7 +316,10 @@ IdxDataset::IdxDataset(IdxArray images, IdxArray labels) : images_(std::move(ima
                      " of dims ", shape_str(labels_.dims()));
   FRUGAL_CHECK_VALUE(images_.dims()[0] == labels_.dims()[0], "IDX count mismatch: ", images_.name(), " holds ",
                      images_.dims()[0], " images but ", labels_.name(), " holds ", labels_.dims()[0], " labels");
-  num_classes_ = *std::ranges::max_element(labels_.data()) + 1;
+  // Copied now, right after opening: get_into then never reads the labels file's mapping, which a
+  // file truncated under the reader would turn into SIGBUS (data/mapped_file.h).
+  label_bytes_.assign(labels_.data().begin(), labels_.data().end());
+  num_classes_ = *std::ranges::max_element(label_bytes_) + 1;
 }
 
 Sample IdxDataset::get(std::int64_t index) const { return get_by_reading(index); }
@@ -274,9 +327,8 @@ Sample IdxDataset::get(std::int64_t index) const { return get_by_reading(index);
 std::int64_t IdxDataset::get_into(std::int64_t index, void* out) const {
   FRUGAL_CHECK_INDEX(index >= 0 && index < size(), "IdxDataset: index ", index, " is out of range for ", size(),
                      " samples of ", images_.name());
-  const std::span<const std::uint8_t> image = images_.item(index);
-  std::memcpy(out, image.data(), image.size());
-  return labels_.data()[index];
+  images_.read_item(index, out);
+  return label_bytes_[static_cast<std::size_t>(index)];
 }
 
 std::string IdxDataset::describe() const {

@@ -2,6 +2,8 @@
 // and the triangle-filter resize.
 #include "data/image_folder.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cctype>
 #include <climits>
@@ -251,9 +253,13 @@ Tensor decode_image(std::span<const std::uint8_t> bytes, std::int64_t height, st
 ImageFolder::ImageFolder(std::string root, std::int64_t height, std::int64_t width)
     : root_(std::move(root)), height_(height), width_(width) {
   FRUGAL_CHECK_VALUE(height > 0 && width > 0, "image folder ", root_, ": the size must be positive, got ", height, "x", width);
-  std::error_code error;
-  FRUGAL_CHECK_VALUE(fs::is_directory(root_, error), "image folder ", root_,
-                     fs::exists(root_, error) ? ": not a folder" : ": does not exist");
+  std::int64_t pixels = 0;  // checked before a resize allocates height * width per image
+  FRUGAL_CHECK_VALUE(!__builtin_mul_overflow(height, width, &pixels) && pixels <= kMaxImagePixels, "image folder ",
+                     root_, ": the size ", height, "x", width, " is more than the ", kMaxImagePixels,
+                     " pixels an image may have");
+  struct stat info {};
+  FRUGAL_CHECK_VALUE(::stat(root_.c_str(), &info) == 0, "image folder ", root_, ": ", path_error_text(errno));
+  FRUGAL_CHECK_VALUE(S_ISDIR(info.st_mode), "image folder ", root_, ": not a folder");
   std::vector<fs::path> class_folders;
   walk_folder(root_, [&] {
     for (const auto& entry : fs::directory_iterator(root_))

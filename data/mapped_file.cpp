@@ -1,15 +1,18 @@
-// MappedFile (mmap + madvise), AtomicFile (temporary file, fsync, rename, fsync of the folder) and
-// tensor_from_bytes. POSIX only.
+// MappedFile (mmap + madvise over a RandomAccessFile), AtomicFile (an O_TMPFILE or named temporary
+// file, fsync, rename, fsync of the folder) and tensor_from_bytes. POSIX; O_TMPFILE is Linux's.
 #include "data/mapped_file.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <system_error>
@@ -42,11 +45,15 @@ int madvise_flag(Access access) {
   return MADV_NORMAL;
 }
 
+std::string folder_of(const std::string& path) {
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  return parent.empty() ? std::string(".") : parent.string();
+}
+
 // Syncs the folder holding `path`, so a rename into it survives a power cut (POSIX makes a rename
 // durable only once its directory entry is written).
 void sync_folder_of(const std::string& path) {
-  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
-  const std::string folder = parent.empty() ? std::string(".") : parent.string();
+  const std::string folder = folder_of(path);
   const int fd = retry([&] { return ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); });
   FRUGAL_CHECK_AS(FileError, fd >= 0, folder, ": cannot open the folder to sync it: ", errno_text(errno));
   const int synced = ::fsync(fd);
@@ -85,16 +92,19 @@ OpenedFile open_regular_file(const std::string& path) {
 
 }  // namespace
 
+std::string path_error_text(int error) {
+  if (error == ENOENT) return "does not exist";
+  if (error == ELOOP) return "is a symlink loop (too many levels of symbolic links)";
+  return errno_text(error);
+}
+
 // ---- MappedFile
 
-MappedFile::MappedFile(std::string path, Access access) : path_(std::move(path)) {
-  const OpenedFile opened = open_regular_file(path_);
-  const int fd = opened.fd;
-  size_ = static_cast<std::size_t>(opened.size);
-  void* mapped = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-  const int error = errno;
-  ::close(fd);
-  FRUGAL_CHECK_AS(FileError, mapped != MAP_FAILED, path_, ": mmap of ", size_, " bytes failed: ", errno_text(error));
+MappedFile::MappedFile(std::string path, Access access) : file_(std::move(path)) {
+  size_ = static_cast<std::size_t>(file_.size());
+  void* mapped = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, file_.fd(), 0);
+  FRUGAL_CHECK_AS(FileError, mapped != MAP_FAILED, file_.path(), ": mmap of ", size_, " bytes failed: ",
+                  errno_text(errno));
   data_ = static_cast<const std::uint8_t*>(mapped);
   // A hint: if the kernel refuses it, only the speed of reading changes.
   ::madvise(mapped, size_, madvise_flag(access));
@@ -103,12 +113,12 @@ MappedFile::MappedFile(std::string path, Access access) : path_(std::move(path))
 MappedFile::~MappedFile() { unmap(); }
 
 MappedFile::MappedFile(MappedFile&& other) noexcept
-    : path_(std::move(other.path_)), data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+    : file_(std::move(other.file_)), data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
 
 MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
   if (this != &other) {
     unmap();
-    path_ = std::move(other.path_);
+    file_ = std::move(other.file_);
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
   }
@@ -181,21 +191,61 @@ void RandomAccessFile::read_at(std::uint64_t offset, void* out, std::size_t coun
 // ---- AtomicFile
 
 namespace {
+
 constexpr std::size_t kFlushBytes = std::size_t{1} << 20;  // large enough that write() calls cost nothing
+
+// "PATH.tmp-PID-": every temporary name of PATH written by this process starts so (the Note in mapped_file.h).
+std::string temp_prefix(const std::string& path) { return path + ".tmp-" + std::to_string(::getpid()) + "-"; }
+
+// Removes the files "NAME.tmp-PID-*" beside `path` whose process PID is no longer running: what a
+// killed writer of the same file left. A running writer's files, and anything else, are left alone.
+void remove_stale_temporaries(const std::string& path) {
+  namespace fs = std::filesystem;
+  const std::string prefix = fs::path(path).filename().string() + ".tmp-";
+  std::error_code error;
+  for (fs::directory_iterator entry(folder_of(path), error), end; !error && entry != end; entry.increment(error)) {
+    const std::string name = entry->path().filename().string();
+    if (!name.starts_with(prefix)) continue;
+    const std::string_view rest = std::string_view(name).substr(prefix.size());
+    pid_t pid = 0;
+    const auto [after, parsed] = std::from_chars(rest.data(), rest.data() + rest.size(), pid);
+    const bool named_by_pid = parsed == std::errc() && pid > 0 && after != rest.data() + rest.size() && *after == '-';
+    // kill(pid, 0) sends nothing: it fails with ESRCH only when no such process exists.
+    if (named_by_pid && ::kill(pid, 0) != 0 && errno == ESRCH) ::unlink(entry->path().c_str());
+  }
+}
+
+// A file with no name in `folder`, freed by the kernel when its descriptor closes; -1 where the file
+// system cannot make one or /proc (which commit() names it through) is missing.
+int open_unnamed_file(const std::string& folder) {
+#ifdef O_TMPFILE
+  if (::access("/proc/self/fd", X_OK) != 0) return -1;
+  return retry([&] { return ::open(folder.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644); });
+#else
+  (void)folder;
+  return -1;
+#endif
+}
+
 }  // namespace
 
-AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), temp_path_(path_ + ".tmp-XXXXXX") {
-  fd_ = ::mkostemp(temp_path_.data(), O_CLOEXEC);
-  FRUGAL_CHECK_AS(FileError, fd_ >= 0, path_, ": cannot create a temporary file beside it: ", errno_text(errno));
-  // mkstemp creates the file readable by its owner only; a dataset is for anyone to read, as a plain
-  // open() under the usual umask (022) would make it.
+AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
+  remove_stale_temporaries(path_);
+  fd_ = open_unnamed_file(folder_of(path_));
+  if (fd_ < 0) {
+    temp_path_ = temp_prefix(path_) + "XXXXXX";
+    fd_ = ::mkostemp(temp_path_.data(), O_CLOEXEC);
+    FRUGAL_CHECK_AS(FileError, fd_ >= 0, path_, ": cannot create a temporary file beside it: ", errno_text(errno));
+  }
+  // mkstemp and O_TMPFILE under a umask create the file readable by fewer than a dataset's readers;
+  // a dataset is for anyone to read, as a plain open() under the usual umask (022) would make it.
   ::fchmod(fd_, 0644);
   buffer_.reserve(kFlushBytes);
 }
 
 AtomicFile::~AtomicFile() {
   if (fd_ >= 0) ::close(fd_);
-  if (!committed_) ::unlink(temp_path_.c_str());
+  if (!committed_ && !temp_path_.empty()) ::unlink(temp_path_.c_str());
 }
 
 void AtomicFile::write(const void* bytes, std::size_t count) {
@@ -227,7 +277,7 @@ void AtomicFile::check_writable(const char* what) const {
 
 void AtomicFile::fail(const char* what, int error) {
   failed_ = true;
-  FRUGAL_THROW(FileError, temp_path_, ": ", what, " failed: ", errno_text(error));
+  FRUGAL_THROW(WriteError, path_, ": cannot write it: ", what, " failed: ", errno_text(error));
 }
 
 void AtomicFile::flush() {
@@ -246,13 +296,31 @@ void AtomicFile::commit() {
   check_writable("commit");
   flush();
   if (::fsync(fd_) != 0) fail("fsync", errno);
-  const int closed = ::close(fd_);
-  fd_ = -1;
-  FRUGAL_CHECK_AS(FileError, closed == 0, temp_path_, ": close failed: ", errno_text(errno));
-  FRUGAL_CHECK_AS(FileError, ::rename(temp_path_.c_str(), path_.c_str()) == 0, "cannot rename ", temp_path_,
-                  " to ", path_, ": ", errno_text(errno));
+  if (temp_path_.empty()) {
+    link_into_place();
+  } else if (::rename(temp_path_.c_str(), path_.c_str()) != 0) {
+    fail("rename into place", errno);
+  }
   committed_ = true;
+  const int closed = ::close(std::exchange(fd_, -1));
+  FRUGAL_CHECK_AS(WriteError, closed == 0, path_, ": cannot write it: close failed: ", errno_text(errno));
   sync_folder_of(path_);
+}
+
+void AtomicFile::link_into_place() {
+  static std::atomic<unsigned> next_name{0};  // one process's link names never repeat
+  const std::string descriptor = "/proc/self/fd/" + std::to_string(fd_);
+  std::string name;
+  for (;;) {  // a name taken (by a dead writer with a reused process id) only means: try the next
+    name = temp_prefix(path_) + std::to_string(next_name++);
+    if (::linkat(AT_FDCWD, descriptor.c_str(), AT_FDCWD, name.c_str(), AT_SYMLINK_FOLLOW) == 0) break;
+    if (errno != EEXIST) fail("linkat", errno);
+  }
+  if (::rename(name.c_str(), path_.c_str()) != 0) {
+    const int error = errno;
+    ::unlink(name.c_str());
+    fail("rename into place", error);
+  }
 }
 
 void write_file_atomically(const std::string& path, std::span<const std::uint8_t> bytes) {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Checks one behaviour of the frugal command: tests/cli_check.sh CHECK PATH/TO/frugal
-# Prints what it compared and exits non-zero on the first mismatch.
+# Prints what it compared and exits non-zero on the first mismatch, or 77 (ctest: Skipped) when
+# what a check needs is not on this machine.
 set -euo pipefail
 check=$1
 frugal=$2
@@ -86,6 +87,71 @@ PY
 expect_one_line_error() {
   [ "$(wc -l <<<"$err")" -eq 1 ] || fail "expected a one-line error, got: $err"
   grep -Eq -- "$1" <<<"$err" || fail "error does not match '$1': $err"
+}
+
+# wait_for_writer PID FOLDER: waits until process PID writes a temporary file in FOLDER, and prints
+# how: "unnamed" (an O_TMPFILE file, /proc shows "FOLDER/#INODE (deleted)") or "named" (FOLDER/*.tmp-*).
+# Fails if PID ends first.
+wait_for_writer() {
+  local pid=$1 folder=$2 fd target
+  for _ in $(seq 3000); do
+    for fd in /proc/"$pid"/fd/*; do
+      target=$(readlink "$fd" 2>/dev/null) || continue
+      case $target in
+        "$folder"/\#*" (deleted)") echo unnamed; return 0 ;;
+        "$folder"/*.tmp-*) echo named; return 0 ;;
+      esac
+    done
+    kill -0 "$pid" 2>/dev/null || return 1
+    sleep 0.01
+  done
+  return 1
+}
+
+# kill_while_writing FOLDER COMMAND...: runs COMMAND and sends it SIGKILL as soon as it writes a
+# temporary file in FOLDER (polled without pause, so even a short write is caught); prints
+# "unnamed" or "named" as wait_for_writer does. Fails if COMMAND ends first.
+kill_while_writing() {
+  python3 - "$@" <<'PY2'
+import os, signal, subprocess, sys
+folder, command = sys.argv[1], sys.argv[2:]
+process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+fds = f"/proc/{process.pid}/fd"
+while process.poll() is None:
+    try:
+        names = os.listdir(fds)
+    except OSError:
+        continue
+    for name in names:
+        try:
+            target = os.readlink(f"{fds}/{name}")
+        except OSError:  # closed meanwhile
+            continue
+        how = ("unnamed" if target.startswith(folder + "/#") and target.endswith(" (deleted)")
+               else "named" if target.startswith(folder + "/") and ".tmp-" in target else None)
+        if how:
+            process.send_signal(signal.SIGKILL)
+            process.wait()
+            print(how)
+            sys.exit(0)
+sys.exit(1)
+PY2
+}
+
+# make_big_idx DIR: DIR/images.gz (100000 images of 28x28, 78 MB inflated) and DIR/labels.gz, big
+# enough that packing them takes a while; the bytes repeat, so they compress to almost nothing.
+make_big_idx() {
+  python3 - "$1" <<'PY2'
+import gzip, struct, sys
+d, n = sys.argv[1], 100000
+with gzip.open(f"{d}/images.gz", "wb", compresslevel=1) as f:
+    f.write(struct.pack(">IIII", 0x803, n, 28, 28))
+    image = bytes(range(256)) * 3 + bytes(16)
+    for _ in range(n // 1000):
+        f.write(image * 1000)
+with gzip.open(f"{d}/labels.gz", "wb", compresslevel=1) as f:
+    f.write(struct.pack(">II", 0x801, n) + bytes(i % 10 for i in range(n)))
+PY2
 }
 
 case $check in
@@ -290,11 +356,10 @@ PY
     dir=$(mktemp -d)
     trap 'rm -rf "$dir"' EXIT
     make_data big "$dir"
-    for signal in INT:130 TERM:143; do
+    for signal in INT:130 TERM:143 HUP:129 QUIT:131; do
       "$frugal" pack --from folder --size 256x256 --out "$dir/big.shard" "$dir/big" >/dev/null 2>"$dir/err" &
       pid=$!
-      for _ in $(seq 600); do compgen -G "$dir/big.shard.tmp-*" >/dev/null && break; sleep 0.05; done
-      compgen -G "$dir/big.shard.tmp-*" >/dev/null || fail "the pack never started writing"
+      wait_for_writer "$pid" "$dir" >/dev/null || fail "the pack never started writing"
       kill -"${signal%:*}" "$pid"
       set +e; wait "$pid"; got=$?; set -e
       [ "$got" -eq "${signal#*:}" ] || fail "a pack stopped by SIG${signal%:*} exited $got, expected ${signal#*:} ($(cat "$dir/err"))"
@@ -385,6 +450,161 @@ PY
     expect_exit 0 "$frugal" pack --help
     grep -q -- "--from folder --size 32x32" <<<"$out" || fail "pack --help has no examples: $out"
     expect_exit 0 "$frugal" inspect --help
+    ;;
+  pack_out_refused)
+    # --out that is not a new name or a regular file, or that is an input: exit 2, one line naming
+    # it, before any work, and what stood there is untouched. (Never the real /dev/null: a FIFO here
+    # stands for any special file.)
+    dir=$(mktemp -d)
+    trap 'rm -rf "$dir"' EXIT
+    make_data idx "$dir"
+    make_data cifar "$dir"
+    make_data folder "$dir"
+    mkfifo "$dir/fifo"
+    expect_exit 2 timeout 20 "$frugal" pack --from cifar10 --out "$dir/fifo" "$dir/c10.bin"
+    expect_one_line_error "^frugal pack: --out $dir/fifo: is a FIFO; pack writes a new file or replaces a regular one"
+    [ -p "$dir/fifo" ] || fail "the FIFO was replaced"
+    ln -s "$dir/labels" "$dir/link"
+    expect_exit 2 "$frugal" pack --from cifar10 --out "$dir/link" "$dir/c10.bin"
+    expect_one_line_error "^frugal pack: --out $dir/link: is a symbolic link"
+    [ -L "$dir/link" ] || fail "the symbolic link was replaced"
+    mkdir "$dir/folder"
+    expect_exit 2 "$frugal" pack --from cifar10 --out "$dir/folder" "$dir/c10.bin"
+    expect_one_line_error "^frugal pack: --out $dir/folder: is a folder"
+    cp "$dir/c10.bin" "$dir/c10.orig"
+    expect_exit 2 "$frugal" pack --from cifar10 --out "$dir/c10.bin" "$dir/c10.bin"
+    expect_one_line_error "^frugal pack: --out $dir/c10.bin: is the input $dir/c10.bin \(the same file\); packing would destroy it$"
+    (cd "$dir" && expect_exit 2 "$frugal" pack --from cifar10 --out ./c10.bin c10.bin) || exit 1
+    ln "$dir/c10.bin" "$dir/hard"
+    expect_exit 2 "$frugal" pack --from cifar10 --out "$dir/hard" "$dir/c100.bin" "$dir/c10.bin"
+    expect_one_line_error "^frugal pack: --out $dir/hard: is the input $dir/c10.bin"
+    cmp -s "$dir/c10.bin" "$dir/c10.orig" || fail "the input was changed"
+    expect_exit 2 "$frugal" pack --from idx --images "$dir/images.gz" --labels "$dir/labels.gz" --cache-dir "$dir/cache" --out "$dir/labels.gz"
+    expect_one_line_error "^frugal pack: --out $dir/labels.gz: is the input $dir/labels.gz"
+    [ ! -e "$dir/cache" ] || fail "the work started before --out was refused: $(ls "$dir/cache")"
+    expect_exit 2 "$frugal" pack --from folder --size 4x4 --out "$dir/f/dog/c.Png" "$dir/f"
+    expect_one_line_error "^frugal pack: --out $dir/f/dog/c.Png: is the input $dir/f/dog/c.Png"
+    expect_exit 2 "$frugal" pack --from cifar10 --out "" "$dir/c10.bin"
+    expect_one_line_error "--out: must not be empty"
+    # A regular file that is no input is replaced whole.
+    printf 'old' >"$dir/old.shard"
+    expect_exit 0 "$frugal" pack --from cifar10 --out "$dir/old.shard" "$dir/c10.bin"
+    expect_exit 0 "$frugal" inspect "$dir/old.shard"
+    ;;
+  pack_killed)
+    # SIGKILL, which nothing can catch, while the .gz is inflated into the cache and while the shard
+    # is written: nothing is left in the cache or beside --out but whole files. With O_TMPFILE the
+    # temporaries have no name; where the file system has none, the next run removes what is left.
+    dir=$(mktemp -d)
+    trap 'rm -rf "$dir"' EXIT
+    mkdir "$dir/in" "$dir/out"
+    make_big_idx "$dir/in"
+    pack=("$frugal" pack --from idx --images "$dir/in/images.gz" --labels "$dir/in/labels.gz" --cache-dir "$dir/cache" --out "$dir/out/s.shard")
+    leftovers() { find "$dir/cache" "$dir/out" -name '*.tmp-*' 2>/dev/null; }
+    for stage in cache out; do
+      how=$(kill_while_writing "$dir/$stage" "${pack[@]}") || fail "the pack never wrote in $stage"
+      [ ! -e "$dir/out/s.shard" ] || fail "killed while writing in $stage, yet $dir/out/s.shard exists"
+      if [ "$how" = unnamed ]; then
+        [ -z "$(leftovers)" ] || fail "a killed pack left: $(leftovers)"
+      fi
+      if [ "$stage" = out ]; then
+        # The cache copy the first run completed, with its sidecar, and nothing else.
+        [ "$(ls "$dir/cache" | grep -vc '\.crc32$')" -eq 2 ] || fail "the cache holds: $(ls "$dir/cache")"
+      else
+        [ -z "$(ls -A "$dir/cache")" ] || [ "$how" = named ] || fail "the cache holds: $(ls "$dir/cache")"
+      fi
+    done
+    expect_exit 0 "${pack[@]}"
+    [ -z "$(leftovers)" ] || fail "the next run did not remove: $(leftovers)"
+    [ "$(ls -A "$dir/out")" = s.shard ] || fail "beside the shard: $(ls -A "$dir/out")"
+    ;;
+  pack_full_disk)
+    # A full disk, stood in for by a file size limit (writes past it fail with EFBIG, SIGXFSZ ignored):
+    # exit 1, one line naming --out (not a temporary file), and nothing left.
+    dir=$(mktemp -d)
+    trap 'rm -rf "$dir"' EXIT
+    make_data cifar "$dir"
+    for _ in 1 2 3 4 5 6 7 8; do cat "$dir/c10.bin"; done >"$dir/many.bin"
+    for _ in 1 2 3 4 5 6 7 8; do cat "$dir/many.bin"; done >"$dir/more.bin"  # 256 records: 800 KB packed
+    expect_exit 1 bash -c 'trap "" XFSZ; ulimit -f 64; exec "$@"' limited "$frugal" pack --from cifar10 --out "$dir/s.shard" "$dir/more.bin"
+    expect_one_line_error "^frugal pack: error: $dir/s.shard: cannot write it: write failed: File too large$"
+    [ "$(ls "$dir" | grep -c shard)" -eq 0 ] || fail "a failed pack left: $(ls "$dir")"
+    ;;
+  pack_cache_verified)
+    # A decompressed copy edited on disk is not trusted: inspect and pack read what the .gz holds.
+    dir=$(mktemp -d)
+    trap 'rm -rf "$dir"' EXIT
+    make_data idx "$dir"
+    expect_exit 0 "$frugal" inspect "$dir/labels.gz" --cache-dir "$dir/cache" --json
+    before=$out
+    copy=$(ls "$dir"/cache/labels.* | grep -v '\.crc32$')
+    printf '\x07' | dd of="$copy" bs=1 seek=12 conv=notrunc status=none  # label 4: 0 -> 7
+    expect_exit 0 "$frugal" inspect "$dir/labels.gz" --cache-dir "$dir/cache" --json
+    [ "$out" = "$before" ] || fail "an edited cache copy changed what inspect reports: $out"
+    [ "$(od -An -tu1 -j12 -N1 "$copy" | tr -d ' ')" = 0 ] || fail "the edited copy was not replaced"
+    ;;
+  size_bounds)
+    # Sizes from flags and files are checked before anything is allocated for them: exit 2, one
+    # short line naming the value (each would otherwise grow until memory runs out).
+    dir=$(mktemp -d)
+    trap 'rm -rf "$dir"' EXIT
+    make_data folder "$dir"
+    make_data idx "$dir"
+    expect_exit 2 timeout 20 "$frugal" inspect "$dir/f" --size 100000x100000
+    expect_one_line_error "^frugal inspect: --size: 100000x100000 is more than the 67108864 pixels \(8192x8192\) an image may have$"
+    expect_exit 2 timeout 20 "$frugal" pack --from folder --size 100000x100000 --out "$dir/x" "$dir/f"
+    expect_one_line_error "^frugal pack: --size: 100000x100000 is more than"
+    expect_exit 2 "$frugal" pack --from folder --size 9223372036854775807x2 --out "$dir/x" "$dir/f"
+    expect_one_line_error "^frugal pack: --size: 9223372036854775807x2 is more than"
+    # A shard whose checksum is right and whose one label is 2^27 (of 2^27 + 1 classes).
+    python3 - "$dir/label.shard" <<'PY2'
+import struct, sys, zlib
+header = b"FRUGALSH" + struct.pack("<IBBBB", 1, 7, 6, 1, 0) + struct.pack("<QQQQ", 1, 64, 128, 2**27 + 1)
+header += struct.pack("<q", 1) + bytes(56 + 12)
+header += struct.pack("<I", zlib.crc32(header))
+open(sys.argv[1], "wb").write(header + b"\x05" + bytes(7) + struct.pack("<q", 2**27) + bytes(48))
+PY2
+    expect_exit 2 timeout 20 "$frugal" inspect "$dir/label.shard"
+    expect_one_line_error "^frugal inspect: $dir/label.shard: record 0 has label 134217728; inspect draws histograms of at most 1048576 classes$"
+    expect_exit 2 timeout 20 "$frugal" alloc-replay /dev/zero
+    expect_one_line_error "^frugal alloc-replay: /dev/zero:0: not a regular file"
+    head -c 100000 /dev/zero >"$dir/zeros"
+    expect_exit 2 "$frugal" alloc-replay "$dir/zeros"
+    expect_one_line_error "^frugal alloc-replay: $dir/zeros:1: line longer than 4096 bytes: not a trace$"
+    printf '+ a 1\n- a\n' >"$dir/trace"
+    head -c 5000 /dev/zero | tr '\0' x >>"$dir/trace"
+    expect_exit 2 "$frugal" alloc-replay "$dir/trace"
+    expect_one_line_error "^frugal alloc-replay: $dir/trace:3: line longer than 4096 bytes"
+    expect_exit 2 "$frugal" alloc-replay --training-trace --batch 0
+    expect_one_line_error "^frugal: --batch: must be between 1 and 65536, got 0 \(see 'frugal --help'\)$"
+    expect_exit 2 "$frugal" alloc-replay --training-trace --steps 99999999
+    expect_one_line_error "^frugal: --steps: must be between 1 and 1000, got 99999999"
+    expect_exit 2 "$frugal" inspect "$dir/labels" --samples -1
+    expect_one_line_error "^frugal: --samples: must be between 0 and 10000, got -1 \(see 'frugal --help'\)$"
+    ;;
+  inspect_messages)
+    # Each failure is one line naming the input and what is wrong with it.
+    dir=$(mktemp -d)
+    trap 'rm -rf "$dir"' EXIT
+    make_data cifar "$dir"
+    head -c 10000 "$dir/c10.bin" >"$dir/cut.bin"
+    expect_exit 2 "$frugal" inspect "$dir/cut.bin"
+    expect_one_line_error "^frugal inspect: $dir/cut.bin: looks like a CIFAR batch, but its 10000 bytes are not a whole number of records \(3 CIFAR-10 records of 3073 bytes and 781 over; 3 CIFAR-100 records of 3074 bytes and 778 over\): truncated or padded\?$"
+    ln -s "$dir/loop" "$dir/loop"
+    expect_exit 2 "$frugal" inspect "$dir/loop"
+    expect_one_line_error "^frugal inspect: $dir/loop: is a symlink loop \(too many levels of symbolic links\)$"
+    expect_exit 2 "$frugal" pack --from folder --size 4x4 --out "$dir/x" "$dir/loop"
+    expect_one_line_error "^frugal pack: image folder $dir/loop: is a symlink loop"
+    expect_exit 2 "$frugal" inspect "$dir/c10.bin/x"
+    expect_one_line_error "^frugal inspect: $dir/c10.bin/x: Not a directory$"
+    if [ "$(id -u)" -eq 0 ]; then
+      echo "running as root, which reads any file: the unreadable-file case is skipped"
+    else
+      cp "$dir/c10.bin" "$dir/locked.bin"
+      chmod 000 "$dir/locked.bin"
+      expect_exit 2 "$frugal" inspect "$dir/locked.bin"
+      expect_one_line_error "^frugal inspect: $dir/locked.bin: cannot open: Permission denied$"
+    fi
     ;;
   *) fail "unknown check $check" ;;
 esac

@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -234,7 +235,9 @@ TEST_CASE("AtomicFile: after a failed write (a full disk) nothing more is writte
     AtomicFile file(dir / "big");
     const Bytes chunk(1 << 20, 7);
     file.write(chunk.data(), chunk.size());  // buffered: one write() per MiB
-    CHECK_THROWS_WITH_AS(file.write(chunk.data(), chunk.size()), contains("write failed: File too large"), FileError);
+    // Named by the file the caller asked for, never by a temporary name it never chose.
+    CHECK_THROWS_WITH_AS(file.write(chunk.data(), chunk.size()),
+                         contains(dir / "big: cannot write it: write failed: File too large"), WriteError);
     CHECK_THROWS_WITH_AS(file.write("x", 1), contains("write after a failed write: the file is abandoned"),
                          FileError);
     CHECK_THROWS_WITH_AS(file.commit(), contains("commit after a failed write"), FileError);
@@ -252,8 +255,12 @@ TEST_CASE("AtomicFile: nothing under the final name before commit, no temporary 
     file.write("abcdef", 6);
     CHECK(file.size() == 6);
     CHECK_FALSE(fs::exists(path));
-    CHECK(fs::exists(file.temp_path()));
-    CHECK(file.temp_path().starts_with(path + ".tmp-"));
+    if (file.temp_path().empty()) {  // an O_TMPFILE file: nothing named in the folder at all
+      CHECK(files_in(dir.path).empty());
+    } else {
+      CHECK(fs::exists(file.temp_path()));
+      CHECK(file.temp_path().starts_with(path + ".tmp-" + std::to_string(::getpid()) + "-"));
+    }
   }  // destroyed uncommitted
   CHECK(files_in(dir.path).empty());
 
@@ -275,10 +282,28 @@ TEST_CASE("AtomicFile: nothing under the final name before commit, no temporary 
 
   // A failed rename (a folder that is not empty holds the name) leaves neither file nor temp file.
   fs::create_directories(dir / "taken/inside");
-  CHECK_THROWS_WITH_AS(write_file_atomically(dir / "taken", Bytes{1}), contains("cannot rename"), FileError);
+  CHECK_THROWS_WITH_AS(write_file_atomically(dir / "taken", Bytes{1}),
+                       contains(dir / "taken: cannot write it: rename into place failed"), WriteError);
   CHECK(files_in(dir.path) == std::vector<std::string>{"out", "taken"});
   CHECK_THROWS_WITH_AS(AtomicFile(dir / "no/such/folder/x"), contains("cannot create a temporary file"),
                        FileError);
+}
+
+TEST_CASE("AtomicFile: the temporary files a killed writer of the same file left are removed, no others") {
+  TempDir dir;
+  const pid_t child = ::fork();  // a process id that is certainly not running once reaped
+  REQUIRE(child >= 0);
+  if (child == 0) ::_exit(0);
+  REQUIRE(::waitpid(child, nullptr, 0) == child);
+  const std::string dead = std::to_string(child), alive = std::to_string(::getpid());
+  for (const std::string& name : std::vector<std::string>{"out.tmp-" + dead + "-AbC123", "out.tmp-" + dead + "-7", "out.tmp-" + alive + "-x",
+                                 "other.tmp-" + dead + "-x", "out.tmp-notapid", "out"}) {
+    write_bytes(dir / name, Bytes(100, 1));
+  }
+  write_file_atomically(dir / "out", Bytes{2});
+  CHECK(files_in(dir.path) ==
+        std::vector<std::string>{"other.tmp-" + dead + "-x", "out", "out.tmp-" + alive + "-x", "out.tmp-notapid"});
+  CHECK(read_bytes(dir / "out") == Bytes{2});
 }
 
 // ---- IDX
@@ -396,8 +421,9 @@ TEST_CASE("IDX .gz: decompressed once into the cache, reused after, decompressed
   write_gz(gz, idx_file<std::uint8_t>(IdxType::u8, {3}, {4, 5, 6}));
   CHECK(IdxArray::open(gz, cache).at(2) == 6);
   const std::vector<std::string> first = files_in(cache);
-  REQUIRE(first.size() == 1);
+  REQUIRE(first.size() == 2);  // the copy and its sidecar (size and CRC-32)
   CHECK(first[0].starts_with("labels-idx1-ubyte." + std::to_string(fs::file_size(gz)) + "."));
+  CHECK(first[1] == first[0] + ".crc32");
   struct stat before {};
   REQUIRE(::stat((cache + "/" + first[0]).c_str(), &before) == 0);
 
@@ -409,11 +435,24 @@ TEST_CASE("IDX .gz: decompressed once into the cache, reused after, decompressed
   CHECK(after.st_ino == before.st_ino);
   CHECK(after.st_mtim.tv_nsec == before.st_mtim.tv_nsec);
 
+  // A copy changed on disk since (one byte), or one without its sidecar, is not trusted: it is
+  // decompressed again, silently, and reads as the source says.
+  const std::string copy = cache + "/" + first[0];
+  Bytes edited = read_bytes(copy);
+  edited.back() = 99;
+  write_bytes(copy, edited);
+  CHECK(IdxArray::open(gz, cache).at(2) == 6);
+  CHECK(read_bytes(copy).back() == 6);
+  write_bytes(copy, edited);
+  fs::remove(copy + ".crc32");
+  CHECK(IdxArray::open(gz, cache).at(2) == 6);
+  CHECK(files_in(cache) == first);
+
   // The same size, new contents, a new modification time: decompressed again.
   write_gz(gz, idx_file<std::uint8_t>(IdxType::u8, {3}, {7, 8, 9}));
   fs::last_write_time(gz, fs::last_write_time(gz) + std::chrono::seconds(5));
   CHECK(IdxArray::open(gz, cache).at(2) == 9);
-  CHECK(files_in(cache).size() == 2);
+  CHECK(files_in(cache).size() == 4);
 
   // Truncated or corrupt gzip data: a ValueError, and no copy and no temporary file in the cache.
   Bytes truncated = read_bytes(gz);
@@ -435,7 +474,7 @@ TEST_CASE("IDX .gz: decompressed once into the cache, reused after, decompressed
   CHECK(IdxArray::open(dir / "gzipped-labels", dir / "cache3").at(1) == 4);
   write_bytes(dir / "plain.gz", idx_file<std::uint8_t>(IdxType::u8, {2}, {5, 6}));
   CHECK(IdxArray::open(dir / "plain.gz", dir / "cache3").name() == dir / "plain.gz");
-  CHECK(files_in(dir / "cache3").size() == 1);
+  CHECK(files_in(dir / "cache3").size() == 2);
 
   // Gzipped data that is not IDX, or more of it than its header gives: refused while inflating,
   // and nothing lands in the cache.
@@ -491,6 +530,24 @@ TEST_CASE("Fashion-MNIST from the Debian package: 60000 + 10000 samples, [1, 28,
     CHECK(first.label == 9);  // both splits open with an ankle boot
     CHECK(first.input.at<int>({0, 0, 0}) == 0);  // black background
   }
+}
+
+TEST_CASE("IDX and CIFAR files truncated after they were opened: a FileError naming the file, not SIGBUS") {
+  // Records are read with pread, not from the mapping, where a lost page would kill the process.
+  TempDir dir;
+  write_idx_pair(dir / "images", dir / "labels", 2, 4, {2, 0, 5});
+  const IdxDataset idx(dir / "images", dir / "labels");
+  write_bytes(dir / "c10.bin", cifar_records(0, {{3}, {9}, {1}}));
+  const CifarDataset cifar({dir / "c10.bin"}, CifarKind::cifar10);
+  fs::resize_file(dir / "images", 16 + 8);  // the header and the first image
+  fs::resize_file(dir / "labels", 8);       // only the header: the labels were copied when opened
+  fs::resize_file(dir / "c10.bin", 3073 + 100);
+  std::vector<std::uint8_t> out(3072);
+  CHECK(idx.get_into(0, out.data()) == 2);
+  CHECK_THROWS_WITH_AS(idx.get_into(2, out.data()), contains(dir / "images: ends at offset 32, it was 40 bytes when opened"), FileError);
+  CHECK(cifar.get_into(0, out.data()) == 3);
+  CHECK_THROWS_WITH_AS(cifar.get_into(1, out.data()), contains(dir / "c10.bin: ends at offset 3173"), FileError);
+  CHECK_THROWS_WITH_AS(cifar.get(2), contains(dir / "c10.bin: ends at offset 6146"), FileError);
 }
 
 // ---- CIFAR
@@ -670,8 +727,7 @@ TEST_CASE("ShardWriter: errors for bad samples and labels, and an unfinished wri
     ShardWriter writer(path, {2}, DType::f32, DType::u8);
     writer.add(from_vector<float>({1, 2}), 1);
     CHECK_FALSE(fs::exists(path));  // nothing under the final name before finish()
-    CHECK(files_in(dir.path).size() == 1);
-    CHECK(files_in(dir.path)[0].starts_with("s.tmp-"));
+    CHECK(std::ranges::all_of(files_in(dir.path), [](const std::string& name) { return name.starts_with("s.tmp-"); }));
     CHECK_THROWS_WITH_AS(writer.add(from_vector<float>({1, 2}), 256),
                          contains(path + ": label 256 does not fit the shard's u8 labels (0 to 255)"), ValueError);
     CHECK_THROWS_AS(writer.add(from_vector<float>({1, 2}), -1), ValueError);

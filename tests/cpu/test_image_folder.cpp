@@ -224,6 +224,19 @@ TEST_CASE("image folder: a folder that cannot be walked (a symlink loop) is a Fi
   }
 }
 
+TEST_CASE("image folder: a size past kMaxImagePixels and a root that is a symlink loop are refused by name") {
+  TempFolder root;
+  write_image(root / "a/0.png", 2, 2, 1, std::vector<std::uint8_t>(4, 1));
+  // Refused before a resize would allocate 3 * 10^10 bytes for the first image.
+  CHECK_THROWS_WITH_AS(ImageFolder(root.path.string(), 100000, 100000),
+                       doctest::Contains("the size 100000x100000 is more than the 67108864 pixels"), ValueError);
+  CHECK_THROWS_AS(ImageFolder(root.path.string(), std::int64_t{1} << 62, 4), ValueError);  // the product overflows
+  fs::create_symlink(root.path / "loop", root.path / "loop");
+  const std::string loop_message = (root.path / "loop").string() + ": is a symlink loop";
+  CHECK_THROWS_WITH_AS(ImageFolder((root.path / "loop").string(), 4, 4), doctest::Contains(loop_message.c_str()),
+                       ValueError);
+}
+
 TEST_CASE("image folder: get() from several threads at once gives what one thread gets") {
   TempFolder root;
   std::mt19937 rng(7);
