@@ -646,6 +646,9 @@ OomReport CachingAllocator::describe_oom(std::size_t requested, std::size_t roun
   const std::size_t cached = r.reserved - r.allocated;
   // Fragmentation: the bytes are there, in the cache, just not in one piece big enough.
   r.fragmentation = cached >= rounded;
+  // Rounding: the request fits in what is free, but the segment or chunks it is rounded up to
+  // do not (a 3 MiB tensor on an empty 8 MiB device, served from a 20 MiB segment).
+  r.rounding = !r.fragmentation && rounded <= r.device_free && segment_bytes > r.device_free;
   std::ostringstream m;
   m << "out of memory on " << r.device << " (" << backing_->name() << " backing): tried to allocate "
     << format_size(rounded) << " (asked " << requested << " bytes, a " << format_size(segment_bytes)
@@ -655,12 +658,28 @@ OomReport CachingAllocator::describe_oom(std::size_t requested, std::size_t roun
   m << ", free " << format_size(r.device_free) << "; allocated " << format_size(r.allocated)
     << ", reserved but unallocated " << format_size(cached) << ", largest free block "
     << format_size(r.largest_free_block) << ". ";
+  const bool expandable = options_.expandable_segments && backing_->supports_expandable();
   if (r.fragmentation) {
     m << "Hint: fragmentation: " << format_size(cached) << " is cached but in pieces smaller than the request; ";
-    if (!options_.expandable_segments || !backing_->supports_expandable())
-      m << "enable expandable segments (FRUGAL_ALLOC_CONF=expandable:on), ";
+    if (!expandable) m << "enable expandable segments (FRUGAL_ALLOC_CONF=expandable:on), ";
     m << "set max_split (FRUGAL_ALLOC_CONF=max_split:SIZE) so large blocks are not carved up, or call "
          "empty_cache() between phases whose shapes differ.";
+  } else if (r.rounding) {
+    m << "Hint: rounding: the request (" << format_size(rounded) << ") fits in the " << format_size(r.device_free)
+      << " free, but ";
+    if (expandable)
+      m << "expandable segments map whole " << format_size(backing_->map_granularity()) << " chunks, "
+        << format_size(segment_bytes) << " for it, which does not; ";
+    else
+      m << "fixed segments round it up to a " << format_size(segment_bytes) << " segment, which does not; ";
+    const bool suggest_expandable = !expandable && backing_->supports_expandable();
+    if (suggest_expandable)
+      m << "enable expandable segments (FRUGAL_ALLOC_CONF=expandable:on), which map "
+        << format_size(backing_->map_granularity()) << " chunks instead, or ";
+    if (r.capacity != kUnlimited)
+      m << "raise the memory limit to at least " << format_size(r.capacity + (segment_bytes - r.device_free)) << ".";
+    else
+      m << "free " << format_size(segment_bytes - r.device_free) << " more on the device.";
   } else {
     m << "Hint: a real shortage: even with every cached byte given back the request does not fit; use a "
          "smaller batch (with gradient accumulation to keep the effective batch), activation checkpointing, "

@@ -106,6 +106,7 @@ struct OomReport {
   std::size_t device_total = 0, device_free = 0;
   std::size_t allocated = 0, reserved = 0, largest_free_block = 0;
   bool fragmentation = false;  // enough bytes were cached, just not in one piece
+  bool rounding = false;       // the request fits in what is free; the segment it was rounded to does not
   std::string message;
 };
 

@@ -238,6 +238,45 @@ TEST_CASE("OOM: fragmentation is told apart from a shortage") {
   a->check_invariants();
 }
 
+TEST_CASE("OOM: a request that fits but whose rounded segment does not names the rounding") {
+  // An empty 8 MiB device: 3 MiB fit, but fixed segments serve 1-10 MiB requests from 20 MiB ones.
+  auto a = simulated(fixed_segments(), 8 * MiB);
+  std::vector<OomReport> seen;
+  a->add_oom_observer([&](const OomReport& r) { seen.push_back(r); });
+  std::string message;
+  try {
+    a->allocate(3 * MiB);
+    FAIL("no OutOfMemoryError");
+  } catch (const OutOfMemoryError& e) {
+    message = e.what();
+  }
+  for (const char* fact : {R"(Hint: rounding: the request \(3\.00 MiB\) fits in the 8\.00 MiB free, but fixed segments round it up to a 20\.00 MiB segment, which does not;)",
+                           R"(enable expandable segments \(FRUGAL_ALLOC_CONF=expandable:on\), which map 2\.00 MiB chunks)",
+                           R"(or raise the memory limit to at least 20\.00 MiB)"})
+    CHECK_MESSAGE(std::regex_search(message, std::regex(fact)), fact << " in: " << message);
+  CHECK(message.find("real shortage") == std::string::npos);
+  REQUIRE(seen.size() == 1);
+  CHECK(seen[0].rounding);
+  CHECK_FALSE(seen[0].fragmentation);
+  // The same request with expandable segments fits: 4 MiB of chunks are mapped.
+  CachingOptions expandable;
+  auto e = simulated(expandable, 8 * MiB);
+  CHECK(e->allocate(3 * MiB).get() != nullptr);
+  // Expandable segments round too, to whole chunks: 2.5 MiB on a 3 MiB device needs two.
+  auto tight = simulated(expandable, 3 * MiB);
+  try {
+    tight->allocate(5 * MiB / 2);
+    FAIL("no OutOfMemoryError");
+  } catch (const OutOfMemoryError& error) {
+    message = error.what();
+  }
+  const char* chunks = R"(Hint: rounding: the request \(2\.50 MiB\) fits in the 3\.00 MiB free, but expandable segments map whole 2\.00 MiB chunks, 4\.00 MiB for it, which does not; raise the memory limit to at least 4\.00 MiB\.)";
+  CHECK_MESSAGE(std::regex_search(message, std::regex(chunks)), message);
+  CHECK(message.find("enable expandable segments") == std::string::npos);
+  a->check_invariants();
+  tight->check_invariants();
+}
+
 TEST_CASE("empty_cache returns every releasable segment, and only those") {
   auto a = simulated();
   DataPtr keep = a->allocate(1000);  // pins one small segment: split, not releasable
