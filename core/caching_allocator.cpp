@@ -152,6 +152,7 @@ struct CachingAllocator::Segment {
   Pool* pool = nullptr;
   Stream stream;
   Block* first = nullptr;
+  Block* last = nullptr;  // kept, not searched: expandable segments grow and trim at their end
   std::size_t num_blocks = 0;
   std::size_t free_bytes = 0;  // sizes of its free blocks
   std::int64_t inactive_split() const { return num_blocks > 1 ? as_signed(free_bytes) : 0; }
@@ -319,7 +320,7 @@ CachingAllocator::Block* CachingAllocator::new_fixed_segment(Pool& pool, std::si
   segment->pool = &pool;
   segment->stream = stream;
   auto* block = new_block<Block>(segment->base, segment_bytes, stream, segment.get());
-  segment->first = block;
+  segment->first = segment->last = block;
   segment->num_blocks = 1;
   record(AllocEvent::Kind::segment_alloc, reinterpret_cast<std::uintptr_t>(base), segment_bytes, 0, stream,
          current_memory_tag());
@@ -360,8 +361,8 @@ CachingAllocator::Block* CachingAllocator::extend_expandable(Pool& pool, std::si
     segments_.push_back(std::move(owned));
     stats_.segments.increase(1);
   }
-  Block* tail = segment->first;
-  while (tail && tail->next) tail = tail->next;
+  Block* tail = segment->last;
+  stats_.blocks_visited += tail ? 1 : 0;
   const bool tail_free = tail && tail->state == BlockState::free;
   const std::size_t have = tail_free ? tail->size : 0;
   // A free tail already large enough was refused by best fit (max_split): growing cannot help.
@@ -387,6 +388,7 @@ CachingAllocator::Block* CachingAllocator::extend_expandable(Pool& pool, std::si
       tail->next = block;
     else
       segment->first = block;
+    segment->last = block;
     segment->num_blocks += 1;
   }
   stats_.inactive_split_bytes.adjust(segment->inactive_split() - inactive_before);
@@ -413,7 +415,10 @@ CachingAllocator::Block* CachingAllocator::take(Block* block, std::size_t size, 
       auto* rest = new_block<Block>(block->ptr + size, remaining, block->stream, segment);
       rest->prev = block;
       rest->next = block->next;
-      if (block->next) block->next->prev = rest;
+      if (block->next)
+        block->next->prev = rest;
+      else
+        segment->last = rest;
       block->next = rest;
       block->size = size;
       segment->num_blocks += 1;
@@ -516,20 +521,20 @@ void CachingAllocator::release_to_pool(Block* block) {
   block->requested = 0;
   segment->free_bytes += block->size;
   for (Block* neighbour : {block->prev, block->next}) {
-    if (!neighbour || neighbour->state != BlockState::free) continue;
+    if (!neighbour) continue;
+    stats_.blocks_visited += 1;
+    if (neighbour->state != BlockState::free) continue;
     pool.free_blocks.erase(neighbour);
-    if (neighbour == block->prev) {  // keep the lower block, absorb the higher one
-      neighbour->size += block->size;
-      neighbour->next = block->next;
-      if (block->next) block->next->prev = neighbour;
-      delete block;
-      block = neighbour;
-    } else {
-      block->size += neighbour->size;
-      block->next = neighbour->next;
-      if (neighbour->next) neighbour->next->prev = block;
-      delete neighbour;
-    }
+    Block* lower = neighbour == block->prev ? neighbour : block;  // keep the lower block, absorb the higher one
+    Block* higher = lower == block ? neighbour : block;
+    lower->size += higher->size;
+    lower->next = higher->next;
+    if (higher->next)
+      higher->next->prev = lower;
+    else
+      segment->last = lower;
+    delete higher;
+    block = lower;
     segment->num_blocks -= 1;
   }
   pool.free_blocks.insert(block);
@@ -583,8 +588,8 @@ void CachingAllocator::release_segment(Segment* segment) {
 // Unmaps the free tail of an expandable segment, from the first granule boundary inside the free
 // last block to the end; a segment that becomes empty gives its address space back too.
 void CachingAllocator::trim_expandable(Segment* segment) {
-  Block* tail = segment->first;
-  while (tail && tail->next) tail = tail->next;
+  Block* tail = segment->last;
+  stats_.blocks_visited += tail ? 1 : 0;
   if (tail && tail->state == BlockState::free) {
     const std::size_t granularity = backing_->map_granularity();
     const std::size_t keep = round_up(static_cast<std::size_t>(tail->ptr - segment->base), granularity);
@@ -605,6 +610,7 @@ void CachingAllocator::trim_expandable(Segment* segment) {
           tail->prev->next = nullptr;
         else
           segment->first = nullptr;
+        segment->last = tail->prev;
         segment->num_blocks -= 1;
         delete tail;
       } else {
@@ -885,6 +891,7 @@ void CachingAllocator::check_invariants() const {
   for (const auto& segment : segments_) {
     char* expected = segment->base;
     std::size_t count = 0, free_bytes = 0;
+    const Block* last_seen = nullptr;
     for (const Block* b = segment->first; b; b = b->next) {
       FRUGAL_CHECK(b->ptr == expected, "block at offset ", b->ptr - segment->base, " does not follow its neighbour");
       FRUGAL_CHECK(b->segment == segment.get(), "block points to the wrong segment");
@@ -906,8 +913,10 @@ void CachingAllocator::check_invariants() const {
       }
       expected += b->size;
       count += 1;
+      last_seen = b;
     }
     FRUGAL_CHECK(expected == segment->base + segment->size, "blocks do not tile their segment");
+    FRUGAL_CHECK(segment->last == (segment->first ? last_seen : nullptr), "the segment's kept tail is not its last block");
     FRUGAL_CHECK(count == segment->num_blocks && free_bytes == segment->free_bytes, "segment bookkeeping is stale");
     inactive += segment->inactive_split();
     reserved += as_signed(segment->size);

@@ -94,6 +94,10 @@ struct CachingStats {
   std::int64_t num_ooms = 0;       // OutOfMemoryErrors thrown
   std::int64_t alloc_retries = 0;  // times the cache was emptied to retry a failed request
   std::int64_t backing_allocs = 0, backing_frees = 0, backing_maps = 0, backing_unmaps = 0;
+  // Blocks looked at through the segments' block lists while allocating, freeing, growing and
+  // trimming (reports and checks are not counted): a few per operation, never a walk of a whole
+  // segment. A test holds it there.
+  std::int64_t blocks_visited = 0;
 };
 
 // What an OOM observer is told, before the OutOfMemoryError is thrown.

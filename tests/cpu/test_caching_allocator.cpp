@@ -364,6 +364,28 @@ TEST_CASE("expandable segments grow in place instead of leaving slivers") {
   CHECK(expandable.backing_allocs == 0);
 }
 
+TEST_CASE("expandable segments: growing and trimming look at the tail only, however many blocks the segment holds") {
+  // 2 MiB blocks in the large pool: every allocation maps one more chunk, every trim unmaps one.
+  // Finding the tail by walking the block list would visit about n^2/2 blocks (12.5 million here).
+  CachingOptions options;  // expandable, the default
+  auto a = simulated(options);
+  constexpr std::int64_t kBlocks = 5000;
+  std::vector<DataPtr> live;
+  for (std::int64_t i = 0; i < kBlocks; ++i) live.push_back(a->allocate(2 * MiB));
+  CachingStats s = a->caching_stats();
+  CHECK(s.backing_maps == kBlocks);
+  CHECK(s.segments.current == 1);
+  CHECK(s.blocks_visited <= kBlocks);  // the tail, once per growth
+  while (!live.empty()) {  // free from the end, trimming after each: the tail goes back every time
+    live.pop_back();
+    a->empty_cache();
+  }
+  s = a->caching_stats();
+  CHECK(s.backing_unmaps == kBlocks);
+  CHECK(s.blocks_visited <= 4 * kBlocks);  // per free and trim: the neighbours and the tail
+  a->check_invariants();
+}
+
 TEST_CASE("expandable segments on host memory: mapped chunks are real, trimmed ones go back") {
   CachingAllocator a(std::make_unique<HostBacking>());
   REQUIRE(a.backing().supports_expandable());
