@@ -9,6 +9,7 @@
 #include "core/caching_allocator.h"
 
 #include <algorithm>
+#include <array>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
@@ -227,9 +228,24 @@ CachingAllocator::Pool& CachingAllocator::pool_for(std::size_t rounded) {
 
 // ---- allocation
 
+namespace {
+// Releases a lock the caller holds for its lifetime, and takes it again after, also when an
+// exception leaves the scope.
+class Unlocked {
+ public:
+  explicit Unlocked(AdaptiveMutex& mutex) : mutex_(mutex) { mutex_.unlock(); }
+  ~Unlocked() { mutex_.lock(); }
+  Unlocked(const Unlocked&) = delete;
+  Unlocked& operator=(const Unlocked&) = delete;
+
+ private:
+  AdaptiveMutex& mutex_;
+};
+}  // namespace
+
+// Runs with mutex_ held (Note [One lock per allocator]).
 void* CachingAllocator::raw_allocate(std::size_t bytes, Stream stream) {
   const MemoryTag tag = current_memory_tag();
-  std::unique_lock lock(mutex_);
   Block* block = bytes <= kMaxRequest ? allocate_block(bytes, stream, tag) : nullptr;
   if (block) return block->ptr;
   // Out of memory. Observers run without the lock, so they may take snapshots.
@@ -242,8 +258,10 @@ void* CachingAllocator::raw_allocate(std::size_t bytes, Stream stream) {
   stats_.num_ooms += 1;
   record(AllocEvent::Kind::oom, 0, rounded, bytes, stream, tag);
   const auto observers = oom_observers_;
-  lock.unlock();
-  for (const auto& observer : observers) observer(report);
+  {
+    const Unlocked unlocked(mutex_);
+    for (const auto& observer : observers) observer(report);
+  }
   FRUGAL_THROW(OutOfMemoryError, report.message);
 }
 
@@ -440,6 +458,7 @@ CachingAllocator::Block* CachingAllocator::take(Block* block, std::size_t size, 
 
 // ---- freeing
 
+// Runs with mutex_ held, as raw_allocate does.
 void CachingAllocator::raw_deallocate(void* ptr, std::size_t bytes) noexcept {
   // Frees run in destructors and cannot throw. A device call failing here means the device is
   // already broken (a sticky CUDA error); say so and carry on rather than terminate.
@@ -451,7 +470,6 @@ void CachingAllocator::raw_deallocate(void* ptr, std::size_t bytes) noexcept {
 }
 
 void CachingAllocator::free_now(void* ptr, std::size_t) {
-  std::lock_guard lock(mutex_);
   auto found = live_.find(ptr);
   if (found == live_.end()) return;  // not ours: DataPtr only hands back what we gave
   Block* block = found->second;
@@ -888,6 +906,7 @@ void CachingAllocator::write_chrome_trace(std::ostream& out) const {
 void CachingAllocator::check_invariants() const {
   std::lock_guard lock(mutex_);
   std::int64_t allocated = 0, active = 0, reserved = 0, inactive = 0, blocks_live = 0;
+  std::array<std::int64_t, kNumMemoryTags> requested{};  // by tag, of the allocated blocks
   for (const auto& segment : segments_) {
     char* expected = segment->base;
     std::size_t count = 0, free_bytes = 0;
@@ -910,6 +929,7 @@ void CachingAllocator::check_invariants() const {
         blocks_live += 1;
         FRUGAL_CHECK(b->requested <= b->size, "a block is smaller than its request");
         FRUGAL_CHECK(live_.count(b->ptr) == 1, "an allocated block is missing from the live map");
+        requested[static_cast<std::size_t>(b->tag)] += as_signed(b->requested);
       }
       expected += b->size;
       count += 1;
@@ -927,7 +947,21 @@ void CachingAllocator::check_invariants() const {
       active += as_signed(block->size);
       reserved += as_signed(block->size);
       blocks_live += 1;
+      requested[static_cast<std::size_t>(block->tag)] += as_signed(block->requested);
     }
+  // The statistics of what callers asked for are kept under the same lock (Note [One lock per
+  // allocator]), so they agree with the blocks at every moment another thread can see.
+  const AllocatorStats& asked = stats_while_locked();
+  std::int64_t requested_total = 0;
+  for (int tag = 0; tag < kNumMemoryTags; ++tag) {
+    FRUGAL_CHECK(requested[static_cast<std::size_t>(tag)] == asked.tag_bytes[static_cast<std::size_t>(tag)].current,
+                 "requested bytes of tag ", memory_tag_name(static_cast<MemoryTag>(tag)), ": ",
+                 asked.tag_bytes[static_cast<std::size_t>(tag)].current, " counted but blocks sum to ",
+                 requested[static_cast<std::size_t>(tag)]);
+    requested_total += requested[static_cast<std::size_t>(tag)];
+  }
+  FRUGAL_CHECK(requested_total == asked.requested_bytes.current && blocks_live == asked.allocations.current,
+               "requested bytes or allocations counted differ from the live blocks");
   FRUGAL_CHECK(allocated == stats_.allocated_bytes.current, "allocated_bytes ", stats_.allocated_bytes.current,
                " but blocks sum to ", allocated);
   FRUGAL_CHECK(active == stats_.active_bytes.current, "active_bytes ", stats_.active_bytes.current, " but blocks sum to ", active);

@@ -7,8 +7,8 @@
 // below carries its reason. Going beyond it: expandable segments (one growing segment per stream and
 // pool instead of many fixed ones), which avoid the slivers that fixed segments leave when shapes
 // change.
-// Not here: the backings themselves, the per-device registry (core/allocator.cpp), trace replay
-// (core/alloc_trace.h).
+// Not here: the backings themselves, the per-device registry (core/allocator_registry.h), trace
+// replay (core/alloc_trace.h).
 #pragma once
 
 #include <chrono>
@@ -25,7 +25,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/adaptive_mutex.h"
 #include "core/backing.h"
 
 namespace frugal {
@@ -196,8 +195,6 @@ class CachingAllocator final : public Allocator {
   std::size_t release_cached();
   void release_segment(Segment* segment);
   void trim_expandable(Segment* segment);
-  bool segment_is_split(const Segment* segment) const;
-  void update_inactive_split(Segment* segment, std::int64_t sign);
   void record(AllocEvent::Kind kind, std::uintptr_t address, std::size_t bytes, std::size_t requested,
               Stream stream, MemoryTag tag);
   OomReport describe_oom(std::size_t requested, std::size_t rounded, std::size_t segment_bytes) const;
@@ -206,7 +203,7 @@ class CachingAllocator final : public Allocator {
 
   std::unique_ptr<Backing> backing_;
   CachingOptions options_;
-  mutable AdaptiveMutex mutex_;
+  // Everything below is guarded by Allocator::mutex_, the one lock (Note [One lock per allocator]).
   std::vector<std::unique_ptr<Segment>> segments_;
   std::unique_ptr<Pool> small_pool_, large_pool_;
   std::unordered_map<void*, Block*> live_;  // handed-out blocks by address (a hash: freeing is hot)
@@ -217,19 +214,6 @@ class CachingAllocator final : public Allocator {
   std::size_t history_capacity_ = 0, history_next_ = 0;
   std::chrono::steady_clock::time_point created_ = std::chrono::steady_clock::now();
 };
-
-// ---- the per-device allocators (core/allocator.cpp)
-
-// The caching allocator that serves `device` unless set_allocator replaced it: created on first use
-// over the device's backing (HostBacking, CudaBacking) with options from the environment
-// (CachingOptions::from_environment). It lives until the process ends.
-CachingAllocator& default_caching_allocator(Device device);
-// Caps what `device`'s caching allocator may hold. On the CPU this is a simulated device of `bytes`:
-// every OOM and every mitigation can be shown without a GPU. kUnlimited removes the cap.
-void set_memory_limit(Device device, std::size_t bytes);
-// Page-locked host memory for the data loader's staging buffers (cudaHostAlloc when CUDA is
-// compiled in; plain host memory otherwise), with statistics of its own.
-CachingAllocator& pinned_host_allocator();
 
 // Rounds a request to the size of the block that serves it (a multiple of kMinBlockSize).
 std::size_t round_block_size(std::size_t requested);

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -514,6 +515,10 @@ TEST_CASE("the CPU's default allocator is a caching allocator with a settable me
   set_memory_limit(Device::cpu(), kUnlimited);
   CHECK(empty({64 * 1024 * 1024}).numel() == 64 * 1024 * 1024);
   cpu.check_invariants();
+  // The registry has a slot per device index (a table read without a lock); others are refused.
+  CHECK_THROWS_WITH_AS(allocator_for(Device::cuda(kMaxDevicesPerType)), doctest::Contains("device indices run from 0 to 63"),
+                       DeviceError);
+  CHECK_THROWS_WITH_AS(allocator_for(Device::cuda(-1)), doctest::Contains("device indices run from 0"), DeviceError);
 }
 
 TEST_CASE("many threads at once") {
@@ -532,6 +537,39 @@ TEST_CASE("many threads at once") {
   for (auto& thread : threads) thread.join();
   a.check_invariants();
   CHECK(a.caching_stats().allocated_bytes.current == 0);
+}
+
+TEST_CASE("the statistics of what callers asked for agree with the blocks while other threads allocate") {
+  // Counted under the allocator's one lock, in the same critical section as the block itself, so the
+  // invariant checker (which compares them) never sees one without the other.
+  CachingAllocator a(std::make_unique<SimulatedBacking>());
+  std::atomic<int> running{2};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t)
+    threads.emplace_back([&a, &running, t] {
+      std::mt19937 rng(t);
+      MemoryTagScope scope(t == 0 ? MemoryTag::activation : MemoryTag::data);
+      std::vector<DataPtr> held;
+      for (int i = 0; i < 20000; ++i) {
+        if (held.size() > 16 || (rng() % 2 == 0 && !held.empty())) held.pop_back();
+        else held.push_back(a.allocate(1 + rng() % (64 * KiB)));
+      }
+      running -= 1;
+    });
+  int checks = 0;
+  std::string broken;
+  while (running > 0 && broken.empty()) {
+    try {
+      a.check_invariants();
+      ++checks;
+    } catch (const Error& e) {
+      broken = e.what();
+    }
+  }
+  for (auto& thread : threads) thread.join();
+  CHECK_MESSAGE(broken.empty(), broken);
+  CHECK(checks > 0);
+  a.check_invariants();
 }
 
 namespace {
