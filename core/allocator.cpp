@@ -1,17 +1,8 @@
-// Allocator: tags, DataPtr, statistics, and the per-device registry of caching allocators.
+// Allocator: tags, DataPtr and the statistics every allocator keeps (see allocator.h).
+// The per-device registry is core/allocator_registry.cpp.
 #include "core/allocator.h"
 
-#include "core/caching_allocator.h"
-
-#include <map>
-#include <memory>
-
-#include "core/cuda_status.h"
 #include "core/error.h"
-
-#if FRUGAL_WITH_CUDA
-#include "core/cuda/runtime.h"
-#endif
 
 namespace frugal {
 
@@ -63,11 +54,12 @@ void DataPtr::release() noexcept {
 
 // ---- Allocator
 
+// One lock for the memory and its statistics (Note [One lock per allocator] in allocator.h).
 DataPtr Allocator::allocate(std::size_t bytes, Stream stream) {
   if (bytes == 0) return {};
-  void* ptr = raw_allocate(bytes, stream);
   const MemoryTag tag = current_memory_tag();
-  std::lock_guard lock(stats_mutex_);
+  std::lock_guard lock(mutex_);
+  void* ptr = raw_allocate(bytes, stream);
   stats_.requested_bytes.increase(static_cast<std::int64_t>(bytes));
   stats_.allocations.increase(1);
   stats_.tag_bytes[static_cast<int>(tag)].increase(static_cast<std::int64_t>(bytes));
@@ -75,108 +67,23 @@ DataPtr Allocator::allocate(std::size_t bytes, Stream stream) {
 }
 
 void Allocator::deallocate(void* ptr, std::size_t bytes, MemoryTag tag) noexcept {
+  std::lock_guard lock(mutex_);
   raw_deallocate(ptr, bytes);
-  std::lock_guard lock(stats_mutex_);
   stats_.requested_bytes.decrease(static_cast<std::int64_t>(bytes));
   stats_.allocations.decrease(1);
   stats_.tag_bytes[static_cast<int>(tag)].decrease(static_cast<std::int64_t>(bytes));
 }
 
 AllocatorStats Allocator::stats() const {
-  std::lock_guard lock(stats_mutex_);
+  std::lock_guard lock(mutex_);
   return stats_;
 }
 
 void Allocator::reset_peak_stats() {
-  std::lock_guard lock(stats_mutex_);
+  std::lock_guard lock(mutex_);
   stats_.requested_bytes.reset_peak();
   stats_.allocations.reset_peak();
   for (Stat& tag : stats_.tag_bytes) tag.reset_peak();
-}
-
-// ---- registry
-
-namespace {
-struct Registry {
-  AdaptiveMutex mutex;  // taken for every allocation, by every thread that makes tensors
-  std::map<std::pair<DeviceType, int>, Allocator*> overrides;
-  std::map<std::pair<DeviceType, int>, std::unique_ptr<CachingAllocator>> defaults;
-  std::unique_ptr<CachingAllocator> pinned;
-};
-
-Registry& registry() {
-  static Registry* instance = new Registry;  // never destroyed: tensors in static objects may outlive main
-  return *instance;
-}
-
-std::unique_ptr<Backing> default_backing(Device device) {
-  switch (device.type()) {
-    case DeviceType::CPU:
-      return std::make_unique<HostBacking>();
-    case DeviceType::CUDA: {
-      const CudaStatus& status = cuda_status();
-      FRUGAL_CHECK_DEVICE(status.usable, "cannot use ", device, ": ", status.reason);
-      FRUGAL_CHECK_DEVICE(device.index() < status.device_count, "cannot use ", device, ": only ", status.device_count,
-                          " CUDA device(s) visible");
-#if FRUGAL_WITH_CUDA
-      return cuda::make_cuda_backing(device.index());
-#else
-      break;  // unreachable: without CUDA compiled in, status.usable is false
-#endif
-    }
-  }
-  FRUGAL_THROW(DeviceError, "unknown device type ", static_cast<int>(device.type()));
-}
-}  // namespace
-
-namespace {
-CachingAllocator& default_caching_allocator_locked(Registry& r, Device device) {
-  auto& slot = r.defaults[{device.type(), device.index()}];
-  if (!slot) slot = std::make_unique<CachingAllocator>(default_backing(device), CachingOptions::from_environment());
-  return *slot;
-}
-}  // namespace
-
-CachingAllocator& default_caching_allocator(Device device) {
-  Registry& r = registry();
-  std::lock_guard lock(r.mutex);
-  return default_caching_allocator_locked(r, device);
-}
-
-CachingAllocator& pinned_host_allocator() {
-  Registry& r = registry();
-  std::lock_guard lock(r.mutex);
-  if (!r.pinned) {
-#if FRUGAL_WITH_CUDA
-    r.pinned = std::make_unique<CachingAllocator>(cuda::make_pinned_host_backing(), CachingOptions::from_environment());
-#else
-    r.pinned = std::make_unique<CachingAllocator>(std::make_unique<HostBacking>(), CachingOptions::from_environment());
-#endif
-  }
-  return *r.pinned;
-}
-
-void set_memory_limit(Device device, std::size_t bytes) { default_caching_allocator(device).backing().set_capacity(bytes); }
-
-Allocator& allocator_for(Device device) {
-  Registry& r = registry();
-  std::lock_guard lock(r.mutex);
-  auto found = r.overrides.find({device.type(), device.index()});
-  if (found != r.overrides.end()) return *found->second;
-  return default_caching_allocator_locked(r, device);
-}
-
-Allocator* set_allocator(Device device, Allocator* allocator) {
-  Registry& r = registry();
-  std::lock_guard lock(r.mutex);
-  const auto key = std::make_pair(device.type(), device.index());
-  Allocator* previous = nullptr;
-  if (auto found = r.overrides.find(key); found != r.overrides.end()) previous = found->second;
-  if (allocator)
-    r.overrides[key] = allocator;
-  else
-    r.overrides.erase(key);
-  return previous;
 }
 
 }  // namespace frugal

@@ -3,8 +3,8 @@
 //   - MemoryTag: what an allocation is for (param, grad, activation, ...). Set per thread by an RAII
 //     MemoryTagScope, so a memory report can say what filled the device.
 //   - Stream: an opaque stream handle, so a pooling allocator can respect stream order.
-//   - allocator_for(device) / set_allocator(device, a): the registry that the pooling allocator
-//     plugs into without touching any caller.
+// The registry that picks the allocator of each device (allocator_for, set_allocator) is
+// core/allocator_registry.h, included here so that every user of an allocator finds it.
 // Not here: the allocator itself (core/caching_allocator.h: pooling, capacity limits, explained
 // OOMs) and where its memory comes from (core/backing.h).
 #pragma once
@@ -16,6 +16,7 @@
 #include <string_view>
 
 #include "core/adaptive_mutex.h"
+#include "core/allocator_registry.h"
 #include "core/device.h"
 
 namespace frugal {
@@ -107,6 +108,10 @@ struct AllocatorStats {
   std::array<Stat, kNumMemoryTags> tag_bytes{};   // requested bytes per MemoryTag
 };
 
+// Note [One lock per allocator]: an allocation or a free takes one lock, the allocator's own
+// mutex_, and holds it across raw_allocate/raw_deallocate and the statistics below; an allocator
+// guards its own state with the same mutex_. (Two locks, one for the memory and one for the
+// statistics, cost two lock round trips per tensor, contended by every thread that makes tensors.)
 class Allocator {
  public:
   virtual ~Allocator() = default;
@@ -119,24 +124,18 @@ class Allocator {
   virtual void reset_peak_stats();
 
  protected:
+  // Both run with mutex_ held (Note [One lock per allocator]).
   virtual void* raw_allocate(std::size_t bytes, Stream stream) = 0;
   virtual void raw_deallocate(void* ptr, std::size_t bytes) noexcept = 0;
+  // The allocator's one lock: tensors are made and freed from loader and autograd threads too.
+  mutable AdaptiveMutex mutex_;
+  // The statistics, for a caller that holds mutex_ (an invariant checker comparing them with its blocks).
+  const AllocatorStats& stats_while_locked() const { return stats_; }
 
  private:
   friend class DataPtr;
   void deallocate(void* ptr, std::size_t bytes, MemoryTag tag) noexcept;
-  mutable AdaptiveMutex stats_mutex_;  // tensors are freed from loader and autograd threads too
-  AllocatorStats stats_;
+  AllocatorStats stats_;  // under mutex_
 };
-
-// ---- registry
-
-// The allocator serving `device`: the device's caching allocator (core/caching_allocator.h) unless
-// replaced. Throws DeviceError for a CUDA device when CUDA is not compiled in or not usable, with
-// the reason.
-Allocator& allocator_for(Device device);
-// Replaces the allocator serving `device` (nullptr restores the default); returns the previous one.
-// The caller keeps `allocator` alive while tensors allocated from it exist.
-Allocator* set_allocator(Device device, Allocator* allocator);
 
 }  // namespace frugal

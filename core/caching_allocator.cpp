@@ -9,6 +9,7 @@
 #include "core/caching_allocator.h"
 
 #include <algorithm>
+#include <array>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
@@ -152,6 +153,7 @@ struct CachingAllocator::Segment {
   Pool* pool = nullptr;
   Stream stream;
   Block* first = nullptr;
+  Block* last = nullptr;  // kept, not searched: expandable segments grow and trim at their end
   std::size_t num_blocks = 0;
   std::size_t free_bytes = 0;  // sizes of its free blocks
   std::int64_t inactive_split() const { return num_blocks > 1 ? as_signed(free_bytes) : 0; }
@@ -226,9 +228,24 @@ CachingAllocator::Pool& CachingAllocator::pool_for(std::size_t rounded) {
 
 // ---- allocation
 
+namespace {
+// Releases a lock the caller holds for its lifetime, and takes it again after, also when an
+// exception leaves the scope.
+class Unlocked {
+ public:
+  explicit Unlocked(AdaptiveMutex& mutex) : mutex_(mutex) { mutex_.unlock(); }
+  ~Unlocked() { mutex_.lock(); }
+  Unlocked(const Unlocked&) = delete;
+  Unlocked& operator=(const Unlocked&) = delete;
+
+ private:
+  AdaptiveMutex& mutex_;
+};
+}  // namespace
+
+// Runs with mutex_ held (Note [One lock per allocator]).
 void* CachingAllocator::raw_allocate(std::size_t bytes, Stream stream) {
   const MemoryTag tag = current_memory_tag();
-  std::unique_lock lock(mutex_);
   Block* block = bytes <= kMaxRequest ? allocate_block(bytes, stream, tag) : nullptr;
   if (block) return block->ptr;
   // Out of memory. Observers run without the lock, so they may take snapshots.
@@ -241,8 +258,10 @@ void* CachingAllocator::raw_allocate(std::size_t bytes, Stream stream) {
   stats_.num_ooms += 1;
   record(AllocEvent::Kind::oom, 0, rounded, bytes, stream, tag);
   const auto observers = oom_observers_;
-  lock.unlock();
-  for (const auto& observer : observers) observer(report);
+  {
+    const Unlocked unlocked(mutex_);
+    for (const auto& observer : observers) observer(report);
+  }
   FRUGAL_THROW(OutOfMemoryError, report.message);
 }
 
@@ -319,7 +338,7 @@ CachingAllocator::Block* CachingAllocator::new_fixed_segment(Pool& pool, std::si
   segment->pool = &pool;
   segment->stream = stream;
   auto* block = new_block<Block>(segment->base, segment_bytes, stream, segment.get());
-  segment->first = block;
+  segment->first = segment->last = block;
   segment->num_blocks = 1;
   record(AllocEvent::Kind::segment_alloc, reinterpret_cast<std::uintptr_t>(base), segment_bytes, 0, stream,
          current_memory_tag());
@@ -360,8 +379,8 @@ CachingAllocator::Block* CachingAllocator::extend_expandable(Pool& pool, std::si
     segments_.push_back(std::move(owned));
     stats_.segments.increase(1);
   }
-  Block* tail = segment->first;
-  while (tail && tail->next) tail = tail->next;
+  Block* tail = segment->last;
+  stats_.blocks_visited += tail ? 1 : 0;
   const bool tail_free = tail && tail->state == BlockState::free;
   const std::size_t have = tail_free ? tail->size : 0;
   // A free tail already large enough was refused by best fit (max_split): growing cannot help.
@@ -387,6 +406,7 @@ CachingAllocator::Block* CachingAllocator::extend_expandable(Pool& pool, std::si
       tail->next = block;
     else
       segment->first = block;
+    segment->last = block;
     segment->num_blocks += 1;
   }
   stats_.inactive_split_bytes.adjust(segment->inactive_split() - inactive_before);
@@ -413,7 +433,10 @@ CachingAllocator::Block* CachingAllocator::take(Block* block, std::size_t size, 
       auto* rest = new_block<Block>(block->ptr + size, remaining, block->stream, segment);
       rest->prev = block;
       rest->next = block->next;
-      if (block->next) block->next->prev = rest;
+      if (block->next)
+        block->next->prev = rest;
+      else
+        segment->last = rest;
       block->next = rest;
       block->size = size;
       segment->num_blocks += 1;
@@ -435,6 +458,7 @@ CachingAllocator::Block* CachingAllocator::take(Block* block, std::size_t size, 
 
 // ---- freeing
 
+// Runs with mutex_ held, as raw_allocate does.
 void CachingAllocator::raw_deallocate(void* ptr, std::size_t bytes) noexcept {
   // Frees run in destructors and cannot throw. A device call failing here means the device is
   // already broken (a sticky CUDA error); say so and carry on rather than terminate.
@@ -446,7 +470,6 @@ void CachingAllocator::raw_deallocate(void* ptr, std::size_t bytes) noexcept {
 }
 
 void CachingAllocator::free_now(void* ptr, std::size_t) {
-  std::lock_guard lock(mutex_);
   auto found = live_.find(ptr);
   if (found == live_.end()) return;  // not ours: DataPtr only hands back what we gave
   Block* block = found->second;
@@ -516,20 +539,20 @@ void CachingAllocator::release_to_pool(Block* block) {
   block->requested = 0;
   segment->free_bytes += block->size;
   for (Block* neighbour : {block->prev, block->next}) {
-    if (!neighbour || neighbour->state != BlockState::free) continue;
+    if (!neighbour) continue;
+    stats_.blocks_visited += 1;
+    if (neighbour->state != BlockState::free) continue;
     pool.free_blocks.erase(neighbour);
-    if (neighbour == block->prev) {  // keep the lower block, absorb the higher one
-      neighbour->size += block->size;
-      neighbour->next = block->next;
-      if (block->next) block->next->prev = neighbour;
-      delete block;
-      block = neighbour;
-    } else {
-      block->size += neighbour->size;
-      block->next = neighbour->next;
-      if (neighbour->next) neighbour->next->prev = block;
-      delete neighbour;
-    }
+    Block* lower = neighbour == block->prev ? neighbour : block;  // keep the lower block, absorb the higher one
+    Block* higher = lower == block ? neighbour : block;
+    lower->size += higher->size;
+    lower->next = higher->next;
+    if (higher->next)
+      higher->next->prev = lower;
+    else
+      segment->last = lower;
+    delete higher;
+    block = lower;
     segment->num_blocks -= 1;
   }
   pool.free_blocks.insert(block);
@@ -583,8 +606,8 @@ void CachingAllocator::release_segment(Segment* segment) {
 // Unmaps the free tail of an expandable segment, from the first granule boundary inside the free
 // last block to the end; a segment that becomes empty gives its address space back too.
 void CachingAllocator::trim_expandable(Segment* segment) {
-  Block* tail = segment->first;
-  while (tail && tail->next) tail = tail->next;
+  Block* tail = segment->last;
+  stats_.blocks_visited += tail ? 1 : 0;
   if (tail && tail->state == BlockState::free) {
     const std::size_t granularity = backing_->map_granularity();
     const std::size_t keep = round_up(static_cast<std::size_t>(tail->ptr - segment->base), granularity);
@@ -605,6 +628,7 @@ void CachingAllocator::trim_expandable(Segment* segment) {
           tail->prev->next = nullptr;
         else
           segment->first = nullptr;
+        segment->last = tail->prev;
         segment->num_blocks -= 1;
         delete tail;
       } else {
@@ -646,6 +670,9 @@ OomReport CachingAllocator::describe_oom(std::size_t requested, std::size_t roun
   const std::size_t cached = r.reserved - r.allocated;
   // Fragmentation: the bytes are there, in the cache, just not in one piece big enough.
   r.fragmentation = cached >= rounded;
+  // Rounding: the request fits in what is free, but the segment or chunks it is rounded up to
+  // do not (a 3 MiB tensor on an empty 8 MiB device, served from a 20 MiB segment).
+  r.rounding = !r.fragmentation && rounded <= r.device_free && segment_bytes > r.device_free;
   std::ostringstream m;
   m << "out of memory on " << r.device << " (" << backing_->name() << " backing): tried to allocate "
     << format_size(rounded) << " (asked " << requested << " bytes, a " << format_size(segment_bytes)
@@ -655,12 +682,28 @@ OomReport CachingAllocator::describe_oom(std::size_t requested, std::size_t roun
   m << ", free " << format_size(r.device_free) << "; allocated " << format_size(r.allocated)
     << ", reserved but unallocated " << format_size(cached) << ", largest free block "
     << format_size(r.largest_free_block) << ". ";
+  const bool expandable = options_.expandable_segments && backing_->supports_expandable();
   if (r.fragmentation) {
     m << "Hint: fragmentation: " << format_size(cached) << " is cached but in pieces smaller than the request; ";
-    if (!options_.expandable_segments || !backing_->supports_expandable())
-      m << "enable expandable segments (FRUGAL_ALLOC_CONF=expandable:on), ";
+    if (!expandable) m << "enable expandable segments (FRUGAL_ALLOC_CONF=expandable:on), ";
     m << "set max_split (FRUGAL_ALLOC_CONF=max_split:SIZE) so large blocks are not carved up, or call "
          "empty_cache() between phases whose shapes differ.";
+  } else if (r.rounding) {
+    m << "Hint: rounding: the request (" << format_size(rounded) << ") fits in the " << format_size(r.device_free)
+      << " free, but ";
+    if (expandable)
+      m << "expandable segments map whole " << format_size(backing_->map_granularity()) << " chunks, "
+        << format_size(segment_bytes) << " for it, which does not; ";
+    else
+      m << "fixed segments round it up to a " << format_size(segment_bytes) << " segment, which does not; ";
+    const bool suggest_expandable = !expandable && backing_->supports_expandable();
+    if (suggest_expandable)
+      m << "enable expandable segments (FRUGAL_ALLOC_CONF=expandable:on), which map "
+        << format_size(backing_->map_granularity()) << " chunks instead, or ";
+    if (r.capacity != kUnlimited)
+      m << "raise the memory limit to at least " << format_size(r.capacity + (segment_bytes - r.device_free)) << ".";
+    else
+      m << "free " << format_size(segment_bytes - r.device_free) << " more on the device.";
   } else {
     m << "Hint: a real shortage: even with every cached byte given back the request does not fit; use a "
          "smaller batch (with gradient accumulation to keep the effective batch), activation checkpointing, "
@@ -863,9 +906,11 @@ void CachingAllocator::write_chrome_trace(std::ostream& out) const {
 void CachingAllocator::check_invariants() const {
   std::lock_guard lock(mutex_);
   std::int64_t allocated = 0, active = 0, reserved = 0, inactive = 0, blocks_live = 0;
+  std::array<std::int64_t, kNumMemoryTags> requested{};  // by tag, of the allocated blocks
   for (const auto& segment : segments_) {
     char* expected = segment->base;
     std::size_t count = 0, free_bytes = 0;
+    const Block* last_seen = nullptr;
     for (const Block* b = segment->first; b; b = b->next) {
       FRUGAL_CHECK(b->ptr == expected, "block at offset ", b->ptr - segment->base, " does not follow its neighbour");
       FRUGAL_CHECK(b->segment == segment.get(), "block points to the wrong segment");
@@ -884,11 +929,14 @@ void CachingAllocator::check_invariants() const {
         blocks_live += 1;
         FRUGAL_CHECK(b->requested <= b->size, "a block is smaller than its request");
         FRUGAL_CHECK(live_.count(b->ptr) == 1, "an allocated block is missing from the live map");
+        requested[static_cast<std::size_t>(b->tag)] += as_signed(b->requested);
       }
       expected += b->size;
       count += 1;
+      last_seen = b;
     }
     FRUGAL_CHECK(expected == segment->base + segment->size, "blocks do not tile their segment");
+    FRUGAL_CHECK(segment->last == (segment->first ? last_seen : nullptr), "the segment's kept tail is not its last block");
     FRUGAL_CHECK(count == segment->num_blocks && free_bytes == segment->free_bytes, "segment bookkeeping is stale");
     inactive += segment->inactive_split();
     reserved += as_signed(segment->size);
@@ -899,7 +947,21 @@ void CachingAllocator::check_invariants() const {
       active += as_signed(block->size);
       reserved += as_signed(block->size);
       blocks_live += 1;
+      requested[static_cast<std::size_t>(block->tag)] += as_signed(block->requested);
     }
+  // The statistics of what callers asked for are kept under the same lock (Note [One lock per
+  // allocator]), so they agree with the blocks at every moment another thread can see.
+  const AllocatorStats& asked = stats_while_locked();
+  std::int64_t requested_total = 0;
+  for (int tag = 0; tag < kNumMemoryTags; ++tag) {
+    FRUGAL_CHECK(requested[static_cast<std::size_t>(tag)] == asked.tag_bytes[static_cast<std::size_t>(tag)].current,
+                 "requested bytes of tag ", memory_tag_name(static_cast<MemoryTag>(tag)), ": ",
+                 asked.tag_bytes[static_cast<std::size_t>(tag)].current, " counted but blocks sum to ",
+                 requested[static_cast<std::size_t>(tag)]);
+    requested_total += requested[static_cast<std::size_t>(tag)];
+  }
+  FRUGAL_CHECK(requested_total == asked.requested_bytes.current && blocks_live == asked.allocations.current,
+               "requested bytes or allocations counted differ from the live blocks");
   FRUGAL_CHECK(allocated == stats_.allocated_bytes.current, "allocated_bytes ", stats_.allocated_bytes.current,
                " but blocks sum to ", allocated);
   FRUGAL_CHECK(active == stats_.active_bytes.current, "active_bytes ", stats_.active_bytes.current, " but blocks sum to ", active);

@@ -7,8 +7,8 @@
 // below carries its reason. Going beyond it: expandable segments (one growing segment per stream and
 // pool instead of many fixed ones), which avoid the slivers that fixed segments leave when shapes
 // change.
-// Not here: the backings themselves, the per-device registry (core/allocator.cpp), trace replay
-// (memory/alloc_trace.h).
+// Not here: the backings themselves, the per-device registry (core/allocator_registry.h), trace
+// replay (memory/alloc_trace.h).
 #pragma once
 
 #include <chrono>
@@ -25,7 +25,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/adaptive_mutex.h"
 #include "core/backing.h"
 
 namespace frugal {
@@ -94,6 +93,10 @@ struct CachingStats {
   std::int64_t num_ooms = 0;       // OutOfMemoryErrors thrown
   std::int64_t alloc_retries = 0;  // times the cache was emptied to retry a failed request
   std::int64_t backing_allocs = 0, backing_frees = 0, backing_maps = 0, backing_unmaps = 0;
+  // Blocks looked at through the segments' block lists while allocating, freeing, growing and
+  // trimming (reports and checks are not counted): a few per operation, never a walk of a whole
+  // segment. A test holds it there.
+  std::int64_t blocks_visited = 0;
 };
 
 // What an OOM observer is told, before the OutOfMemoryError is thrown.
@@ -106,6 +109,7 @@ struct OomReport {
   std::size_t device_total = 0, device_free = 0;
   std::size_t allocated = 0, reserved = 0, largest_free_block = 0;
   bool fragmentation = false;  // enough bytes were cached, just not in one piece
+  bool rounding = false;       // the request fits in what is free; the segment it was rounded to does not
   std::string message;
 };
 
@@ -191,8 +195,6 @@ class CachingAllocator final : public Allocator {
   std::size_t release_cached();
   void release_segment(Segment* segment);
   void trim_expandable(Segment* segment);
-  bool segment_is_split(const Segment* segment) const;
-  void update_inactive_split(Segment* segment, std::int64_t sign);
   void record(AllocEvent::Kind kind, std::uintptr_t address, std::size_t bytes, std::size_t requested,
               Stream stream, MemoryTag tag);
   OomReport describe_oom(std::size_t requested, std::size_t rounded, std::size_t segment_bytes) const;
@@ -201,7 +203,7 @@ class CachingAllocator final : public Allocator {
 
   std::unique_ptr<Backing> backing_;
   CachingOptions options_;
-  mutable AdaptiveMutex mutex_;
+  // Everything below is guarded by Allocator::mutex_, the one lock (Note [One lock per allocator]).
   std::vector<std::unique_ptr<Segment>> segments_;
   std::unique_ptr<Pool> small_pool_, large_pool_;
   std::unordered_map<void*, Block*> live_;  // handed-out blocks by address (a hash: freeing is hot)
@@ -212,19 +214,6 @@ class CachingAllocator final : public Allocator {
   std::size_t history_capacity_ = 0, history_next_ = 0;
   std::chrono::steady_clock::time_point created_ = std::chrono::steady_clock::now();
 };
-
-// ---- the per-device allocators (core/allocator.cpp)
-
-// The caching allocator that serves `device` unless set_allocator replaced it: created on first use
-// over the device's backing (HostBacking, CudaBacking) with options from the environment
-// (CachingOptions::from_environment). It lives until the process ends.
-CachingAllocator& default_caching_allocator(Device device);
-// Caps what `device`'s caching allocator may hold. On the CPU this is a simulated device of `bytes`:
-// every OOM and every mitigation can be shown without a GPU. kUnlimited removes the cap.
-void set_memory_limit(Device device, std::size_t bytes);
-// Page-locked host memory for the data loader's staging buffers (cudaHostAlloc when CUDA is
-// compiled in; plain host memory otherwise), with statistics of its own.
-CachingAllocator& pinned_host_allocator();
 
 // Rounds a request to the size of the block that serves it (a multiple of kMinBlockSize).
 std::size_t round_block_size(std::size_t requested);

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -238,6 +239,45 @@ TEST_CASE("OOM: fragmentation is told apart from a shortage") {
   a->check_invariants();
 }
 
+TEST_CASE("OOM: a request that fits but whose rounded segment does not names the rounding") {
+  // An empty 8 MiB device: 3 MiB fit, but fixed segments serve 1-10 MiB requests from 20 MiB ones.
+  auto a = simulated(fixed_segments(), 8 * MiB);
+  std::vector<OomReport> seen;
+  a->add_oom_observer([&](const OomReport& r) { seen.push_back(r); });
+  std::string message;
+  try {
+    a->allocate(3 * MiB);
+    FAIL("no OutOfMemoryError");
+  } catch (const OutOfMemoryError& e) {
+    message = e.what();
+  }
+  for (const char* fact : {R"(Hint: rounding: the request \(3\.00 MiB\) fits in the 8\.00 MiB free, but fixed segments round it up to a 20\.00 MiB segment, which does not;)",
+                           R"(enable expandable segments \(FRUGAL_ALLOC_CONF=expandable:on\), which map 2\.00 MiB chunks)",
+                           R"(or raise the memory limit to at least 20\.00 MiB)"})
+    CHECK_MESSAGE(std::regex_search(message, std::regex(fact)), fact << " in: " << message);
+  CHECK(message.find("real shortage") == std::string::npos);
+  REQUIRE(seen.size() == 1);
+  CHECK(seen[0].rounding);
+  CHECK_FALSE(seen[0].fragmentation);
+  // The same request with expandable segments fits: 4 MiB of chunks are mapped.
+  CachingOptions expandable;
+  auto e = simulated(expandable, 8 * MiB);
+  CHECK(e->allocate(3 * MiB).get() != nullptr);
+  // Expandable segments round too, to whole chunks: 2.5 MiB on a 3 MiB device needs two.
+  auto tight = simulated(expandable, 3 * MiB);
+  try {
+    tight->allocate(5 * MiB / 2);
+    FAIL("no OutOfMemoryError");
+  } catch (const OutOfMemoryError& error) {
+    message = error.what();
+  }
+  const char* chunks = R"(Hint: rounding: the request \(2\.50 MiB\) fits in the 3\.00 MiB free, but expandable segments map whole 2\.00 MiB chunks, 4\.00 MiB for it, which does not; raise the memory limit to at least 4\.00 MiB\.)";
+  CHECK_MESSAGE(std::regex_search(message, std::regex(chunks)), message);
+  CHECK(message.find("enable expandable segments") == std::string::npos);
+  a->check_invariants();
+  tight->check_invariants();
+}
+
 TEST_CASE("empty_cache returns every releasable segment, and only those") {
   auto a = simulated();
   DataPtr keep = a->allocate(1000);  // pins one small segment: split, not releasable
@@ -323,6 +363,28 @@ TEST_CASE("expandable segments grow in place instead of leaving slivers") {
   CHECK(expandable.reserved_bytes.peak < fixed.reserved_bytes.peak);
   CHECK(expandable.backing_maps > 0);
   CHECK(expandable.backing_allocs == 0);
+}
+
+TEST_CASE("expandable segments: growing and trimming look at the tail only, however many blocks the segment holds") {
+  // 2 MiB blocks in the large pool: every allocation maps one more chunk, every trim unmaps one.
+  // Finding the tail by walking the block list would visit about n^2/2 blocks (12.5 million here).
+  CachingOptions options;  // expandable, the default
+  auto a = simulated(options);
+  constexpr std::int64_t kBlocks = 5000;
+  std::vector<DataPtr> live;
+  for (std::int64_t i = 0; i < kBlocks; ++i) live.push_back(a->allocate(2 * MiB));
+  CachingStats s = a->caching_stats();
+  CHECK(s.backing_maps == kBlocks);
+  CHECK(s.segments.current == 1);
+  CHECK(s.blocks_visited <= kBlocks);  // the tail, once per growth
+  while (!live.empty()) {  // free from the end, trimming after each: the tail goes back every time
+    live.pop_back();
+    a->empty_cache();
+  }
+  s = a->caching_stats();
+  CHECK(s.backing_unmaps == kBlocks);
+  CHECK(s.blocks_visited <= 4 * kBlocks);  // per free and trim: the neighbours and the tail
+  a->check_invariants();
 }
 
 TEST_CASE("expandable segments on host memory: mapped chunks are real, trimmed ones go back") {
@@ -453,6 +515,10 @@ TEST_CASE("the CPU's default allocator is a caching allocator with a settable me
   set_memory_limit(Device::cpu(), kUnlimited);
   CHECK(empty({64 * 1024 * 1024}).numel() == 64 * 1024 * 1024);
   cpu.check_invariants();
+  // The registry has a slot per device index (a table read without a lock); others are refused.
+  CHECK_THROWS_WITH_AS(allocator_for(Device::cuda(kMaxDevicesPerType)), doctest::Contains("device indices run from 0 to 63"),
+                       DeviceError);
+  CHECK_THROWS_WITH_AS(allocator_for(Device::cuda(-1)), doctest::Contains("device indices run from 0"), DeviceError);
 }
 
 TEST_CASE("many threads at once") {
@@ -471,6 +537,39 @@ TEST_CASE("many threads at once") {
   for (auto& thread : threads) thread.join();
   a.check_invariants();
   CHECK(a.caching_stats().allocated_bytes.current == 0);
+}
+
+TEST_CASE("the statistics of what callers asked for agree with the blocks while other threads allocate") {
+  // Counted under the allocator's one lock, in the same critical section as the block itself, so the
+  // invariant checker (which compares them) never sees one without the other.
+  CachingAllocator a(std::make_unique<SimulatedBacking>());
+  std::atomic<int> running{2};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t)
+    threads.emplace_back([&a, &running, t] {
+      std::mt19937 rng(t);
+      MemoryTagScope scope(t == 0 ? MemoryTag::activation : MemoryTag::data);
+      std::vector<DataPtr> held;
+      for (int i = 0; i < 20000; ++i) {
+        if (held.size() > 16 || (rng() % 2 == 0 && !held.empty())) held.pop_back();
+        else held.push_back(a.allocate(1 + rng() % (64 * KiB)));
+      }
+      running -= 1;
+    });
+  int checks = 0;
+  std::string broken;
+  while (running > 0 && broken.empty()) {
+    try {
+      a.check_invariants();
+      ++checks;
+    } catch (const Error& e) {
+      broken = e.what();
+    }
+  }
+  for (auto& thread : threads) thread.join();
+  CHECK_MESSAGE(broken.empty(), broken);
+  CHECK(checks > 0);
+  a.check_invariants();
 }
 
 namespace {
