@@ -24,7 +24,7 @@ Error::Error(std::string message, const char* file, int line, std::string expres
 namespace detail {
 const char* short_path(const char* file) {
   // __FILE__ is absolute in CMake builds; keep the part from the top-level source folder on.
-  static constexpr const char* kTopLevelFolders[] = {"/core/", "/kernels/", "/nn/", "/data/", "/dist/",
+  static constexpr const char* kTopLevelFolders[] = {"/core/", "/emu/", "/kernels/", "/nn/", "/data/", "/dist/",
                                                      "/models/", "/cli/", "/bench/", "/tests/", "/samples/"};
   const char* best = nullptr;
   for (const char* folder : kTopLevelFolders) {

@@ -1,9 +1,9 @@
 // The CUDA emulation header: what a kernel source sees when the host compiler builds it for the
 // emulator instead of nvcc building it for a GPU (core/cuda/kernel_support.h chooses). It provides
 // the names kernels use, with CUDA's meaning, on top of the fiber scheduler in emulator.h: dim3,
-// threadIdx/blockIdx/blockDim/gridDim, __global__/__device__/__host__/__forceinline__, shared
-// memory, __syncthreads, warp primitives, atomics, the math intrinsics frugal's kernels call, and
-// the few runtime calls their launchers make. See docs/cuda-emulator.md.
+// threadIdx/blockIdx/blockDim/gridDim, __global__/__device__/__host__/__forceinline__, checked shared
+// memory (shared_memory.h), __syncthreads, warp primitives, atomics, the math intrinsics frugal's
+// kernels call, and the few runtime calls their launchers make. See docs/cuda-emulator.md.
 //
 // Deliberately not here: cuBLAS, cuDNN, NCCL (those paths need a GPU), real streams and events (a
 // launch runs to completion before it returns), speed (it checks logic, not performance), and
@@ -16,10 +16,13 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <source_location>
 #include <type_traits>
+#include <utility>
 
-#include "emu/emulator.h"
 #include "core/half.h"
+#include "emu/emulator.h"
+#include "emu/shared_memory.h"
 
 namespace frugal::emu {
 
@@ -60,19 +63,47 @@ inline float __int_as_float(int i) { float x; std::memcpy(&x, &i, sizeof x); ret
 inline __half __float2half_rn(float value) { return __half(value); }
 
 // ---- atomics. Emulated threads run one at a time and switch only at barriers and warp
-// primitives, so a read-modify-write is atomic by construction; these return the old value.
+// primitives, so a read-modify-write is atomic by construction; these return the old value. The
+// target is a T* in global memory or a SharedPtr<T>, whose access the hazard checker records as
+// atomic (two atomics on one word do not race).
 template <typename T>
-T atomicAdd(T* address, std::type_identity_t<T> value) { const T old = *address; *address = old + value; return old; }
+T* atomic_target(T* address) { return address; }
 template <typename T>
-T atomicSub(T* address, std::type_identity_t<T> value) { const T old = *address; *address = old - value; return old; }
-template <typename T>
-T atomicMax(T* address, std::type_identity_t<T> value) { const T old = *address; *address = old < value ? value : old; return old; }
-template <typename T>
-T atomicMin(T* address, std::type_identity_t<T> value) { const T old = *address; *address = value < old ? value : old; return old; }
-template <typename T>
-T atomicExch(T* address, std::type_identity_t<T> value) { const T old = *address; *address = value; return old; }
-template <typename T>
-T atomicCAS(T* address, std::type_identity_t<T> compare, std::type_identity_t<T> value) { const T old = *address; if (old == compare) *address = value; return old; }
+T* atomic_target(SharedPtr<T> address) { return address.checked(SharedAccess::atomic); }
+template <typename Address>
+using AtomicValue = std::remove_pointer_t<decltype(atomic_target(std::declval<Address>()))>;
+
+template <typename Address, typename Update>
+AtomicValue<Address> atomic_update(Address address, Update update) {
+  AtomicValue<Address>* target = atomic_target(address);
+  const AtomicValue<Address> old = *target;
+  *target = update(old);
+  return old;
+}
+template <typename Address>
+AtomicValue<Address> atomicAdd(Address address, AtomicValue<Address> value) {
+  return atomic_update(address, [&](auto old) { return old + value; });
+}
+template <typename Address>
+AtomicValue<Address> atomicSub(Address address, AtomicValue<Address> value) {
+  return atomic_update(address, [&](auto old) { return old - value; });
+}
+template <typename Address>
+AtomicValue<Address> atomicMax(Address address, AtomicValue<Address> value) {
+  return atomic_update(address, [&](auto old) { return old < value ? value : old; });
+}
+template <typename Address>
+AtomicValue<Address> atomicMin(Address address, AtomicValue<Address> value) {
+  return atomic_update(address, [&](auto old) { return value < old ? value : old; });
+}
+template <typename Address>
+AtomicValue<Address> atomicExch(Address address, AtomicValue<Address> value) {
+  return atomic_update(address, [&](auto) { return value; });
+}
+template <typename Address>
+AtomicValue<Address> atomicCAS(Address address, AtomicValue<Address> compare, AtomicValue<Address> value) {
+  return atomic_update(address, [&](auto old) { return old == compare ? value : old; });
+}
 
 // ---- warp primitives (emulator.h does the exchange between lanes)
 template <typename T>
@@ -95,7 +126,8 @@ inline unsigned __ballot_sync(unsigned mask, int predicate) { return warp_vote(m
 inline int __all_sync(unsigned mask, int predicate) { return static_cast<int>(warp_vote(mask, WarpOp::all, predicate != 0)); }
 inline int __any_sync(unsigned mask, int predicate) { return static_cast<int>(warp_vote(mask, WarpOp::any, predicate != 0)); }
 inline void __syncwarp(unsigned mask = 0xffffffffu) { warp_sync(mask); }
-inline void __syncthreads() { block_barrier(); }
+// The call site tells barriers apart: threads of a block must all reach the same one.
+inline void __syncthreads(const std::source_location& site = std::source_location::current()) { block_barrier(site); }
 
 }  // namespace frugal::emu
 
@@ -150,10 +182,9 @@ using frugal::emu::cudaSuccess;
 #define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
-// A static __shared__ array is a static variable shared by the fibers of the running block (blocks
-// run one at a time, launches take turns). All of them live in one section, which the emulator
-// poisons at every block's start, as it does dynamic shared memory.
-#define __shared__ static __attribute__((section("frugal_shared")))
+// Static shared arrays are declared with FRUGAL_SHARED_ARRAY (core/cuda/kernel_support.h), whose
+// accesses are checked; a plain __shared__ array would not be, so it does not compile here.
+#define __shared__ _Pragma("GCC error \"declare shared arrays with FRUGAL_SHARED_ARRAY(type, name, count)\"")
 #define __expf(x) ::frugal::emu::fast_exp(x)
 #define __logf(x) ::frugal::emu::fast_log(x)
 #define warpSize ::frugal::emu::kWarpSize

@@ -4,8 +4,10 @@
 // in each pass it resumes every runnable thread once, in the order the schedule gives, and each
 // runs until it reaches a meeting point (__syncthreads, a warp primitive) or returns. After a
 // pass, warps whose named lanes have all reached the same warp primitive exchange their values and
-// run on; when nothing else can run and every live thread waits at __syncthreads, the barrier opens.
-// If neither can happen the kernel is stuck, and the emulator says which threads wait where.
+// run on; when nothing else can run and every live thread waits at one __syncthreads, the barrier
+// opens (threads that returned are not waited for, as on a GPU). Live threads waiting at different
+// __syncthreads are a divergent barrier; if nothing can happen at all, the kernel is stuck, and the
+// emulator says which threads wait where.
 // Because threads switch only at meeting points, what a thread does between two of them is
 // atomic, and the schedule decides only the order of those stretches: exactly the freedom a GPU
 // has, minus interleavings inside a stretch, which no correct kernel may depend on.
@@ -16,6 +18,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <filesystem>
 #include <mutex>
 #include <numeric>
 #include <random>
@@ -25,6 +28,8 @@
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/common_interface_defs.h>
 #endif
+
+#include "emu/hazard_checker.h"
 
 namespace frugal::emu {
 
@@ -59,17 +64,7 @@ namespace {
 // frugal writes and printf; pages are only touched as they are used. A kernel whose locals exceed
 // it crashes without a diagnosis (GPUs allow up to 512 KiB of local memory per thread).
 constexpr std::size_t kStackBytes = 256 << 10;
-// Guards before and after dynamic shared memory, each at least as large as the memory itself, so
-// any index up to twice the size lands in a guard: a write changes one and the next check names the
-// thread that just ran; a read gets the guard pattern, which is NaN as a float and as a double.
-constexpr std::size_t kMinGuardBytes = 256;
-constexpr unsigned char kGuardPattern[4] = {0xA5, 0xA5, 0xF5, 0xFF};  // 0xFFF5A5A5: NaN in f32 and f64
 constexpr unsigned char kPoisonByte = 0xFF;  // as float: NaN; as an integer: -1
-
-std::size_t guard_bytes(std::size_t shared_bytes) {
-  return (std::max(kMinGuardBytes, shared_bytes) + 15) / 16 * 16;  // keeps the memory 16-byte aligned
-}
-unsigned char guard_byte(std::size_t offset) { return kGuardPattern[offset % 4]; }
 
 enum class Wait : std::uint8_t { runnable, barrier, warp, done };
 
@@ -81,6 +76,7 @@ struct Thread {
   StackBounds stack;      // this fiber's stack, and the scheduler's: Note [Fibers under AddressSanitizer]
   StackBounds scheduler;
   Wait wait = Wait::runnable;
+  std::source_location barrier;  // the __syncthreads it waits at
   // The warp primitive it waits at.
   WarpOp op = WarpOp::sync;
   unsigned mask = 0;
@@ -94,8 +90,8 @@ struct Block {
   const char* kernel = "";
   bool abandoning = false;  // a thread failed: the others are resumed only to unwind
   std::vector<Thread> threads;
-  std::vector<unsigned char> shared;  // guard | dynamic shared memory | guard
-  std::size_t shared_bytes = 0;
+  std::vector<unsigned char> shared;  // dynamic shared memory (operator new aligns it to 16 bytes)
+  HazardChecker hazards;
 };
 
 // Static __shared__ arrays all live in the section frugal_shared (cuda_emu.h); the linker marks its
@@ -110,13 +106,18 @@ thread_local Options t_options;
 thread_local Block* t_block = nullptr;
 thread_local Thread* t_thread = nullptr;
 
+std::string thread_name(const Thread& thread) {
+  const dim3& t = thread.index.thread_idx;
+  std::ostringstream out;
+  out << "thread (" << t.x << "," << t.y << "," << t.z << ")";
+  return out.str();
+}
+
 std::string where(const Block& block, const Thread* thread) {
   const ThreadIndex& i = block.threads.front().index;
   std::ostringstream out;
   out << "kernel " << block.kernel << ", block (" << i.block_idx.x << "," << i.block_idx.y << "," << i.block_idx.z << ")";
-  if (thread)
-    out << ", thread (" << thread->index.thread_idx.x << "," << thread->index.thread_idx.y << ","
-        << thread->index.thread_idx.z << ")";
+  if (thread) out << ", " << thread_name(*thread);
   return out.str();
 }
 
@@ -162,21 +163,6 @@ class RecordingStack {
   ctx::pooled_fixedsize_stack* pool_;
   StackBounds* last_;
 };
-
-// ---- shared memory guards
-
-void check_guards(const Block& block, const Thread& thread) {
-  if (block.shared.empty()) return;
-  const unsigned char* data = block.shared.data();
-  const std::size_t guard = guard_bytes(block.shared_bytes), after = guard + block.shared_bytes;
-  for (std::size_t i = 0; i < guard; ++i) {
-    if (data[guard - 1 - i] != guard_byte(guard - 1 - i))
-      FRUGAL_THROW(KernelError, where(block, &thread), " wrote ", i + 1, " bytes before the start of its dynamic shared memory");
-    if (data[after + i] != guard_byte(after + i))
-      FRUGAL_THROW(KernelError, where(block, &thread), " wrote past the end of its dynamic shared memory (",
-                   block.shared_bytes, " bytes; byte ", block.shared_bytes + i, " was written)");
-  }
-}
 
 // ---- warps
 
@@ -261,6 +247,7 @@ bool complete_warps(Block& block, std::size_t first) {
       }
       lane.wait = Wait::runnable;
     }
+    if (leader.op == WarpOp::sync) block.hazards.warp_sync(static_cast<int>(first), present);
     completed = true;
   }
   return completed;
@@ -297,21 +284,34 @@ std::string describe_waits(const Block& block) {
   return out.str();
 }
 
-// Opens the barrier if every live thread waits at it. A thread that returned while others wait
-// is a divergent barrier: undefined on a GPU (it may hang), so an error here.
+std::string site_name(const std::source_location& site) {
+  std::ostringstream out;
+  out << std::filesystem::path(site.file_name()).filename().string() << ":" << site.line() << ":" << site.column();
+  return out.str();
+}
+
+bool same_site(const std::source_location& a, const std::source_location& b) {
+  return a.line() == b.line() && a.column() == b.column() && std::string_view(a.file_name()) == b.file_name();
+}
+
+// Opens the barrier if every live thread waits at it; threads that returned are not waited for, as
+// on a GPU. Live threads waiting at different __syncthreads calls are a divergent barrier, undefined
+// on a GPU (it may hang, or let threads through each other's barrier), so an error here.
 bool try_open_barrier(Block& block) {
-  bool any_waiting = false;
-  const Thread* returned = nullptr;
+  const Thread* first = nullptr;
   for (const Thread& t : block.threads) {
     if (t.wait == Wait::runnable || t.wait == Wait::warp) return false;
-    if (t.wait == Wait::barrier) any_waiting = true;
-    if (t.wait == Wait::done && !returned) returned = &t;
+    if (t.wait == Wait::barrier && !first) first = &t;
   }
-  if (!any_waiting) return false;
-  if (returned)
-    FRUGAL_THROW(KernelError, where(block, returned), " returned while other threads of its block wait at __syncthreads: "
-                 "a barrier must be reached by every thread of the block (no early return before it)");
-  for (Thread& t : block.threads) t.wait = Wait::runnable;
+  if (!first) return false;
+  for (const Thread& t : block.threads)
+    if (t.wait == Wait::barrier && !same_site(t.barrier, first->barrier))
+      FRUGAL_THROW(KernelError, where(block, nullptr), ": divergent __syncthreads: ", thread_name(*first), " waits at ",
+                   site_name(first->barrier), " and ", thread_name(t), " at ", site_name(t.barrier),
+                   "; every live thread of a block must reach the same __syncthreads");
+  for (Thread& t : block.threads)
+    if (t.wait == Wait::barrier) t.wait = Wait::runnable;
+  block.hazards.barrier();
   return true;
 }
 
@@ -370,7 +370,6 @@ void schedule_block(Block& block) {
       resume(thread);
       ran = true;
       if (thread.error) rethrow_with_place(block, thread);
-      check_guards(block, thread);
     }
     bool warps = false;
     for (std::size_t first = 0; first < block.threads.size(); first += kWarpSize) warps |= complete_warps(block, first);
@@ -380,15 +379,45 @@ void schedule_block(Block& block) {
   }
 }
 
-// Guards around the dynamic shared memory (there even when none was asked for, so that using it
-// anyway is caught), the memory itself poisoned, and every static __shared__ array poisoned too.
+std::size_t static_shared_bytes() {
+  return __start_frugal_shared ? static_cast<std::size_t>(__stop_frugal_shared - __start_frugal_shared) : 0;
+}
+
+// Dynamic shared memory and every static shared array poisoned, and no access recorded yet.
 void prepare_shared_memory(Block& block) {
-  const std::size_t guard = guard_bytes(block.shared_bytes);
-  block.shared.resize(2 * guard + block.shared_bytes);
-  for (std::size_t i = 0; i < block.shared.size(); ++i) block.shared[i] = guard_byte(i);
-  std::memset(block.shared.data() + guard, t_options.poison_shared ? kPoisonByte : 0, block.shared_bytes);
-  if (t_options.poison_shared && __start_frugal_shared && __stop_frugal_shared)
-    std::memset(__start_frugal_shared, kPoisonByte, static_cast<std::size_t>(__stop_frugal_shared - __start_frugal_shared));
+  std::fill(block.shared.begin(), block.shared.end(), t_options.poison_shared ? kPoisonByte : 0);
+  if (t_options.poison_shared && static_shared_bytes() > 0)
+    std::memset(__start_frugal_shared, kPoisonByte, static_shared_bytes());
+  block.hazards.start_block(static_cast<int>(block.threads.size()), block.shared.size(), static_shared_bytes());
+}
+
+std::string span_name(const SharedSpan& span) {
+  return span.name ? std::string("static shared array ") + span.name : std::string("dynamic shared memory");
+}
+
+const char* access_verb(SharedAccess kind) {
+  switch (kind) {
+    case SharedAccess::read: return "reads";
+    case SharedAccess::write: return "writes";
+    case SharedAccess::atomic: return "atomically updates";
+  }
+  return "?";
+}
+
+// Written as compute-sanitizer's racecheck would: the kind, where, and both threads.
+[[noreturn]] void report_hazard(const Block& block, const Thread& thread, SharedAccess kind, const Hazard& hazard,
+                                const SharedSpan& span, std::ptrdiff_t offset) {
+  const Thread& earlier = block.threads[static_cast<std::size_t>(hazard.earlier_thread)];
+  const int warp = thread.linear / kWarpSize;
+  std::ostringstream ordering;
+  if (earlier.linear / kWarpSize == warp)
+    ordering << ", and no __syncwarp ordered them (both in warp " << warp << ")";
+  else
+    ordering << " (different warps: only __syncthreads orders them)";
+  FRUGAL_THROW(KernelError, where(block, nullptr), ": ", hazard_name(hazard.kind), " hazard on ", span_name(span),
+               " at offset ", offset, ": ", thread_name(thread), " ", access_verb(kind), " a word that ", thread_name(earlier),
+               hazard.kind == HazardKind::write_after_read ? " read" : " wrote", " since the last __syncthreads",
+               ordering.str());
 }
 
 void check_launch(const char* kernel, dim3 grid, dim3 block, std::size_t shared_bytes) {
@@ -419,9 +448,10 @@ OptionsScope::~OptionsScope() { t_options = previous_; }
 
 const ThreadIndex& current_thread() { return running_thread("threadIdx/blockIdx/blockDim/gridDim").index; }
 
-void block_barrier() {
+void block_barrier(const std::source_location& site) {
   Thread& thread = running_thread("__syncthreads");
   thread.wait = Wait::barrier;
+  thread.barrier = site;
   suspend(thread);
 }
 
@@ -441,9 +471,30 @@ std::uint64_t warp_exchange(unsigned mask, WarpOp op, std::uint64_t bits, int op
   return thread.result;
 }
 
-void* dynamic_shared_memory() {
+SharedSpan dynamic_shared_span() {
   running_thread("dynamic shared memory");
-  return t_block->shared.data() + guard_bytes(t_block->shared_bytes);
+  return {t_block->shared.data(), t_block->shared.size(), nullptr};
+}
+
+void* check_shared_access(const SharedSpan& span, std::ptrdiff_t offset, std::size_t bytes, SharedAccess kind) {
+  const Thread& thread = running_thread("a shared-memory access");
+  const Block& block = *t_block;
+  if (offset < 0 || static_cast<std::size_t>(offset) + bytes > span.bytes)
+    FRUGAL_THROW(KernelError, where(block, &thread), " ", access_verb(kind), " ", bytes, " bytes at offset ", offset, " of ",
+                 span_name(span), ", ", offset < 0 ? "before its start" : "past its end", " (", span.bytes, " bytes)");
+  unsigned char* address = span.begin + offset;
+  if (!t_options.check_hazards) return address;
+  // Static arrays share one region, the section; dynamic shared memory is its own.
+  const bool dynamic = span.name == nullptr;
+  const std::ptrdiff_t span_start = dynamic ? 0 : span.begin - reinterpret_cast<unsigned char*>(__start_frugal_shared);
+  const auto region = dynamic ? HazardChecker::dynamic_region : HazardChecker::static_region;
+  const auto hazard = t_block->hazards.access(thread.linear, region, static_cast<std::size_t>(span_start + offset), bytes, kind);
+  if (hazard) {
+    // The word's offset in the span; an unaligned access may start inside it, and names its own.
+    const std::ptrdiff_t word = static_cast<std::ptrdiff_t>(hazard->offset) - span_start;
+    report_hazard(block, thread, kind, *hazard, span, std::max(word, offset));
+  }
+  return address;
 }
 
 void run_grid(const char* kernel, dim3 grid, dim3 block_dim, std::size_t shared_bytes, const std::function<void()>& body) {
@@ -452,7 +503,7 @@ void run_grid(const char* kernel, dim3 grid, dim3 block_dim, std::size_t shared_
   std::lock_guard lock(g_launch_mutex);
   Block block;
   block.kernel = kernel;
-  block.shared_bytes = shared_bytes;
+  block.shared.resize(shared_bytes);
   const std::size_t count = std::size_t{block_dim.x} * block_dim.y * block_dim.z;
   struct Reset {
     ~Reset() { t_block = nullptr; t_thread = nullptr; }

@@ -1,10 +1,13 @@
 // The CUDA emulator: runs a kernel's blocks one at a time on the CPU, each CUDA thread a fiber
 // (Boost.Context), switching only where CUDA threads must meet: __syncthreads and the warp
 // primitives. Deterministic, with a selectable order in which the threads of a block run between
-// those points (forward, reverse, a seeded shuffle), so a missing barrier or a race on shared memory
-// changes the result and fails a test instead of passing by luck. It also poisons dynamic shared
-// memory at each block's start and fences it with guard bytes, and names the kernel, block and
-// thread of an out-of-bounds shared write, a deadlock, or a divergent barrier or warp primitive.
+// those points (forward, reverse, a seeded shuffle). Every shared-memory access goes through a
+// checked pointer (shared_memory.h): one outside its array or the launch's dynamic shared memory is
+// an error, and the hazard checker (hazard_checker.h) reports two threads touching one word with
+// nothing ordering them. Shared memory is poisoned at each block's start, and the emulator names the
+// kernel, block and threads of a hazard, a divergent barrier or warp primitive, or a deadlock. A race
+// the checks cannot see (on global memory, say) still changes the result under some schedule, so a
+// test fails instead of passing by luck.
 //
 // What it checks: indices, barriers, warp exchanges, shared memory use, atomics' logic. What it
 // cannot: speed, memory coalescing, bank conflicts, real concurrency between blocks (blocks that
@@ -18,6 +21,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <source_location>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -49,7 +53,8 @@ struct Options {
   Schedule schedule = Schedule::forward;
   std::uint64_t seed = 0;                       // for Schedule::shuffle
   std::size_t max_shared_bytes = kDefaultSharedBytes;
-  bool poison_shared = true;                    // fill dynamic shared memory with 0xFF bytes (NaN, -1)
+  bool poison_shared = true;                    // fill shared memory with 0xFF bytes (NaN, -1)
+  bool check_hazards = true;                    // report shared-memory races (hazard_checker.h)
 };
 
 Options options();
@@ -73,7 +78,8 @@ const ThreadIndex& current_thread();  // KernelError outside a kernel
 
 // ---- what kernels call (through cuda_emu.h)
 
-void block_barrier();
+// `site` tells barriers apart: every live thread of a block must reach the same one.
+void block_barrier(const std::source_location& site);
 enum class WarpOp : std::uint8_t { shfl_idx, shfl_down, shfl_up, shfl_xor, ballot, all, any, sync };
 // Exchanges up to 8 bytes with the other lanes of the warp; returns the bytes this lane receives.
 std::uint64_t warp_exchange(unsigned mask, WarpOp op, std::uint64_t bits, int operand, int width);
@@ -93,8 +99,24 @@ inline unsigned warp_vote(unsigned mask, WarpOp op, bool predicate) {
 }
 inline void warp_sync(unsigned mask) { warp_exchange(mask, WarpOp::sync, 0, 0, kWarpSize); }
 
+// ---- shared memory, as kernels reach it through SharedPtr (shared_memory.h)
+
+enum class SharedAccess : std::uint8_t { read, write, atomic };
+
+// One stretch of shared memory a SharedPtr may touch: a static array, or the launch's dynamic
+// shared memory (name null).
+struct SharedSpan {
+  unsigned char* begin = nullptr;
+  std::size_t bytes = 0;
+  const char* name = nullptr;
+};
+
 // The block's dynamic shared memory (the launch's shared_bytes), 16-byte aligned.
-void* dynamic_shared_memory();
+SharedSpan dynamic_shared_span();
+// Checks that the running thread's access to `bytes` bytes at `offset` lies inside `span`, records
+// it for the hazard checker, and returns its address; a KernelError names the kernel, block,
+// threads, offset and kind of what is wrong.
+void* check_shared_access(const SharedSpan& span, std::ptrdiff_t offset, std::size_t bytes, SharedAccess kind);
 
 // ---- launching
 

@@ -5,11 +5,16 @@
 // Nothing else in a kernel source needs to know which of the two it is.
 //
 //   FRUGAL_LAUNCH(grid, block, shared_bytes, stream, kernel)(args...);
-//   FRUGAL_DYNAMIC_SHARED(float, tile);   // extern __shared__ float tile[];
+//   FRUGAL_DYNAMIC_SHARED(float, tile);       // the launch's dynamic shared memory, as floats
+//   FRUGAL_SHARED_ARRAY(float, partial, 64);  // __shared__ float partial[64];
+//   SharedPtr<Acc> per_warp                   // a parameter pointing into shared memory
 //   namespace frugal::FRUGAL_CUDA_NAMESPACE { ... launchers ... }
 //
 // The kernel comes last in FRUGAL_LAUNCH so that a template kernel's commas (kernel<To, From>) need
-// no parentheses.
+// no parentheses. Shared memory is declared through these two macros so that the emulator can check
+// every access to it (bounds and races, emu/shared_memory.h); under nvcc they are plain CUDA.
+// FRUGAL_DYNAMIC_SHARED takes any type, templates' too: the memory is one byte array, as CUDA
+// requires (two `extern __shared__` arrays of different types in one program would clash).
 #pragma once
 
 #if defined(__CUDACC__)
@@ -17,9 +22,16 @@
 #include "core/cuda/check.h"
 
 #define FRUGAL_LAUNCH(grid, block, shared_bytes, stream, ...) __VA_ARGS__<<<grid, block, shared_bytes, stream>>>
-#define FRUGAL_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
+#define FRUGAL_DYNAMIC_SHARED(type, name)                                 \
+  extern __shared__ __align__(16) unsigned char frugal_dynamic_shared[]; \
+  type* const name = reinterpret_cast<type*>(frugal_dynamic_shared)
+#define FRUGAL_SHARED_ARRAY(type, name, count) __shared__ type name[count]
 // The launchers' namespace: the GPU build defines frugal::cuda::...
 #define FRUGAL_CUDA_NAMESPACE cuda
+namespace frugal::cuda {
+template <typename T>
+using SharedPtr = T*;
+}
 
 #else
 
@@ -27,9 +39,18 @@
 
 #define FRUGAL_LAUNCH(grid, block, shared_bytes, stream, ...) \
   ::frugal::emu::launch(#__VA_ARGS__, __VA_ARGS__, grid, block, shared_bytes, stream)
-#define FRUGAL_DYNAMIC_SHARED(type, name) type* name = static_cast<type*>(::frugal::emu::dynamic_shared_memory())
+#define FRUGAL_DYNAMIC_SHARED(type, name) const ::frugal::emu::SharedPtr<type> name = ::frugal::emu::dynamic_shared<type>()
+// A static array shared by the fibers of the running block (blocks run one at a time, launches take
+// turns). All of them live in one section, which the emulator poisons at every block's start.
+#define FRUGAL_SHARED_ARRAY(type, name, count)                                         \
+  static __attribute__((section("frugal_shared"))) type frugal_shared_##name[count]; \
+  const ::frugal::emu::SharedPtr<type> name = ::frugal::emu::static_shared(frugal_shared_##name, #name)
 // ... and the emulated build frugal::cuda_emulated::..., so both link into one test and compare.
 #define FRUGAL_CUDA_NAMESPACE cuda_emulated
+namespace frugal::cuda_emulated {
+template <typename T>
+using SharedPtr = ::frugal::emu::SharedPtr<T>;
+}
 #define FRUGAL_CUDA_CHECK(call) FRUGAL_LIBRARY_CHECK("CUDA (emulated)", call, cudaSuccess, cudaGetErrorString)
 #define FRUGAL_CUDA_CHECK_LAUNCH() FRUGAL_CUDA_CHECK(cudaGetLastError())
 

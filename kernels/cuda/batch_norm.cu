@@ -35,8 +35,7 @@ constexpr std::int64_t kMaxChannelBlocks = 65535;  // CUDA's limit on gridDim.y;
 template <typename T, typename C>
 __global__ void statistics_kernel(const T* x, BatchNormShape shape, double momentum, double eps, C* save_mean,
                                   C* save_invstd, C* running_mean, C* running_var) {
-  FRUGAL_DYNAMIC_SHARED(unsigned char, raw);
-  Welford* per_warp = reinterpret_cast<Welford*>(raw);
+  FRUGAL_DYNAMIC_SHARED(Welford, per_warp);
   for (std::int64_t c = blockIdx.x; c < shape.channels; c += gridDim.x) {
     Welford stats;
     for (ChannelWalk w(shape, threadIdx.x, blockDim.x); w.n < shape.batch; w.advance())
@@ -50,8 +49,7 @@ __global__ void statistics_kernel(const T* x, BatchNormShape shape, double momen
 template <typename T, typename C>
 __global__ void backward_sums_kernel(const T* grad, const T* x, const T* fused_output, BatchNormShape shape,
                                      const C* mean, const C* invstd, C* sum_dy, C* sum_dy_xhat) {
-  FRUGAL_DYNAMIC_SHARED(unsigned char, raw);
-  batch_norm::GradSums* per_warp = reinterpret_cast<batch_norm::GradSums*>(raw);
+  FRUGAL_DYNAMIC_SHARED(batch_norm::GradSums, per_warp);
   for (std::int64_t c = blockIdx.x; c < shape.channels; c += gridDim.x) {
     batch_norm::GradSums sums;
     for (ChannelWalk w(shape, threadIdx.x, blockDim.x); w.n < shape.batch; w.advance()) {

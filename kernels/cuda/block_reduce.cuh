@@ -35,7 +35,7 @@ __device__ Acc shuffle_xor(const Acc& acc, int lane_mask) {
 // Needs blockDim.x a multiple of 32 (every lane present for the shuffles) and `per_warp` (shared
 // memory) room for blockDim.x / 32 accumulators; every thread of the block must call it.
 template <typename Acc>
-__device__ Acc block_reduce(Acc acc, Acc* per_warp) {
+__device__ Acc block_reduce(Acc acc, SharedPtr<Acc> per_warp) {
   for (int lane_mask = kWarpLanes / 2; lane_mask > 0; lane_mask /= 2) acc.merge(shuffle_xor(acc, lane_mask));
   if (threadIdx.x % kWarpLanes == 0) per_warp[threadIdx.x / kWarpLanes] = acc;
   __syncthreads();

@@ -68,8 +68,7 @@ struct Sum {
 template <typename T, typename C>
 __global__ void depthwise_backward_weight_kernel(ConvGeometry g, std::int64_t batch, std::int64_t multiplier,
                                                  const T* grad_y, const T* x, T* grad_weight) {
-  FRUGAL_DYNAMIC_SHARED(unsigned char, raw);
-  Sum<C>* per_warp = reinterpret_cast<Sum<C>*>(raw);
+  FRUGAL_DYNAMIC_SHARED(Sum<C>, per_warp);
   const std::int64_t oc = blockIdx.x / g.taps(), kh = blockIdx.x % g.taps() / g.kernel_w, kw = blockIdx.x % g.kernel_w;
   const std::int64_t out_channels = g.channels * multiplier;
   Sum<C> total;

@@ -52,9 +52,8 @@ __global__ void naive_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int6
 template <typename T, typename C>
 __global__ void tiled_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, C alpha,
                            const T* a, const T* b, C beta, T* c) {
-  FRUGAL_DYNAMIC_SHARED(unsigned char, raw);  // tile of A, then tile of B, in the compute type
-  C* tile_a = reinterpret_cast<C*>(raw);
-  C* tile_b = tile_a + kTile * kTile;
+  FRUGAL_DYNAMIC_SHARED(C, tile_a);  // tile of A, then tile of B, in the compute type
+  const auto tile_b = tile_a + kTile * kTile;
   const int tx = threadIdx.x, ty = threadIdx.y;
   const std::int64_t row = blockIdx.y * static_cast<std::int64_t>(kTile) + ty;
   const std::int64_t col = blockIdx.x * static_cast<std::int64_t>(kTile) + tx;
@@ -84,9 +83,8 @@ template <typename T, typename C>
 __global__ void register_blocked_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, C alpha,
                                       const T* a, const T* b, C beta, T* c) {
   using namespace blocked;
-  FRUGAL_DYNAMIC_SHARED(unsigned char, raw);
-  C* slice_a = reinterpret_cast<C*>(raw);  // [kDepth][kBlockTile]: A's slice transposed, so a column is contiguous
-  C* slice_b = slice_a + kDepth * kBlockTile;   // [kDepth][kBlockTile]
+  FRUGAL_DYNAMIC_SHARED(C, slice_a);  // [kDepth][kBlockTile]: A's slice transposed, so a column is contiguous
+  const auto slice_b = slice_a + kDepth * kBlockTile;  // [kDepth][kBlockTile]
   const int tx = threadIdx.x, ty = threadIdx.y, thread = ty * kThreads + tx;
   const std::int64_t row0 = blockIdx.y * static_cast<std::int64_t>(kBlockTile), col0 = blockIdx.x * static_cast<std::int64_t>(kBlockTile);
   C acc[kPatch][kPatch] = {};

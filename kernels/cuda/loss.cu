@@ -36,8 +36,7 @@ __device__ void flag_bad_row(const CrossEntropyArgs& a, std::int64_t row) {
 // the branches on it never split a block at a barrier.
 template <typename T, typename C>
 __global__ void cross_entropy_kernel(CrossEntropyArgs a, T* out) {
-  FRUGAL_DYNAMIC_SHARED(unsigned char, raw);  // one CrossEntropyRow per warp
-  CrossEntropyRow<C>* per_warp = reinterpret_cast<CrossEntropyRow<C>*>(raw);
+  FRUGAL_DYNAMIC_SHARED(CrossEntropyRow<C>, per_warp);  // one CrossEntropyRow per warp
   const T* logits = static_cast<const T*>(a.logits);
   const C smoothing = static_cast<C>(a.options.label_smoothing);
   for (std::int64_t r = blockIdx.x; r < a.rows; r += gridDim.x) {
@@ -61,8 +60,7 @@ __global__ void cross_entropy_kernel(CrossEntropyArgs a, T* out) {
 // with `out` null, only their count into the workspace (the backward's mean).
 template <typename T>
 __global__ void total_kernel(CrossEntropyArgs a, T* out) {
-  FRUGAL_DYNAMIC_SHARED(unsigned char, raw);  // one LossTotal per warp
-  LossTotal* per_warp = reinterpret_cast<LossTotal*>(raw);
+  FRUGAL_DYNAMIC_SHARED(LossTotal, per_warp);  // one LossTotal per warp
   LossTotal acc;
   for (std::int64_t r = threadIdx.x; r < a.rows; r += blockDim.x)
     if (classify_target(a.targets[r * a.target_stride], a.cols, a.options.ignore_index) == TargetKind::counted)
@@ -75,8 +73,7 @@ __global__ void total_kernel(CrossEntropyArgs a, T* out) {
 
 template <typename T, typename C>
 __global__ void cross_entropy_backward_kernel(CrossEntropyArgs a, const T* grad, std::int64_t grad_stride, T* grad_logits) {
-  FRUGAL_DYNAMIC_SHARED(unsigned char, raw);  // one LogSumExp per warp
-  LogSumExp<C>* per_warp = reinterpret_cast<LogSumExp<C>*>(raw);
+  FRUGAL_DYNAMIC_SHARED(LogSumExp<C>, per_warp);  // one LogSumExp per warp
   const T* logits = static_cast<const T*>(a.logits);
   const C smoothing = static_cast<C>(a.options.label_smoothing);
   const double counted = a.options.reduction == LossReduction::mean ? *a.workspace.counted : 1.0;

@@ -28,8 +28,7 @@ __device__ void add_element(Acc& acc, double v, std::int64_t r) {
 template <typename T, typename Acc>
 __global__ void reduce_kernel(Reduction op, const T* x, StridedLayout x_layout, std::int64_t outer, std::int64_t inner,
                               std::int64_t correction, T* out, std::int64_t* indices) {
-  FRUGAL_DYNAMIC_SHARED(unsigned char, raw);  // one accumulator per warp
-  Acc* per_warp = reinterpret_cast<Acc*>(raw);
+  FRUGAL_DYNAMIC_SHARED(Acc, per_warp);  // one accumulator per warp
   for (std::int64_t o = blockIdx.x; o < outer; o += gridDim.x) {
     Acc acc;
     for (std::int64_t r = threadIdx.x; r < inner; r += blockDim.x)

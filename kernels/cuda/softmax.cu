@@ -25,8 +25,7 @@ constexpr std::int64_t kMaxBlocks = 65535;  // more rows than this: blocks loop 
 
 template <typename T, typename C>
 __global__ void softmax_kernel(bool log, const T* x, T* y, std::int64_t rows, std::int64_t cols) {
-  FRUGAL_DYNAMIC_SHARED(unsigned char, raw);  // one LogSumExp per warp
-  LogSumExp<C>* per_warp = reinterpret_cast<LogSumExp<C>*>(raw);
+  FRUGAL_DYNAMIC_SHARED(LogSumExp<C>, per_warp);  // one LogSumExp per warp
   for (std::int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* in = x + r * cols;
     LogSumExp<C> acc;
@@ -38,8 +37,7 @@ __global__ void softmax_kernel(bool log, const T* x, T* y, std::int64_t rows, st
 
 template <typename T, typename C>
 __global__ void softmax_backward_kernel(bool log, const T* grad, const T* y, T* dx, std::int64_t rows, std::int64_t cols) {
-  FRUGAL_DYNAMIC_SHARED(unsigned char, raw);  // one RowSum per warp
-  RowSum<C>* per_warp = reinterpret_cast<RowSum<C>*>(raw);
+  FRUGAL_DYNAMIC_SHARED(RowSum<C>, per_warp);  // one RowSum per warp
   for (std::int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const std::int64_t first = r * cols;
     RowSum<C> acc;

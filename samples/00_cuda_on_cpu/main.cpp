@@ -1,10 +1,13 @@
 // Sample 00: a CUDA kernel stepped through on the CPU.
 // A tiled matrix multiply (C = A x B, 4 x 4 matrices, 2 x 2 tiles, a 2 x 2 grid of 2 x 2-thread
-// blocks) runs in frugal's CUDA emulator, where each CUDA thread is a fiber. The kernel logs which
-// thread loads which tile element in each phase; the sample prints the log in execution order, for
-// two schedules, and checks C against a CPU reference. The kernel source is ordinary CUDA: with
-// nvcc, FRUGAL_LAUNCH would be <<<grid, block, shared, stream>>> and the same code would run on a GPU.
+// blocks) runs in frugal's CUDA emulator, where each CUDA thread is a fiber. First with its first
+// __syncthreads left out: the emulator's hazard checker stops the launch and prints which threads
+// raced on which word of shared memory. Then the correct kernel, which logs which thread loads which
+// tile element in each phase; the sample prints the log in execution order, for two schedules, and
+// checks C against a CPU reference. The kernel source is ordinary CUDA: with nvcc, FRUGAL_LAUNCH
+// would be <<<grid, block, shared, stream>>> and the same code would run on a GPU.
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "core/cuda/kernel_support.h"
@@ -21,10 +24,12 @@ struct Load {
   int row, col;  // the element of A or B that was loaded
 };
 
+// kWaitForTiles false leaves out the barrier between loading the tiles and reading them: the bug.
+template <bool kWaitForTiles>
 __global__ void tiled_matmul(const float* a, const float* b, float* c, int n, Load* log, int* log_size) {
   FRUGAL_DYNAMIC_SHARED(float, tiles);  // tile of A, then tile of B: 2 * kTile * kTile floats
-  float* tile_a = tiles;
-  float* tile_b = tiles + kTile * kTile;
+  const auto tile_a = tiles;
+  const auto tile_b = tiles + kTile * kTile;
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int row = blockIdx.y * kTile + ty, col = blockIdx.x * kTile + tx;
   float sum = 0.0f;
@@ -36,7 +41,7 @@ __global__ void tiled_matmul(const float* a, const float* b, float* c, int n, Lo
     const int slot = atomicAdd(log_size, 2);
     log[slot] = {static_cast<int>(blockIdx.x), static_cast<int>(blockIdx.y), tx, ty, phase, 'A', row, a_col};
     log[slot + 1] = {static_cast<int>(blockIdx.x), static_cast<int>(blockIdx.y), tx, ty, phase, 'B', b_row, col};
-    __syncthreads();  // the tiles are complete: every thread may read every element
+    if (kWaitForTiles) __syncthreads();  // the tiles are complete: every thread may read every element
     for (int k = 0; k < kTile; ++k) sum += tile_a[ty * kTile + k] * tile_b[k * kTile + tx];
     __syncthreads();  // everyone is done reading before the next phase overwrites the tiles
   }
@@ -51,13 +56,30 @@ std::vector<float> reference(const std::vector<float>& a, const std::vector<floa
   return c;
 }
 
+constexpr std::size_t kSharedBytes = 2 * kTile * kTile * sizeof(float);
+
+// The kernel without its first barrier: the hazard checker names the race instead of a wrong C.
+void run_without_barrier(const std::vector<float>& a, const std::vector<float>& b) {
+  std::vector<float> c(kN * kN, 0.0f);
+  std::vector<Load> log(2 * kN * kN * (kN / kTile));
+  int log_size = 0;
+  std::printf("Without the __syncthreads between loading the tiles and reading them:\n");
+  try {
+    FRUGAL_LAUNCH(dim3(kN / kTile, kN / kTile), dim3(kTile, kTile), kSharedBytes, nullptr, tiled_matmul<false>)(
+        a.data(), b.data(), c.data(), kN, log.data(), &log_size);
+    std::printf("  the launch finished: the hazard checker missed the race\n\n");
+  } catch (const frugal::emu::KernelError& error) {
+    std::printf("  %s\n\n", error.message().c_str());
+  }
+}
+
 void run(frugal::emu::Schedule schedule, const std::vector<float>& a, const std::vector<float>& b, bool print_log) {
   frugal::emu::OptionsScope scope({.schedule = schedule, .seed = 1});
   std::vector<float> c(kN * kN, 0.0f);
   std::vector<Load> log(2 * kN * kN * (kN / kTile));
   int log_size = 0;
-  FRUGAL_LAUNCH(dim3(kN / kTile, kN / kTile), dim3(kTile, kTile), 2 * kTile * kTile * sizeof(float), nullptr,
-                tiled_matmul)(a.data(), b.data(), c.data(), kN, log.data(), &log_size);
+  FRUGAL_LAUNCH(dim3(kN / kTile, kN / kTile), dim3(kTile, kTile), kSharedBytes, nullptr, tiled_matmul<true>)(
+      a.data(), b.data(), c.data(), kN, log.data(), &log_size);
 
   std::printf("schedule %s: %d loads logged (%d threads x %d phases x 2 matrices)\n",
               std::string(frugal::emu::schedule_name(schedule)).c_str(), log_size, kN * kN, kN / kTile);
@@ -92,6 +114,8 @@ int main() {
   }
   std::printf("tiled matmul: %dx%d matrices, %dx%d tiles, grid (%d,%d) of (%d,%d)-thread blocks, in the CUDA emulator\n\n",
               kN, kN, kTile, kTile, kN / kTile, kN / kTile, kTile, kTile);
+  run_without_barrier(a, b);
+  std::printf("With it:\n");
   run(frugal::emu::Schedule::forward, a, b, true);
   std::printf("The same launch with the threads of each block run in a shuffled order between barriers:\n");
   run(frugal::emu::Schedule::shuffle, a, b, true);

@@ -1,11 +1,17 @@
 // The CUDA emulator: correct kernels give the right answer under every schedule; deliberately
-// broken ones (a missing barrier, an off-by-one tile index, a racy shared write, a divergent
-// barrier, a write past shared memory) are caught. Then frugal's own hand-written kernels
-// (core/cuda/kernels.cu) run in the emulator against the CPU kernels.
+// broken ones are caught, each by the check meant for it: the hazard checker names a missing barrier
+// (read-after-write), a write over values another thread still reads (write-after-read), two
+// writers (write-after-write), a race between warps and one inside a warp without __syncwarp; the
+// bounds checks name an access past dynamic or static shared memory; the scheduler names a
+// __syncthreads in both arms of a branch. With the checker off, the same races show as results that
+// differ between schedules. Then frugal's own hand-written kernels (core/cuda/kernels.cu) run in the
+// emulator against the CPU kernels.
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <numeric>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/copy.h"
@@ -18,9 +24,20 @@ using frugal::emu::Options;
 using frugal::emu::OptionsScope;
 using frugal::emu::Schedule;
 
+// An element of shared memory is used in the expression that names it, never kept: `auto v = p[i];`
+// and a later use of v would read after the GPU does, so that use does not compile.
+static_assert(!std::is_convertible_v<frugal::emu::SharedRef<float>&, float>);
+static_assert(std::is_convertible_v<frugal::emu::SharedRef<float>&&, float>);
+
 namespace {
 
 const Options kSchedules[] = {{Schedule::forward}, {Schedule::reverse}, {Schedule::shuffle, 1}, {Schedule::shuffle, 2}};
+
+// The same schedule with the hazard checker off, to see what a race does to a result.
+Options unchecked(Options options) {
+  options.check_hazards = false;
+  return options;
+}
 
 // ---- kernels
 
@@ -49,8 +66,8 @@ constexpr int kTile = 4;
 template <int kOffByOne>
 __global__ void tiled_matmul(const float* a, const float* b, float* c, int n) {
   FRUGAL_DYNAMIC_SHARED(float, tiles);
-  float* tile_a = tiles;
-  float* tile_b = tiles + kTile * kTile;
+  const auto tile_a = tiles;
+  const auto tile_b = tiles + kTile * kTile;
   const int row = blockIdx.y * kTile + threadIdx.y, col = blockIdx.x * kTile + threadIdx.x;
   float sum = 0;
   for (int phase = 0; phase < n / kTile; ++phase) {
@@ -74,6 +91,57 @@ __global__ void racy_counter(int* out) {
   counter[0] = seen + static_cast<int>(threadIdx.x);  // last writer wins
   __syncthreads();
   if (threadIdx.x == 0) out[0] = counter[0];
+}
+
+// Every thread moves its right neighbour's value into its own slot. kBarrier false drops the barrier
+// between reading the neighbour and overwriting one's own slot, which the left neighbour still reads.
+template <bool kBarrier>
+__global__ void shift_left(int* out) {
+  FRUGAL_DYNAMIC_SHARED(int, values);
+  const int t = static_cast<int>(threadIdx.x);
+  values[t] = t;
+  __syncthreads();
+  const int next = t + 1 < static_cast<int>(blockDim.x) ? values[t + 1] : -1;
+  if (kBarrier) __syncthreads();
+  values[t] = next;
+  __syncthreads();
+  out[t] = values[t];
+}
+
+// Thread 0 publishes a flag; __syncwarp orders it for warp 0 only, so thread 32 (warp 1) races.
+__global__ void flag_across_warps(int* out) {
+  FRUGAL_DYNAMIC_SHARED(int, flag);
+  if (threadIdx.x == 0) flag[0] = 1;
+  __syncwarp();
+  if (threadIdx.x == 32) out[0] = flag[0];
+}
+
+// Each thread reads its right neighbour's slot after a barrier; the last reads one past the end.
+__global__ void read_past_shared(int* out) {
+  FRUGAL_DYNAMIC_SHARED(int, values);
+  values[threadIdx.x] = 1;
+  __syncthreads();
+  out[threadIdx.x] = values[threadIdx.x + 1];
+}
+
+// A static shared array indexed `shift` elements off: thread 31 writes past its end for +1, thread 0
+// before its start for -1.
+__global__ void static_shared_shifted(int shift, float* out) {
+  FRUGAL_SHARED_ARRAY(float, row, 32);
+  row[static_cast<int>(threadIdx.x) + shift] = 1.0f;
+  out[0] = 0.0f;
+}
+
+// A __syncthreads in both arms of a branch that splits the block: undefined in CUDA.
+constexpr int kThenBarrierLine = __LINE__ + 4;  // where the two barriers below are
+constexpr int kElseBarrierLine = __LINE__ + 5;
+__global__ void barrier_in_both_arms(int* out) {
+  if (threadIdx.x < 16) {
+    __syncthreads();
+  } else {
+    __syncthreads();
+  }
+  out[threadIdx.x] = 1;
 }
 
 __global__ void atomic_histogram(const int* values, int n, int* bins) {
@@ -103,7 +171,7 @@ __global__ void warp_primitives(int* out) {
 }
 
 __global__ void barrier_after_return(int* out, int n) {
-  if (static_cast<int>(threadIdx.x) >= n) return;  // the early return that hangs a GPU
+  if (static_cast<int>(threadIdx.x) >= n) return;  // exited threads are not waited for, as on a GPU
   __syncthreads();
   out[threadIdx.x] = 1;
 }
@@ -155,7 +223,7 @@ __global__ void shared_histogram(const int* values, int n, int* bins) {
 }
 
 __global__ void static_shared_read(float* out) {
-  __shared__ float values[32];
+  FRUGAL_SHARED_ARRAY(float, values, 32);
   if (blockIdx.x == 0) values[threadIdx.x] = 1.0f;  // only the first block writes before reading
   out[blockIdx.x * 32 + threadIdx.x] = values[threadIdx.x];
 }
@@ -222,10 +290,13 @@ TEST_CASE("emulator: a barrier-correct reduction passes every schedule, without 
   for (int b = 0; b < 4; ++b) expected[b] = std::accumulate(in.begin() + b * 64, in.begin() + (b + 1) * 64, 0.0f);
   int wrong = 0;
   for (const Options& schedule : kSchedules) {
-    OptionsScope scope(schedule);
     std::vector<float> out(4, 0.0f);
-    FRUGAL_LAUNCH(4, 64, 64 * sizeof(float), nullptr, block_sum<true>)(in.data(), out.data());
-    CHECK_MESSAGE(out == expected, frugal::emu::schedule_name(schedule.schedule));
+    {
+      OptionsScope scope(schedule);
+      FRUGAL_LAUNCH(4, 64, 64 * sizeof(float), nullptr, block_sum<true>)(in.data(), out.data());
+      CHECK_MESSAGE(out == expected, frugal::emu::schedule_name(schedule.schedule));
+    }
+    OptionsScope scope(unchecked(schedule));
     FRUGAL_LAUNCH(4, 64, 64 * sizeof(float), nullptr, block_sum<false>)(in.data(), out.data());
     wrong += out != expected;
   }
@@ -247,17 +318,18 @@ TEST_CASE("emulator: a tiled matmul matches the CPU exactly, an off-by-one tile 
     FRUGAL_LAUNCH(dim3(n / kTile, n / kTile), dim3(kTile, kTile), shared, nullptr, tiled_matmul<0>)(a.data(), b.data(), c.data(), n);
     CHECK(c == expected);
   }
-  // The broken kernel writes its last B row past the tiles: the guard bytes name the thread.
+  // The broken kernel writes its last B row past the tiles: the bounds check names the thread.
   std::vector<float> c(n * n);
   CHECK_THROWS_WITH_AS(
       (FRUGAL_LAUNCH(dim3(n / kTile, n / kTile), dim3(kTile, kTile), shared, nullptr, tiled_matmul<1>)(a.data(), b.data(), c.data(), n)),
-      doctest::Contains("thread (0,3,0) wrote past the end of its dynamic shared memory"), KernelError);
+      doctest::Contains("thread (0,3,0) writes 4 bytes at offset 128 of dynamic shared memory, past its end (128 bytes)"),
+      KernelError);
 }
 
 TEST_CASE("emulator: a racy shared write gives different answers under different schedules") {
   std::vector<int> results;
   for (const Options& schedule : kSchedules) {
-    OptionsScope scope(schedule);
+    OptionsScope scope(unchecked(schedule));
     int out = -1;
     FRUGAL_LAUNCH(1, 32, sizeof(int), nullptr, racy_counter)(&out);
     results.push_back(out);
@@ -302,10 +374,13 @@ TEST_CASE("emulator: __syncwarp orders a warp's shared memory, without it the ra
   const int expected = 64 * 65 / 2;
   int wrong = 0;
   for (const Options& schedule : kSchedules) {
-    OptionsScope scope(schedule);
     int out = 0;
-    FRUGAL_LAUNCH(1, 64, 64 * sizeof(int), nullptr, warp_shared_sum<true>)(in.data(), &out);
-    CHECK(out == expected);
+    {
+      OptionsScope scope(schedule);
+      FRUGAL_LAUNCH(1, 64, 64 * sizeof(int), nullptr, warp_shared_sum<true>)(in.data(), &out);
+      CHECK(out == expected);
+    }
+    OptionsScope scope(unchecked(schedule));
     out = 0;
     FRUGAL_LAUNCH(1, 64, 64 * sizeof(int), nullptr, warp_shared_sum<false>)(in.data(), &out);
     wrong += out != expected;
@@ -324,21 +399,97 @@ TEST_CASE("emulator: atomics on shared memory") {
   }
 }
 
-TEST_CASE("emulator: divergent barriers and stuck kernels are named") {
+TEST_CASE("emulator: divergent barriers and stuck kernels are named; exited threads are not waited for") {
   std::vector<int> out(64, 0);
-  CHECK_THROWS_WITH_AS((FRUGAL_LAUNCH(1, 64, 0, nullptr, barrier_after_return)(out.data(), 40)),
-                       doctest::Contains("returned while other threads of its block wait at __syncthreads"), KernelError);
+  FRUGAL_LAUNCH(1, 64, 0, nullptr, barrier_after_return)(out.data(), 40);
+  for (int t = 0; t < 64; ++t) CHECK(out[t] == (t < 40 ? 1 : 0));
+  const std::string first = "kernel barrier_in_both_arms, block (0,0,0): divergent __syncthreads: thread (0,0,0) waits at "
+                            "test_emulator.cpp:" + std::to_string(kThenBarrierLine) + ":";
+  const std::string second = " and thread (16,0,0) at test_emulator.cpp:" + std::to_string(kElseBarrierLine) + ":";
+  CHECK_THROWS_WITH_AS((FRUGAL_LAUNCH(1, 32, 0, nullptr, barrier_in_both_arms)(out.data())), doctest::Contains(first.c_str()),
+                       KernelError);
+  CHECK_THROWS_WITH_AS((FRUGAL_LAUNCH(1, 32, 0, nullptr, barrier_in_both_arms)(out.data())), doctest::Contains(second.c_str()),
+                       KernelError);
   CHECK_THROWS_WITH_AS((FRUGAL_LAUNCH(1, 32, 0, nullptr, barrier_in_branch)(out.data())),
                        doctest::Contains("is stuck: thread (0,0,0) waits at __syncthreads"), KernelError);
 }
 
-TEST_CASE("emulator: shared memory is poisoned, fenced and sized") {
+TEST_CASE("emulator: the hazard checker names the kind, the kernel, the block, both threads and the offset") {
+  std::vector<float> in(64, 1.0f), sums(1);
+  std::vector<int> out(64);
+  SUBCASE("a missing barrier: read-after-write") {
+    OptionsScope scope({Schedule::reverse});  // thread 63 writes first, then thread 31 adds it in
+    CHECK_THROWS_WITH_AS((FRUGAL_LAUNCH(1, 64, 64 * sizeof(float), nullptr, block_sum<false>)(in.data(), sums.data())),
+                         doctest::Contains("kernel block_sum<false>, block (0,0,0): read-after-write (RAW) hazard on dynamic "
+                                           "shared memory at offset 252: thread (31,0,0) reads a word that thread (63,0,0) "
+                                           "wrote since the last __syncthreads (different warps"),
+                         KernelError);
+  }
+  SUBCASE("a value overwritten while another thread still reads it: write-after-read") {
+    CHECK_THROWS_WITH_AS((FRUGAL_LAUNCH(1, 64, 64 * sizeof(int), nullptr, shift_left<false>)(out.data())),
+                         doctest::Contains("kernel shift_left<false>, block (0,0,0): write-after-read (WAR) hazard on dynamic "
+                                           "shared memory at offset 4: thread (1,0,0) writes a word that thread (0,0,0) read"),
+                         KernelError);
+    FRUGAL_LAUNCH(1, 64, 64 * sizeof(int), nullptr, shift_left<true>)(out.data());
+    for (int t = 0; t < 64; ++t) CHECK(out[t] == (t < 63 ? t + 1 : -1));
+  }
+  SUBCASE("two writers of one word: write-after-write") {
+    CHECK_THROWS_WITH_AS((FRUGAL_LAUNCH(1, 32, sizeof(int), nullptr, racy_counter)(out.data())),
+                         doctest::Contains("kernel racy_counter, block (0,0,0): write-after-write (WAW) hazard on dynamic "
+                                           "shared memory at offset 0: thread (1,0,0) writes a word that thread (0,0,0) wrote"),
+                         KernelError);
+  }
+  SUBCASE("two warps: __syncwarp does not order them") {
+    CHECK_THROWS_WITH_AS((FRUGAL_LAUNCH(1, 64, sizeof(int), nullptr, flag_across_warps)(out.data())),
+                         doctest::Contains("kernel flag_across_warps, block (0,0,0): read-after-write (RAW) hazard on dynamic "
+                                           "shared memory at offset 0: thread (32,0,0) reads a word that thread (0,0,0) wrote "
+                                           "since the last __syncthreads (different warps: only __syncthreads orders them)"),
+                         KernelError);
+  }
+  SUBCASE("lanes of one warp without __syncwarp race; with it they do not") {
+    std::vector<int> values(64);
+    std::iota(values.begin(), values.end(), 1);
+    int total = 0;
+    CHECK_THROWS_WITH_AS((FRUGAL_LAUNCH(1, 64, 64 * sizeof(int), nullptr, warp_shared_sum<false>)(values.data(), &total)),
+                         doctest::Contains("kernel warp_shared_sum<false>, block (0,0,0): write-after-read (WAR) hazard on "
+                                           "dynamic shared memory at offset 4: thread (1,0,0) writes a word that thread "
+                                           "(0,0,0) read since the last __syncthreads, and no __syncwarp ordered them (both "
+                                           "in warp 0)"),
+                         KernelError);
+    for (const Options& schedule : kSchedules) {
+      OptionsScope scope(schedule);
+      total = 0;
+      FRUGAL_LAUNCH(1, 64, 64 * sizeof(int), nullptr, warp_shared_sum<true>)(values.data(), &total);
+      CHECK(total == 64 * 65 / 2);
+    }
+  }
+}
+
+TEST_CASE("emulator: accesses outside dynamic or static shared memory are named") {
+  std::vector<int> out(16);
+  CHECK_THROWS_WITH_AS((FRUGAL_LAUNCH(1, 16, 16 * sizeof(int), nullptr, read_past_shared)(out.data())),
+                       doctest::Contains("kernel read_past_shared, block (0,0,0), thread (15,0,0) reads 4 bytes at offset "
+                                         "64 of dynamic shared memory, past its end (64 bytes)"),
+                       KernelError);
+  std::vector<float> sink(1);
+  CHECK_THROWS_WITH_AS((FRUGAL_LAUNCH(1, 32, 0, nullptr, static_shared_shifted)(1, sink.data())),
+                       doctest::Contains("kernel static_shared_shifted, block (0,0,0), thread (31,0,0) writes 4 bytes at "
+                                         "offset 128 of static shared array row, past its end (128 bytes)"),
+                       KernelError);
+  CHECK_THROWS_WITH_AS((FRUGAL_LAUNCH(1, 32, 0, nullptr, static_shared_shifted)(-1, sink.data())),
+                       doctest::Contains("thread (0,0,0) writes 4 bytes at offset -4 of static shared array row, before its "
+                                         "start (128 bytes)"),
+                       KernelError);
+  FRUGAL_LAUNCH(1, 32, 0, nullptr, static_shared_shifted)(0, sink.data());
+}
+
+TEST_CASE("emulator: shared memory is poisoned, bounded and sized") {
   std::vector<float> out(8, 0.0f);
   FRUGAL_LAUNCH(1, 8, 8 * sizeof(float), nullptr, read_unwritten_shared)(out.data());
   for (float v : out) CHECK(std::isnan(v));  // read before written: NaN, not a lucky zero
   std::vector<int> sink(1);
   CHECK_THROWS_WITH_AS((FRUGAL_LAUNCH(1, 16, 16 * sizeof(int), nullptr, write_past_shared)(sink.data())),
-                       doctest::Contains("kernel write_past_shared, block (0,0,0), thread (15,0,0) wrote past the end"),
+                       doctest::Contains("kernel write_past_shared, block (0,0,0), thread (15,0,0) writes 4 bytes at offset 64"),
                        KernelError);
   CHECK_THROWS_WITH_AS((FRUGAL_LAUNCH(1, 2048, 0, nullptr, read_unwritten_shared)(out.data())),
                        doctest::Contains("a block of (2048,1,1) threads is invalid"), KernelError);
@@ -388,7 +539,7 @@ TEST_CASE("core kernels in the emulator match the CPU kernels under two schedule
   }
 }
 
-TEST_CASE("emulator: static __shared__ arrays are poisoned at every block's start") {
+TEST_CASE("emulator: static shared arrays are poisoned at every block's start") {
   std::vector<float> out(64, 0.0f);
   for (int launch = 0; launch < 2; ++launch) {  // a second launch does not see the first one's values
     FRUGAL_LAUNCH(2, 32, 0, nullptr, static_shared_read)(out.data());
@@ -420,6 +571,13 @@ TEST_CASE("emulator: errors inside a kernel name the kernel, block and thread") 
   std::vector<int> out(8);
   CHECK_THROWS_WITH_AS((FRUGAL_LAUNCH(1, 8, 0, nullptr, failing_check)(out.data())),
                        doctest::Contains("kernel failing_check, block (0,0,0), thread (5,0,0) threw:"), KernelError);
+  try {
+    FRUGAL_LAUNCH(1, 8, 0, nullptr, failing_check)(out.data());
+    FAIL("the launch did not throw");
+  } catch (const KernelError& error) {
+    CHECK(std::string(error.what()).starts_with("emu/emulator.cpp:"));  // the emulator's file, from the top folder
+  }
   CHECK_THROWS_WITH_AS((FRUGAL_LAUNCH(1, 8, 0, nullptr, uses_missing_shared)(out.data())),
-                       doctest::Contains("wrote past the end of its dynamic shared memory (0 bytes"), KernelError);
+                       doctest::Contains("writes 4 bytes at offset 0 of dynamic shared memory, past its end (0 bytes)"),
+                       KernelError);
 }
