@@ -502,17 +502,19 @@ PY
     pack=("$frugal" pack --from idx --images "$dir/in/images.gz" --labels "$dir/in/labels.gz" --cache-dir "$dir/cache" --out "$dir/out/s.shard")
     leftovers() { find "$dir/cache" "$dir/out" -name '*.tmp-*' 2>/dev/null; }
     for stage in cache out; do
-      how=$(kill_while_writing "$dir/$stage" "${pack[@]}") || fail "the pack never wrote in $stage"
+      # A pack that ends before it is caught writing (a loaded machine) is tried again from the start.
+      how=
+      for _ in 1 2 3 4 5; do
+        rm -f "$dir/out/s.shard"
+        [ "$stage" = out ] || rm -rf "$dir/cache"
+        how=$(kill_while_writing "$dir/$stage" "${pack[@]}") && break
+      done
+      [ -n "$how" ] || fail "in 5 tries, the pack was never caught writing in $stage"
       [ ! -e "$dir/out/s.shard" ] || fail "killed while writing in $stage, yet $dir/out/s.shard exists"
       if [ "$how" = unnamed ]; then
         [ -z "$(leftovers)" ] || fail "a killed pack left: $(leftovers)"
       fi
-      if [ "$stage" = out ]; then
-        # The cache copy the first run completed, with its sidecar, and nothing else.
-        [ "$(ls "$dir/cache" | grep -vc '\.crc32$')" -eq 2 ] || fail "the cache holds: $(ls "$dir/cache")"
-      else
-        [ -z "$(ls -A "$dir/cache")" ] || [ "$how" = named ] || fail "the cache holds: $(ls "$dir/cache")"
-      fi
+      [ -z "$(ls -A "$dir/out")" ] || [ "$how" = named ] || fail "beside --out: $(ls -A "$dir/out")"
     done
     expect_exit 0 "${pack[@]}"
     [ -z "$(leftovers)" ] || fail "the next run did not remove: $(leftovers)"
