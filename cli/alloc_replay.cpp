@@ -2,18 +2,12 @@
 // or as JSON. Everything else is memory/alloc_trace.h.
 #include "cli/alloc_replay.h"
 
-#include <sys/stat.h>
-
 #include <CLI/CLI.hpp>
-#include <cerrno>
-#include <cstring>
-#include <fstream>
 #include <iomanip>
 #include <iostream>
-#include <vector>
 
-#include "memory/alloc_trace.h"
 #include "core/error.h"
+#include "memory/alloc_trace.h"
 
 namespace frugal::cli {
 
@@ -24,32 +18,6 @@ constexpr int kExitOom = 3;
 // --training-trace bounds: a step is about 1,100 events, so 1000 steps is a million of them; 65536
 // images of 224x224 per batch keep every size in the trace far below the parser's 1 PiB ceiling.
 constexpr std::int64_t kMaxSteps = 1000, kMaxBatch = 65536;
-// The longest line a trace may have: frugal's lines are ~30 bytes, RMM's CSV lines ~100. A file
-// with none (a binary file, /dev/zero) would otherwise be read whole into one line.
-constexpr std::size_t kMaxTraceLine = 4096;
-
-// ValueError naming `path` unless it is a regular file whose lines all fit kMaxTraceLine: checked
-// before the trace parser reads it, so a device or one endless line is one message, not a read
-// that grows until memory runs out.
-void check_trace_file(const std::string& path) {
-  struct stat info {};
-  FRUGAL_CHECK_VALUE(::stat(path.c_str(), &info) == 0, path, ":0: cannot open the file: ", std::strerror(errno));
-  FRUGAL_CHECK_VALUE(S_ISREG(info.st_mode), path, ":0: not a regular file (a trace is a text file)");
-  std::ifstream in(path, std::ios::binary);
-  FRUGAL_CHECK_VALUE(in.is_open(), path, ":0: cannot open the file: ", std::strerror(errno));
-  std::vector<char> piece(std::size_t{1} << 16);
-  std::size_t line = 1, line_length = 0;
-  while (in.read(piece.data(), static_cast<std::streamsize>(piece.size())) || in.gcount() > 0) {
-    for (std::streamsize i = 0; i < in.gcount(); ++i) {
-      if (piece[static_cast<std::size_t>(i)] == '\n') {
-        ++line, line_length = 0;
-      } else {
-        FRUGAL_CHECK_VALUE(++line_length <= kMaxTraceLine, path, ":", line, ": line longer than ", kMaxTraceLine,
-                           " bytes: not a trace");
-      }
-    }
-  }
-}
 
 std::size_t size_or_unlimited(const std::string& text, const char* option) {
   if (text == "none") return kUnlimited;
@@ -129,7 +97,6 @@ int AllocReplayCommand::run() const {
       source = "training-trace";
       trace = parse_trace_text(generate_training_trace({.batch_size = batch_, .steps = steps_}), source);
     } else {
-      check_trace_file(trace_);
       trace = read_trace_file(trace_);
     }
   } catch (const ValueError& error) {

@@ -3,6 +3,8 @@
 // Not here: timing against other allocators (bench/alloc_bench.cpp), the command (cli/alloc_replay.cpp).
 #include "memory/alloc_trace.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
@@ -245,20 +247,40 @@ class Parser {
   std::size_t live_bytes_ = 0;
 };
 
+// The longest line a trace may have: frugal's lines are ~30 bytes, RMM's CSV lines ~100. A file with
+// no newline (a binary file, /dev/zero) would otherwise be read whole into one line.
+constexpr std::size_t kMaxTraceLine = 4096;
+
+// Reads line `number` into `line` (without its newline); false at the end of the input. ValueError
+// past kMaxTraceLine bytes, so an endless line is one message, not a read that grows until memory
+// runs out.
+bool read_line(std::streambuf& in, std::string& line, std::size_t number, std::string_view source) {
+  line.clear();
+  using Traits = std::char_traits<char>;
+  for (Traits::int_type c = in.sbumpc(); !Traits::eq_int_type(c, Traits::eof()); c = in.sbumpc()) {
+    if (Traits::to_char_type(c) == '\n') return true;
+    FRUGAL_CHECK_VALUE(line.size() < kMaxTraceLine, source, ":", number, ": line longer than ", kMaxTraceLine,
+                       " bytes: not a trace");
+    line.push_back(Traits::to_char_type(c));
+  }
+  return !line.empty();
+}
+
 }  // namespace
 
 Trace parse_trace(std::istream& in, std::string_view source) {
   Parser parser(source);
   std::string line;
-  while (std::getline(in, line)) parser.line(line);
-  FRUGAL_CHECK_VALUE(!in.bad(), parser.where(), "read error");
+  for (std::size_t number = 1; in.rdbuf() && read_line(*in.rdbuf(), line, number, source); ++number) parser.line(line);
   return parser.finish();
 }
 
 Trace parse_trace_text(std::string_view text, std::string_view source) {
   Parser parser(source);
-  for (std::size_t at = 0; at < text.size();) {
+  for (std::size_t at = 0, number = 1; at < text.size(); ++number) {
     const std::size_t end = std::min(text.find('\n', at), text.size());
+    FRUGAL_CHECK_VALUE(end - at <= kMaxTraceLine, source, ":", number, ": line longer than ", kMaxTraceLine,
+                       " bytes: not a trace");
     parser.line(text.substr(at, end - at));
     at = end + 1;
   }
@@ -266,11 +288,12 @@ Trace parse_trace_text(std::string_view text, std::string_view source) {
 }
 
 Trace read_trace_file(const std::string& path) {
+  struct stat info {};
+  FRUGAL_CHECK_VALUE(::stat(path.c_str(), &info) == 0, path, ":0: cannot open the file: ", std::strerror(errno));
+  // A device or FIFO could stream forever, and a folder has no lines: a trace is a regular file.
+  FRUGAL_CHECK_VALUE(S_ISREG(info.st_mode), path, ":0: not a regular file (a trace is a text file)");
   std::ifstream in(path, std::ios::binary);
   FRUGAL_CHECK_VALUE(in.is_open(), path, ":0: cannot open the file: ", std::strerror(errno));
-  // A directory opens on Linux but cannot be read; say so instead of "empty trace".
-  in.peek();
-  FRUGAL_CHECK_VALUE(!in.bad(), path, ":0: cannot read the file (a directory?)");
   return parse_trace(in, path);
 }
 

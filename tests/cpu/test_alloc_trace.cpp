@@ -128,12 +128,23 @@ TEST_CASE("every parse error is a ValueError that starts with FILE:LINE and says
   }
 }
 
-TEST_CASE("files: read from disk, a missing file and a directory are errors at line 0") {
+TEST_CASE("files: read from disk; a missing file, a directory and a device are errors at line 0") {
   const TempFile file("+ a 1\n- a\n");
   CHECK(read_trace_file(file.path.string()).events.size() == 2);
   CHECK_THROWS_WITH_AS(read_trace_file((file.dir / "missing.txt").string()),
                        doctest::Contains("missing.txt:0: cannot open the file"), ValueError);
-  CHECK_THROWS_WITH_AS(read_trace_file(file.dir.string()), doctest::Contains(":0: cannot read the file"), ValueError);
+  CHECK_THROWS_WITH_AS(read_trace_file(file.dir.string()), doctest::Contains(":0: not a regular file"), ValueError);
+  CHECK_THROWS_WITH_AS(read_trace_file("/dev/zero"), doctest::Contains("/dev/zero:0: not a regular file"), ValueError);
+}
+
+TEST_CASE("a line past 4096 bytes is refused where it starts, not read whole") {
+  const std::string no_newline(5000, 'x');
+  CHECK_THROWS_WITH_AS(parse_trace_text("+ a 1\n" + no_newline, "t"), doctest::Contains("t:2: line longer than 4096 bytes"),
+                       ValueError);
+  std::istringstream stream("+ a 1\n- a\n" + no_newline);
+  CHECK_THROWS_WITH_AS(parse_trace(stream, "s"), doctest::Contains("s:3: line longer than 4096 bytes"), ValueError);
+  std::istringstream fits("+ a 1\n# " + std::string(4000, 'c') + "\n- a");  // a long comment that fits, no final newline
+  CHECK(parse_trace(fits, "f").events.size() == 2);
 }
 
 TEST_CASE("garbage and binary input never crash: it parses (and replays) or throws ValueError") {
