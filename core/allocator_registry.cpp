@@ -70,17 +70,13 @@ std::unique_ptr<Backing> default_backing(Device device) {
   switch (device.type()) {
     case DeviceType::CPU:
       return std::make_unique<HostBacking>();
-    case DeviceType::CUDA: {
-      const CudaStatus& status = cuda_status();
-      FRUGAL_CHECK_DEVICE(status.usable, "cannot use ", device, ": ", status.reason);
-      FRUGAL_CHECK_DEVICE(device.index() < status.device_count, "cannot use ", device, ": only ", status.device_count,
-                          " CUDA device(s) visible");
+    case DeviceType::CUDA:
+      check_device_usable(device);  // CUDA usable, and the index among the visible devices
 #if FRUGAL_WITH_CUDA
       return cuda::make_cuda_backing(device.index());
 #else
-      break;  // unreachable: without CUDA compiled in, status.usable is false
+      break;  // unreachable: without CUDA compiled in, CUDA is never usable
 #endif
-    }
   }
   FRUGAL_THROW(DeviceError, "unknown device type ", static_cast<int>(device.type()));
 }

@@ -226,6 +226,12 @@ PY
     expect_exit 3 "$frugal" alloc-replay "$dir/oom.txt" --limit 4MiB --json
     python3 -c 'import json,sys; r=json.load(sys.stdin); assert r["oom"]["event"] == 4 and r["oom"]["requested_bytes"] == 3 << 20 and r["events"] == 2, r' <<<"$out" \
       || fail "no oom at line 4 in: $out"
+    # An OOM caused by segment rounding alone says so: 3 MiB fits an empty 8 MiB device, its 20 MiB segment does not.
+    printf '+ a 3MiB\n- a\n' >"$dir/rounding.txt"
+    expect_exit 3 "$frugal" alloc-replay "$dir/rounding.txt" --limit 8MiB --expandable off
+    grep -q 'Hint: rounding: the request (3.00 MiB) fits in the 8.00 MiB free, but fixed segments round it up to a 20.00 MiB segment' <<<"$out" \
+      || fail "the rounding is not named as the cause: $out"
+    ! grep -q 'real shortage' <<<"$out" || fail "a rounding OOM called a real shortage: $out"
     # Bad input: exit 2 and one line naming FILE:LINE.
     expect_exit 2 "$frugal" alloc-replay "$dir/bad.txt"
     [ "$(wc -l <<<"$err")" -eq 1 ] || fail "expected a one-line error, got: $err"
