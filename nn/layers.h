@@ -174,6 +174,10 @@ class Sequential : public Module {
   std::size_t size() const { return named_children().size(); }
   const std::shared_ptr<Module>& operator[](std::size_t index) const;  // IndexError past the end
   Tensor forward(const Tensor& x) override;
+
+ protected:
+  // For containers that are a Sequential under another name, as torchvision's Conv2dNormActivation.
+  explicit Sequential(std::string type_name) : Module(std::move(type_name)) {}
 };
 
 }  // namespace frugal::nn

@@ -14,6 +14,7 @@ declare -A allowed=(
   [core]="core"
   [kernels]="kernels core"
   [nn]="nn kernels core"
+  [models]="models nn kernels core"
   [data]="data core"
   [dist]="dist core"
   [memory]="memory core"

@@ -1,0 +1,38 @@
+// A small CNN for quick runs and tests: three 3x3 convolutions with ReLU, two 2x2 max pools, global
+// average pooling and a linear classifier. No BatchNorm on purpose: with no per-batch statistics, a
+// data-parallel run over R processes computes exactly the gradient of one process on the whole batch,
+// so the two can be compared value for value. PyTorch's default initialisation (nn/layers.h).
+//
+//   features   0 Conv2d(in, 32, 3, padding 1)  1 ReLU  2 MaxPool2d(2)
+//              3 Conv2d(32, 64, 3, padding 1)  4 ReLU  5 MaxPool2d(2)
+//              6 Conv2d(64, 128, 3, padding 1) 7 ReLU
+//   then       adaptive average pooling to 1x1, flatten
+//   classifier 0 Linear(128, num_classes)
+// Any input of at least 4x4 works (the pools need it); 28x28 Fashion-MNIST and 32x32 CIFAR are the usual.
+// Not here: the registry by name (models/registry.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "nn/layers.h"
+
+namespace frugal::models {
+
+struct SmallCnnOptions {
+  std::int64_t num_classes = 10;
+  std::int64_t in_channels = 1;
+  Generator* generator = nullptr;  // initial weights; nullptr is the default generator
+};
+
+class SmallCnn : public nn::Module {
+ public:
+  explicit SmallCnn(const SmallCnnOptions& options = {});
+  Tensor forward(const Tensor& x) override;  // [N, in_channels, H, W] -> logits [N, num_classes]
+
+ private:
+  SmallCnnOptions options_;
+  std::shared_ptr<nn::Sequential> features_, classifier_;
+};
+
+}  // namespace frugal::models

@@ -1,0 +1,106 @@
+// models/mobilenet_v2.h: the blocks, the model built from the paper's table, and its initialisation,
+// in the order torchvision builds them (the order is the state dict's order).
+#include "models/mobilenet_v2.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "models/torchvision_init.h"
+#include "nn/functional.h"
+#include "nn/init.h"
+
+namespace frugal::models {
+
+namespace F = frugal::functional;
+
+std::int64_t make_divisible(double value, std::int64_t divisor) {
+  const auto d = static_cast<double>(divisor);
+  auto rounded = std::max(divisor, static_cast<std::int64_t>(value + d / 2) / divisor * divisor);
+  if (static_cast<double>(rounded) < 0.9 * value) rounded += divisor;  // never more than 10% down
+  return rounded;
+}
+
+Conv2dNormActivation::Conv2dNormActivation(std::int64_t in_channels, std::int64_t out_channels,
+                                           std::int64_t kernel_size, std::int64_t stride, std::int64_t groups,
+                                           Generator* generator)
+    : nn::Sequential("Conv2dNormActivation") {
+  const std::int64_t padding = (kernel_size - 1) / 2;
+  push_back(std::make_shared<nn::Conv2d>(in_channels, out_channels, kernel_size, stride, padding, 1, groups,
+                                         /*bias=*/false, generator));
+  push_back(std::make_shared<nn::BatchNorm2d>(out_channels));
+  push_back(std::make_shared<nn::ReLU6>(/*inplace=*/true));
+}
+
+InvertedResidual::InvertedResidual(std::int64_t in_channels, std::int64_t out_channels, std::int64_t stride,
+                                   std::int64_t expand_ratio, Generator* generator)
+    : nn::Module("InvertedResidual"), use_residual_(stride == 1 && in_channels == out_channels) {
+  FRUGAL_CHECK_VALUE(stride == 1 || stride == 2, "InvertedResidual: stride must be 1 or 2, got ", stride);
+  const auto hidden = static_cast<std::int64_t>(std::lround(static_cast<double>(in_channels * expand_ratio)));
+  conv_ = register_module("conv", std::make_shared<nn::Sequential>());
+  if (expand_ratio != 1) conv_->push_back(std::make_shared<Conv2dNormActivation>(in_channels, hidden, 1, 1, 1, generator));
+  conv_->push_back(std::make_shared<Conv2dNormActivation>(hidden, hidden, 3, stride, hidden, generator));  // depthwise
+  conv_->push_back(std::make_shared<nn::Conv2d>(hidden, out_channels, 1, 1, 0, 1, 1, /*bias=*/false, generator));
+  conv_->push_back(std::make_shared<nn::BatchNorm2d>(out_channels));  // no activation: the linear bottleneck
+}
+
+Tensor InvertedResidual::forward(const Tensor& x) {
+  // The sum saves nothing for backward; the projection's BN output dies here, and the sum is what the
+  // next block's first convolution keeps.
+  return use_residual_ ? F::add(x, (*conv_)(x)) : (*conv_)(x);
+}
+
+namespace {
+
+// The paper's table 2, as torchvision's inverted_residual_setting: expansion t, output channels c,
+// repeats n, stride s of the group's first block.
+struct BlockGroup {
+  std::int64_t expand, channels, repeats, stride;
+};
+constexpr BlockGroup kBlockGroups[] = {{1, 16, 1, 1}, {6, 24, 2, 2}, {6, 32, 3, 2}, {6, 64, 4, 2},
+                                       {6, 96, 3, 1}, {6, 160, 3, 2}, {6, 320, 1, 1}};
+constexpr double kFirstChannels = 32, kLastChannels = 1280;
+constexpr std::size_t kCifarGroup = 1;  // the t=6, c=24 group: its stride-2 block runs at stride 1 for 32x32 inputs
+
+}  // namespace
+
+MobileNetV2::MobileNetV2(const MobileNetV2Options& options)
+    : nn::Module("MobileNetV2"),
+      options_(options),
+      last_channel_(make_divisible(kLastChannels * std::max(1.0, options.width_mult))) {
+  FRUGAL_CHECK_VALUE(options.width_mult > 0 && std::isfinite(options.width_mult),
+                     "MobileNetV2: width_mult must be positive, got ", options.width_mult);
+  FRUGAL_CHECK_VALUE(options.num_classes > 0 && options.in_channels > 0, "MobileNetV2: num_classes (",
+                     options.num_classes, ") and in_channels (", options.in_channels, ") must be positive");
+  Generator* generator = options.generator;
+  features_ = register_module("features", std::make_shared<nn::Sequential>());
+  std::int64_t channels = make_divisible(kFirstChannels * options.width_mult);
+  features_->push_back(std::make_shared<Conv2dNormActivation>(options.in_channels, channels, 3,
+                                                              options.cifar_stem ? 1 : 2, 1, generator));
+  for (std::size_t g = 0; g < std::size(kBlockGroups); ++g) {
+    const BlockGroup& group = kBlockGroups[g];
+    const std::int64_t out = make_divisible(static_cast<double>(group.channels) * options.width_mult);
+    const std::int64_t first_stride = options.cifar_stem && g == kCifarGroup ? 1 : group.stride;
+    for (std::int64_t i = 0; i < group.repeats; ++i) {
+      features_->push_back(
+          std::make_shared<InvertedResidual>(channels, out, i == 0 ? first_stride : 1, group.expand, generator));
+      channels = out;
+    }
+  }
+  features_->push_back(std::make_shared<Conv2dNormActivation>(channels, last_channel_, 1, 1, 1, generator));
+  classifier_ = register_module("classifier", std::make_shared<nn::Sequential>());
+  classifier_->push_back(std::make_shared<nn::Dropout>(options.dropout, generator));
+  auto linear = classifier_->push_back(std::make_shared<nn::Linear>(last_channel_, options.num_classes, true, generator));
+
+  init_convolutions_and_norms(*this, generator);
+  nn::init::normal_(linear->weight(), 0.0, 0.01, generator);
+  nn::init::zeros_(linear->bias());
+}
+
+Tensor MobileNetV2::forward(const Tensor& x) {
+  FRUGAL_CHECK_SHAPE(x.dim() == 4 && x.size(1) == options_.in_channels, "MobileNetV2: expected input [N, ",
+                     options_.in_channels, ", H, W], got ", shape_str(x.shape()));
+  Tensor y = F::adaptive_avg_pool2d((*features_)(x), {1, 1});
+  return (*classifier_)(F::flatten(y, 1));
+}
+
+}  // namespace frugal::models

@@ -1,0 +1,74 @@
+// MobileNetV2 (Sandler et al., 2018) exactly as torchvision's `mobilenet_v2`: the same blocks, the
+// same parameter and buffer names in the same order ("features.0.0.weight" ... "classifier.1.bias"),
+// the same shapes and the same initialisation, so a torchvision state dict loads as it is.
+//
+//   features.0        Conv2dNormActivation: 3x3 conv (stride 2), BatchNorm, ReLU6   (the stem)
+//   features.1..17    InvertedResidual blocks from the (t, c, n, s) table in mobilenet_v2.cpp
+//   features.18       Conv2dNormActivation: 1x1 conv to the last channel (1280), BatchNorm, ReLU6
+//   then              adaptive average pooling to 1x1, flatten,
+//   classifier        Dropout(p), Linear(last channel, num_classes)
+//
+// Memory: every ReLU6 is in place (as torchvision's ReLU6(inplace=True)), so a conv-BN-ReLU6 unit
+// keeps two tensors for backward: the conv's output, which BatchNorm needs, and BatchNorm's output,
+// overwritten by ReLU6, which is also what the next convolution saves. models/README.md has the
+// whole account.
+// Not here: training (the CLI and samples), the registry by name (models/registry.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "nn/layers.h"
+
+namespace frugal::models {
+
+struct MobileNetV2Options {
+  std::int64_t num_classes = 1000;
+  double width_mult = 1.0;     // scales every layer's channels (rounded to multiples of 8)
+  std::int64_t in_channels = 3;  // 1 for grey images such as Fashion-MNIST
+  double dropout = 0.2;        // the classifier's dropout probability
+  // For 32x32 inputs: the stem and the first stride-2 block run at stride 1, so the last feature
+  // map is 4x4 instead of 1x1 (the adaptation of chenyaofo/pytorch-cifar-models).
+  bool cifar_stem = false;
+  Generator* generator = nullptr;  // initial weights; nullptr is the default generator
+};
+
+// torchvision's _make_divisible(v, 8): v rounded to the nearest multiple of `divisor`, at least
+// `divisor`, and never more than 10% below v.
+std::int64_t make_divisible(double value, std::int64_t divisor = 8);
+
+// Conv2d (no bias), BatchNorm2d, ReLU6 in place: torchvision's Conv2dNormActivation, named 0, 1, 2.
+class Conv2dNormActivation : public nn::Sequential {
+ public:
+  Conv2dNormActivation(std::int64_t in_channels, std::int64_t out_channels, std::int64_t kernel_size,
+                       std::int64_t stride = 1, std::int64_t groups = 1, Generator* generator = nullptr);
+};
+
+// Expand (1x1, unless expand_ratio is 1), depthwise 3x3, project (1x1, no activation); the input is
+// added to the result when the stride is 1 and the channels are equal.
+class InvertedResidual : public nn::Module {
+ public:
+  InvertedResidual(std::int64_t in_channels, std::int64_t out_channels, std::int64_t stride,
+                   std::int64_t expand_ratio, Generator* generator = nullptr);
+  Tensor forward(const Tensor& x) override;
+  bool uses_residual() const { return use_residual_; }
+
+ private:
+  bool use_residual_;
+  std::shared_ptr<nn::Sequential> conv_;
+};
+
+class MobileNetV2 : public nn::Module {
+ public:
+  explicit MobileNetV2(const MobileNetV2Options& options = {});
+  Tensor forward(const Tensor& x) override;  // [N, in_channels, H, W] -> logits [N, num_classes]
+  const MobileNetV2Options& options() const { return options_; }
+  std::int64_t last_channel() const { return last_channel_; }
+
+ private:
+  MobileNetV2Options options_;
+  std::int64_t last_channel_;
+  std::shared_ptr<nn::Sequential> features_, classifier_;
+};
+
+}  // namespace frugal::models

@@ -1,0 +1,121 @@
+// models/resnet.h: the two block kinds, the layers built from them, and torchvision's initialisation,
+// registered in torchvision's order (the order is the state dict's order).
+#include "models/resnet.h"
+
+#include "models/torchvision_init.h"
+#include "nn/functional.h"
+#include "nn/init.h"
+
+namespace frugal::models {
+
+namespace F = frugal::functional;
+
+namespace {
+
+std::shared_ptr<nn::Conv2d> conv3x3(std::int64_t in, std::int64_t out, std::int64_t stride, Generator* generator) {
+  return std::make_shared<nn::Conv2d>(in, out, 3, stride, 1, 1, 1, /*bias=*/false, generator);
+}
+std::shared_ptr<nn::Conv2d> conv1x1(std::int64_t in, std::int64_t out, std::int64_t stride, Generator* generator) {
+  return std::make_shared<nn::Conv2d>(in, out, 1, stride, 0, 1, 1, /*bias=*/false, generator);
+}
+
+// The block's output: the residual branch plus the shortcut, then ReLU in place on the sum (the sum
+// is a fresh tensor, so nothing the branch saved is overwritten).
+Tensor add_shortcut_and_relu(const Tensor& branch, const Tensor& x, const std::shared_ptr<nn::Sequential>& downsample) {
+  Tensor out = F::add(branch, downsample ? (*downsample)(x) : x);
+  return F::relu_(out);
+}
+
+}  // namespace
+
+BasicBlock::BasicBlock(std::int64_t in_channels, std::int64_t channels, std::int64_t stride,
+                       std::shared_ptr<nn::Sequential> downsample, Generator* generator)
+    : nn::Module("BasicBlock") {
+  conv1_ = register_module("conv1", conv3x3(in_channels, channels, stride, generator));
+  bn1_ = register_module("bn1", std::make_shared<nn::BatchNorm2d>(channels));
+  conv2_ = register_module("conv2", conv3x3(channels, channels, 1, generator));
+  bn2_ = register_module("bn2", std::make_shared<nn::BatchNorm2d>(channels));
+  if (downsample) downsample_ = register_module("downsample", std::move(downsample));
+}
+
+Tensor BasicBlock::forward(const Tensor& x) {
+  Tensor out = (*bn1_)((*conv1_)(x));
+  out = (*bn2_)((*conv2_)(F::relu_(out)));
+  return add_shortcut_and_relu(out, x, downsample_);
+}
+
+Bottleneck::Bottleneck(std::int64_t in_channels, std::int64_t channels, std::int64_t stride,
+                       std::shared_ptr<nn::Sequential> downsample, Generator* generator)
+    : nn::Module("Bottleneck") {
+  conv1_ = register_module("conv1", conv1x1(in_channels, channels, 1, generator));
+  bn1_ = register_module("bn1", std::make_shared<nn::BatchNorm2d>(channels));
+  conv2_ = register_module("conv2", conv3x3(channels, channels, stride, generator));
+  bn2_ = register_module("bn2", std::make_shared<nn::BatchNorm2d>(channels));
+  conv3_ = register_module("conv3", conv1x1(channels, channels * kExpansion, 1, generator));
+  bn3_ = register_module("bn3", std::make_shared<nn::BatchNorm2d>(channels * kExpansion));
+  if (downsample) downsample_ = register_module("downsample", std::move(downsample));
+}
+
+Tensor Bottleneck::forward(const Tensor& x) {
+  Tensor out = (*bn1_)((*conv1_)(x));
+  out = (*bn2_)((*conv2_)(F::relu_(out)));
+  out = (*bn3_)((*conv3_)(F::relu_(out)));
+  return add_shortcut_and_relu(out, x, downsample_);
+}
+
+template <typename Block>
+std::shared_ptr<nn::Sequential> ResNet::make_layer(std::int64_t channels, std::int64_t blocks, std::int64_t stride) {
+  Generator* generator = options_.generator;
+  std::shared_ptr<nn::Sequential> downsample;
+  if (stride != 1 || in_channels_ != channels * Block::kExpansion) {
+    downsample = std::make_shared<nn::Sequential>();
+    downsample->push_back(conv1x1(in_channels_, channels * Block::kExpansion, stride, generator));
+    downsample->push_back(std::make_shared<nn::BatchNorm2d>(channels * Block::kExpansion));
+  }
+  auto layer = std::make_shared<nn::Sequential>();
+  layer->push_back(std::make_shared<Block>(in_channels_, channels, stride, downsample, generator));
+  in_channels_ = channels * Block::kExpansion;
+  for (std::int64_t i = 1; i < blocks; ++i)
+    layer->push_back(std::make_shared<Block>(in_channels_, channels, 1, nullptr, generator));
+  return layer;
+}
+
+ResNet::ResNet(ResNetDepth depth, const ResNetOptions& options)
+    : nn::Module("ResNet"), options_(options) {
+  FRUGAL_CHECK_VALUE(options.num_classes > 0 && options.in_channels > 0, "ResNet: num_classes (", options.num_classes,
+                     ") and in_channels (", options.in_channels, ") must be positive");
+  Generator* generator = options.generator;
+  conv1_ = register_module("conv1", std::make_shared<nn::Conv2d>(options.in_channels, in_channels_, 7, 2, 3, 1, 1,
+                                                                 /*bias=*/false, generator));
+  bn1_ = register_module("bn1", std::make_shared<nn::BatchNorm2d>(in_channels_));
+  maxpool_ = register_module("maxpool", std::make_shared<nn::MaxPool2d>(3, 2, 1));
+  constexpr std::int64_t kChannels[] = {64, 128, 256, 512};
+  const bool basic = depth == ResNetDepth::resnet18;
+  const std::int64_t repeats[4][2] = {{2, 3}, {2, 4}, {2, 6}, {2, 3}};  // {resnet18, resnet50} blocks per layer
+  for (int i = 0; i < 4; ++i) {
+    const std::int64_t stride = i == 0 ? 1 : 2, blocks = repeats[i][basic ? 0 : 1];
+    auto layer = basic ? make_layer<BasicBlock>(kChannels[i], blocks, stride)
+                       : make_layer<Bottleneck>(kChannels[i], blocks, stride);
+    layers_.push_back(register_module("layer" + std::to_string(i + 1), layer));
+  }
+  // torchvision leaves fc with nn.Linear's default initialisation.
+  fc_ = register_module("fc", std::make_shared<nn::Linear>(in_channels_, options.num_classes, true, generator));
+
+  init_convolutions_and_norms(*this, generator);
+  if (!options.zero_init_residual) return;
+  for (const auto& [name, module] : named_modules()) {
+    if (const auto* block = dynamic_cast<const BasicBlock*>(module)) nn::init::zeros_(block->last_norm().weight());
+    if (const auto* block = dynamic_cast<const Bottleneck*>(module)) nn::init::zeros_(block->last_norm().weight());
+  }
+}
+
+Tensor ResNet::forward(const Tensor& x) {
+  FRUGAL_CHECK_SHAPE(x.dim() == 4 && x.size(1) == options_.in_channels, "ResNet: expected input [N, ",
+                     options_.in_channels, ", H, W], got ", shape_str(x.shape()));
+  Tensor y = (*bn1_)((*conv1_)(x));
+  y = (*maxpool_)(F::relu_(y));
+  for (const auto& layer : layers_) y = (*layer)(y);
+  return (*fc_)(F::flatten(F::adaptive_avg_pool2d(y, {1, 1}), 1));
+}
+
+}  // namespace frugal::models

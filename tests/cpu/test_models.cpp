@@ -1,0 +1,199 @@
+// The models against torchvision: state-dict names, dtypes, shapes and order compared with the
+// manifests tests/fixtures/models/make_state_dict_manifests.py wrote from torchvision 0.14, parameter
+// counts as torchvision prints them, torchvision's initialisation statistics, the CIFAR stem's
+// strides, and the registry's refusals. Values against torchvision: test_model_fixtures.cpp.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/random.h"
+#include "models/mobilenet_v2.h"
+#include "models/registry.h"
+#include "models/resnet.h"
+#include "nn/layers.h"
+
+using namespace frugal;
+using frugal::models::make_model;
+using frugal::models::ModelOptions;
+
+namespace {
+
+struct Manifest {
+  std::vector<std::string> lines;  // "NAME DTYPE SHAPE", in order
+  std::int64_t parameters = 0;
+};
+
+Manifest read_manifest(const std::string& name) {
+  const std::string path = std::string(FRUGAL_SOURCE_DIR) + "/tests/fixtures/models/" + name + ".manifest";
+  std::ifstream in(path);
+  REQUIRE_MESSAGE(in.good(), "cannot read ", path);
+  Manifest manifest;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("# parameters ", 0) == 0) manifest.parameters = std::stoll(line.substr(13));
+    else manifest.lines.push_back(line);
+  }
+  return manifest;
+}
+
+std::vector<std::string> describe_state(const nn::Module& model) {
+  std::vector<std::string> lines;
+  for (const auto& [name, tensor] : model.state_dict()) {
+    std::string shape;
+    for (std::int64_t d : tensor.shape()) {
+      if (!shape.empty()) shape += 'x';
+      shape += std::to_string(d);
+    }
+    lines.push_back(name + " " + std::string(dtype_name(tensor.dtype())) + " " + (shape.empty() ? "[]" : shape));
+  }
+  return lines;
+}
+
+void check_against_manifest(const nn::Module& model, const std::string& manifest_name) {
+  const Manifest expected = read_manifest(manifest_name);
+  const std::vector<std::string> got = describe_state(model);
+  CHECK(model.parameter_count() == expected.parameters);
+  REQUIRE(got.size() == expected.lines.size());
+  for (std::size_t i = 0; i < got.size(); ++i) CHECK_MESSAGE(got[i] == expected.lines[i], "state dict entry ", i);
+}
+
+double std_of(const Tensor& t) {
+  const auto v = t.to_vector<double>();
+  double sum = 0, squares = 0;
+  for (double x : v) sum += x;
+  const double mean = sum / static_cast<double>(v.size());
+  for (double x : v) squares += (x - mean) * (x - mean);
+  return std::sqrt(squares / static_cast<double>(v.size() - 1));
+}
+
+const Tensor& state(const nn::Module& model, const std::string& name) {
+  static nn::StateDict kept;  // the handles outlive the call
+  kept = model.state_dict();
+  for (const auto& [key, tensor] : kept)
+    if (key == name) return tensor;
+  FAIL("no state entry " << name);
+  return kept.front().second;
+}
+
+}  // namespace
+
+TEST_CASE("models: MobileNetV2's state dict is torchvision's, name for name, at three widths") {
+  Generator generator(1);
+  check_against_manifest(*make_model("mobilenet_v2", {.generator = &generator}), "mobilenet_v2_w100_c1000");
+  check_against_manifest(*make_model("mobilenet_v2", {.num_classes = 10, .width_mult = 0.5, .generator = &generator}),
+                         "mobilenet_v2_w050_c10");
+  check_against_manifest(*make_model("mobilenet_v2", {.width_mult = 1.4, .generator = &generator}),
+                         "mobilenet_v2_w140_c1000");
+}
+
+TEST_CASE("models: parameter counts as torchvision prints them") {
+  Generator generator(2);
+  struct Case {
+    ModelOptions options;
+    std::int64_t parameters;
+  };
+  const Case cases[] = {
+      {{.num_classes = 1000, .width_mult = 0.35}, 1'677'128}, {{.num_classes = 10, .width_mult = 0.35}, 408'938},
+      {{.num_classes = 1000, .width_mult = 0.75}, 2'636'424}, {{.num_classes = 10, .width_mult = 1.0}, 2'236'682},
+      {{.num_classes = 10, .width_mult = 1.4}, 4'333'706},
+      // One input channel (Fashion-MNIST): the stem loses 2 x 32 x 3 x 3 weights.
+      {{.num_classes = 10, .in_channels = 1}, 2'236'106},
+      // The CIFAR stem changes strides only.
+      {{.num_classes = 10, .cifar_stem = true}, 2'236'682},
+  };
+  for (Case c : cases) {
+    c.options.generator = &generator;
+    CHECK(make_model("mobilenet_v2", c.options)->parameter_count() == c.parameters);
+  }
+  CHECK(make_model("resnet18", {.num_classes = 10, .generator = &generator})->parameter_count() == 11'181'642);
+  CHECK(make_model("resnet50", {.num_classes = 10, .generator = &generator})->parameter_count() == 23'528'522);
+  // The small CNN: (1*9+1)*32 + (32*9+1)*64 + (64*9+1)*128 + 129*10.
+  CHECK(make_model("cnn", {.generator = &generator})->parameter_count() == 93'962);
+}
+
+TEST_CASE("models: ResNet-18 and ResNet-50 state dicts are torchvision's") {
+  Generator generator(3);
+  const auto resnet18 = make_model("resnet18", {.generator = &generator});
+  check_against_manifest(*resnet18, "resnet18_c1000");
+  CHECK(resnet18->parameter_count() == 11'689'512);
+  const auto resnet50 = make_model("resnet50", {.generator = &generator});
+  check_against_manifest(*resnet50, "resnet50_c1000");
+  CHECK(resnet50->parameter_count() == 25'557'032);
+}
+
+TEST_CASE("models: torchvision's initialisation") {
+  Generator generator(4);
+  const auto model = make_model("mobilenet_v2", {.num_classes = 1000, .generator = &generator});
+  // kaiming_normal_(fan_out): std sqrt(2 / (out * kh * kw)), groups not counted.
+  CHECK(std_of(state(*model, "features.18.0.weight")) == doctest::Approx(std::sqrt(2.0 / 1280)).epsilon(0.01));
+  CHECK(std_of(state(*model, "features.17.conv.1.0.weight")) == doctest::Approx(std::sqrt(2.0 / (960 * 9))).epsilon(0.05));
+  CHECK(std_of(state(*model, "classifier.1.weight")) == doctest::Approx(0.01).epsilon(0.01));
+  for (const char* zero : {"classifier.1.bias", "features.3.conv.3.bias", "features.3.conv.3.running_mean"})
+    for (double v : state(*model, zero).to_vector<double>()) CHECK(v == 0.0);
+  for (const char* one : {"features.3.conv.3.weight", "features.3.conv.3.running_var"})
+    for (double v : state(*model, one).to_vector<double>()) CHECK(v == 1.0);
+  CHECK(state(*model, "features.0.1.num_batches_tracked").item<std::int64_t>() == 0);
+
+  // ResNet keeps Linear's default, uniform(+-1/sqrt(512)); zero_init_residual zeroes each block's last BN.
+  const auto resnet = make_model("resnet18", {.generator = &generator});
+  const double bound = 1.0 / std::sqrt(512.0);
+  for (double v : state(*resnet, "fc.weight").to_vector<double>()) CHECK(std::abs(v) <= bound);
+  CHECK(std_of(state(*resnet, "fc.weight")) == doctest::Approx(bound / std::sqrt(3.0)).epsilon(0.01));
+  for (double v : state(*resnet, "layer1.0.bn2.weight").to_vector<double>()) CHECK(v == 1.0);
+  const auto zeroed = make_model("resnet50", {.zero_init_residual = true, .generator = &generator});
+  for (double v : state(*zeroed, "layer4.2.bn3.weight").to_vector<double>()) CHECK(v == 0.0);
+  for (double v : state(*zeroed, "layer4.2.bn2.weight").to_vector<double>()) CHECK(v == 1.0);
+}
+
+TEST_CASE("models: the same generator seed gives the same weights") {
+  Generator a(7), b(7);
+  const auto first = make_model("mobilenet_v2", {.num_classes = 10, .width_mult = 0.35, .generator = &a});
+  const auto second = make_model("mobilenet_v2", {.num_classes = 10, .width_mult = 0.35, .generator = &b});
+  const nn::StateDict x = first->state_dict(), y = second->state_dict();
+  REQUIRE(x.size() == y.size());
+  for (std::size_t i = 0; i < x.size(); ++i) CHECK(x[i].second.to_vector<double>() == y[i].second.to_vector<double>());
+}
+
+TEST_CASE("models: output shapes, and the CIFAR stem keeps a 4x4 map at 32x32") {
+  Generator generator(5);
+  const Tensor images = normal({2, 1, 32, 32}, 0.0, 1.0, {}, &generator);
+  for (const char* name : {"mobilenet_v2", "resnet18", "cnn"}) {
+    const auto model = make_model(name, {.num_classes = 10, .in_channels = 1, .generator = &generator});
+    model->eval();
+    CHECK(model->forward(images).shape() == Shape{2, 10});
+  }
+  // The feature map entering the head conv: 1x1 with the standard stem, 4x4 with the CIFAR one.
+  for (bool cifar : {false, true}) {
+    models::MobileNetV2 model({.num_classes = 10, .in_channels = 1, .cifar_stem = cifar, .generator = &generator});
+    model.eval();
+    const auto& features = *std::dynamic_pointer_cast<nn::Sequential>(model.named_children()[0].second);
+    Tensor y = images;
+    for (std::size_t i = 0; i + 1 < features.size(); ++i) y = (*features[i])(y);
+    CHECK(y.size(2) == (cifar ? 4 : 1));
+  }
+}
+
+TEST_CASE("models: make_divisible is torchvision's _make_divisible") {
+  CHECK(models::make_divisible(32 * 0.35) == 16);  // 11.2 -> 8 is more than 10% down -> 16
+  CHECK(models::make_divisible(16 * 0.5) == 8);
+  CHECK(models::make_divisible(24 * 0.75) == 24);  // 18 -> int(22) // 8 * 8 = 16 < 0.9 * 18 -> 24
+  CHECK(models::make_divisible(1280 * 1.4) == 1792);
+  CHECK(models::make_divisible(3.0) == 8);  // never below the divisor
+}
+
+TEST_CASE("models: the registry refuses unknown names and options a model lacks") {
+  CHECK_THROWS_WITH_AS(make_model("vgg16"), doctest::Contains("known: mobilenet_v2, resnet18, resnet50, cnn"),
+                       ValueError);
+  CHECK_THROWS_WITH_AS(make_model("resnet18", {.width_mult = 0.5}), doctest::Contains("no width option"), ValueError);
+  CHECK_THROWS_WITH_AS(make_model("cnn", {.cifar_stem = true}), doctest::Contains("no CIFAR stem"), ValueError);
+  CHECK_THROWS_WITH_AS(make_model("mobilenet_v2", {.zero_init_residual = true}),
+                       doctest::Contains("no zero_init_residual"), ValueError);
+  CHECK_THROWS_AS(make_model("mobilenet_v2", {.width_mult = 0.0}), ValueError);
+  CHECK_THROWS_AS(make_model("mobilenet_v2", {.dropout = 1.0}), ValueError);
+  CHECK_THROWS_AS(make_model("resnet50", {.num_classes = 0}), ValueError);
+  const auto model = make_model("cnn");
+  CHECK_THROWS_AS(model->forward(zeros({1, 3, 28, 28})), ShapeError);  // the CNN defaults to one channel
+}
