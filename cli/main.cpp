@@ -10,6 +10,7 @@
 #include "cli/info.h"
 #include "cli/inspect.h"
 #include "cli/pack.h"
+#include "cli/run_step.h"
 #include "core/error.h"
 #include "frugal/build_info.h"
 
@@ -33,7 +34,8 @@ int main(int argc, char** argv) {
   frugal::cli::AllocReplayCommand alloc_replay(app);
   frugal::cli::PackCommand pack(app);
   frugal::cli::InspectCommand inspect(app);
-  const frugal::cli::Subcommand* const modules[] = {&info, &bench, &alloc_replay, &pack, &inspect};
+  frugal::cli::RunStepCommand run_step(app);
+  const frugal::cli::Subcommand* const modules[] = {&info, &bench, &alloc_replay, &pack, &inspect, &run_step};
 
   try {
     app.parse(argc, argv);
@@ -44,7 +46,7 @@ int main(int argc, char** argv) {
   }
 
   if (app.get_subcommands().empty()) {
-    std::cerr << "frugal: name a subcommand: info, bench, alloc-replay, pack or inspect (see 'frugal --help')\n";
+    std::cerr << "frugal: name a subcommand: info, bench, alloc-replay, pack, inspect or run-step (see 'frugal --help')\n";
     return kExitUsage;
   }
 

@@ -62,7 +62,8 @@ const std::vector<Entry>& entries() {
        [](const ModelOptions& o) { return build_resnet(ResNetDepth::resnet18, "resnet18", o); }},
       {{"resnet50", "torchvision's ResNet-50 (25.6 M parameters at 1000 classes); zero_init_residual"},
        [](const ModelOptions& o) { return build_resnet(ResNetDepth::resnet50, "resnet50", o); }},
-      {{"cnn", "a small CNN without BatchNorm (3 convolutions, 94 K parameters at 10 classes, 1 channel)"}, build_cnn},
+      {{"cnn", "a small CNN without BatchNorm (3 convolutions, 94 K parameters at 10 classes, 1 channel)", 10, 1},
+       build_cnn},
   };
   return table;
 }
@@ -87,10 +88,18 @@ std::string model_names() {
   return names;
 }
 
-std::shared_ptr<nn::Module> make_model(std::string_view name, const ModelOptions& options) {
+namespace {
+const Entry& entry_named(std::string_view name) {
   for (const Entry& entry : entries())
-    if (entry.info.name == name) return entry.build(options);
+    if (entry.info.name == name) return entry;
   FRUGAL_THROW(::frugal::ValueError, "unknown model '", name, "' (known: ", model_names(), ")");
+}
+}  // namespace
+
+const ModelInfo& model_info(std::string_view name) { return entry_named(name).info; }
+
+std::shared_ptr<nn::Module> make_model(std::string_view name, const ModelOptions& options) {
+  return entry_named(name).build(options);
 }
 
 }  // namespace frugal::models

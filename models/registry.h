@@ -32,9 +32,12 @@ struct ModelOptions {
 struct ModelInfo {
   std::string name;
   std::string summary;  // one line: what it is and which options it takes
+  std::int64_t default_num_classes = 1000;
+  std::int64_t default_in_channels = 3;
 };
 
 const std::vector<ModelInfo>& model_infos();
+const ModelInfo& model_info(std::string_view name);  // ValueError for an unknown name, as make_model
 std::string model_names();  // "mobilenet_v2, resnet18, resnet50, cnn", for messages
 std::shared_ptr<nn::Module> make_model(std::string_view name, const ModelOptions& options = {});
 

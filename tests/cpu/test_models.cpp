@@ -184,6 +184,19 @@ TEST_CASE("models: make_divisible is torchvision's _make_divisible") {
   CHECK(models::make_divisible(3.0) == 8);  // never below the divisor
 }
 
+TEST_CASE("models: each model's defaults are what the registry says") {
+  Generator generator(8);
+  for (const models::ModelInfo& info : models::model_infos()) {
+    CAPTURE(info.name);
+    const auto model = make_model(info.name, {.generator = &generator});
+    model->eval();
+    const Tensor x = normal({1, info.default_in_channels, 32, 32}, 0.0, 1.0, {}, &generator);
+    CHECK(model->forward(x).shape() == Shape{1, info.default_num_classes});
+    CHECK(&models::model_info(info.name) == &info);
+  }
+  CHECK_THROWS_AS(models::model_info("alexnet"), ValueError);
+}
+
 TEST_CASE("models: the registry refuses unknown names and options a model lacks") {
   CHECK_THROWS_WITH_AS(make_model("vgg16"), doctest::Contains("known: mobilenet_v2, resnet18, resnet50, cnn"),
                        ValueError);

@@ -1,0 +1,161 @@
+// frugal's models against torchvision, value for value: for each case of tests/fixtures/models (written
+// once by make_fixtures.py from torchvision 0.14 in float64), the weights the fixture's formula gives
+// (tests/cpu/model_fixture.h) are written to a safetensors file, the `frugal` binary runs
+// `run-step` on the fixture's input in eval and train mode, in f64 and in f32, and its output file is
+// compared with the reference:
+//   f64  every value within 1e-9 relative (max |a - b| / max |b|, per tensor);
+//   f32  logits and loss within max(1e-4, 4 e), gradients and buffers within max(1e-3, 4 e), where e
+//        is PyTorch's own f32 error against the f64 values, stored beside each tensor (f32err.T).
+// Tensors of more than 4096 elements are stored as summaries: 256 samples, the L2 norm and the largest
+// magnitude; the samples are compared relative to the largest magnitude.
+#include <doctest/doctest.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include "models/registry.h"
+#include "model_fixture.h"
+#include "nn/safetensors.h"
+
+using namespace frugal;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Case {
+  const char* folder;
+  const char* model;
+  std::vector<std::string> options;  // run-step's model options
+  models::ModelOptions model_options;
+};
+
+const Case kCases[] = {
+    {"mobilenet_v2_w050_c1", "mobilenet_v2",
+     {"--num-classes", "10", "--in-channels", "1", "--width", "0.5", "--dropout", "0"},
+     {.num_classes = 10, .in_channels = 1, .width_mult = 0.5, .dropout = 0.0}},
+    {"mobilenet_v2_w100_c3_cifar", "mobilenet_v2",
+     {"--num-classes", "10", "--in-channels", "3", "--width", "1.0", "--dropout", "0", "--cifar-stem"},
+     {.num_classes = 10, .in_channels = 3, .width_mult = 1.0, .dropout = 0.0, .cifar_stem = true}},
+    {"resnet18_c3", "resnet18", {"--num-classes", "10", "--in-channels", "3"}, {.num_classes = 10, .in_channels = 3}},
+};
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "frugal-fixture-XXXXXX").string();
+    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
+    path = pattern;
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+std::map<std::string, Tensor> by_name(const nn::StateDict& tensors) {
+  std::map<std::string, Tensor> out;
+  for (const auto& [name, tensor] : tensors) out.emplace(name, tensor);
+  return out;
+}
+
+double max_abs(const std::vector<double>& v) {
+  double m = 0;
+  for (double x : v) m = std::max(m, std::abs(x));
+  return m;
+}
+
+// max |a - b| / max |b|, with the scale floored so that an all-zero reference compares absolutely.
+double relative_error(const std::vector<double>& got, const std::vector<double>& expected, double scale) {
+  REQUIRE(got.size() == expected.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - expected[i]));
+  return worst / std::max(scale, 1e-30);
+}
+
+// The error of one result tensor against its reference, whole or summarised.
+double error_against(const std::vector<double>& got, const std::map<std::string, Tensor>& expected, const std::string& name) {
+  if (const auto whole = expected.find(name); whole != expected.end()) {
+    const auto reference = whole->second.to_vector<double>();
+    return relative_error(got, reference, max_abs(reference));
+  }
+  REQUIRE_MESSAGE(expected.count(name + ":sample"), "the reference has no ", name);
+  const auto samples = expected.at(name + ":sample").to_vector<double>();
+  const double l2 = expected.at(name + ":l2").item<double>(), maxabs = expected.at(name + ":maxabs").item<double>();
+  std::vector<double> picked;
+  const auto numel = static_cast<std::int64_t>(got.size());
+  for (std::int64_t j = 0; j < static_cast<std::int64_t>(samples.size()); ++j)
+    picked.push_back(got[static_cast<std::size_t>(j * numel / static_cast<std::int64_t>(samples.size()))]);
+  double squares = 0;
+  for (double v : got) squares += v * v;
+  return std::max({relative_error(picked, samples, maxabs), std::abs(std::sqrt(squares) - l2) / std::max(l2, 1e-30),
+                   std::abs(max_abs(got) - maxabs) / std::max(maxabs, 1e-30)});
+}
+
+std::string quoted(const std::string& text) { return "'" + text + "'"; }
+
+nn::StateDict run_step(const Case& c, const TempDir& dir, const std::string& mode, const std::string& dtype) {
+  const fs::path fixture = fs::path(FRUGAL_SOURCE_DIR) / "tests/fixtures/models" / c.folder;
+  const fs::path out = dir.path / (mode + "-" + dtype + ".safetensors");
+  std::string command = std::string(FRUGAL_BINARY) + " run-step --model " + c.model;
+  for (const std::string& option : c.options) command += " " + option;
+  command += " --weights " + quoted((dir.path / "weights.safetensors").string()) + " --input " +
+             quoted((fixture / "input.safetensors").string()) + " --mode " + mode + " --dtype " + dtype + " --out " +
+             quoted(out.string());
+  INFO(command);
+  REQUIRE(std::system(command.c_str()) == 0);
+  return nn::read_safetensors(out.string()).tensors;
+}
+
+void compare_case(const Case& c) {
+  CAPTURE(c.folder);
+  TempDir dir;
+  const fs::path fixture = fs::path(FRUGAL_SOURCE_DIR) / "tests/fixtures/models" / c.folder;
+  const auto model = models::make_model(c.model, c.model_options);
+  const nn::StateDict weights = test::fixture_weights(model->state_dict());
+  nn::write_safetensors((dir.path / "weights.safetensors").string(), weights);
+  // The formula agrees with the script's on the first 16 values of tensor 0.
+  const auto input = by_name(nn::read_safetensors((fixture / "input.safetensors").string()).tensors);
+  const auto check = input.at("weights_check").to_vector<double>();
+  const auto first = weights.front().second.to_vector<double>();
+  for (std::size_t i = 0; i < check.size(); ++i) CHECK(first[i] == check[i]);
+
+  for (const std::string mode : {"eval", "train"}) {
+    const auto expected = by_name(nn::read_safetensors((fixture / (mode + ".safetensors")).string()).tensors);
+    for (const std::string dtype : {"f64", "f32"}) {
+      CAPTURE(mode);
+      CAPTURE(dtype);
+      const nn::StateDict results = run_step(c, dir, mode, dtype);
+      std::size_t compared = 0;
+      for (const auto& [name, tensor] : results) {
+        CAPTURE(name);
+        const double error = error_against(tensor.to_vector<double>(), expected, name);
+        double tolerance = 1e-9;
+        if (dtype == "f32") {
+          const double pytorch = expected.at("f32err." + name).item<double>();
+          const bool output = name == "logits" || name == "loss";
+          tolerance = std::max(output ? 1e-4 : 1e-3, 4 * pytorch);
+        }
+        CHECK(error <= tolerance);
+        ++compared;
+      }
+      // Every reference tensor has a result: f32err.T, T or T:sample, T:l2, T:maxabs per result.
+      std::size_t references = 0;
+      for (const auto& [name, tensor] : expected) references += name.rfind("f32err.", 0) == 0 ? 1 : 0;
+      CHECK(compared == references);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("model fixtures: MobileNetV2 width 0.5, one channel, standard stem, against torchvision") {
+  compare_case(kCases[0]);
+}
+
+TEST_CASE("model fixtures: MobileNetV2 width 1.0, three channels, CIFAR stem, against torchvision") {
+  compare_case(kCases[1]);
+}
+
+TEST_CASE("model fixtures: ResNet-18 against torchvision") { compare_case(kCases[2]); }
