@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/mapped_file.h"
+#include "nn/layers.h"
 #include "nn/safetensors.h"
 #include "tests/skip.h"
 
@@ -170,6 +171,27 @@ TEST_CASE("safetensors: every dtype round-trips, scalars, empty tensors and stri
       CHECK(back.tensors[i].second.to_vector<double>() == tensors[i].second.to_vector<double>());
     }
     CHECK(parse_safetensors(read_bytes(path), "all").tensors.size() == tensors.size());  // from memory the same
+  }
+}
+
+TEST_CASE("safetensors: a module's state dict, written and read back, loads into a fresh module unchanged") {
+  const auto make = [] {
+    return nn::Sequential{std::make_shared<nn::Conv2d>(3, 4, 3, 1, 1), std::make_shared<nn::BatchNorm2d>(4),
+                          std::make_shared<nn::Linear>(4, 2)};
+  };
+  nn::Sequential saved = make();
+  for (auto& [name, buffer] : saved.named_buffers())
+    if (buffer.dtype() == DType::f32) buffer.fill_(0.5);  // running statistics unlike a fresh module's
+  TempDir dir;
+  write_safetensors(dir / "net.safetensors", saved.state_dict(), {{"format", "pt"}});
+  nn::Sequential loaded = make();
+  loaded.load_state_dict(read_safetensors(dir / "net.safetensors").tensors);
+  const StateDict want = saved.state_dict(), got = loaded.state_dict();
+  REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    CAPTURE(want[i].first);
+    CHECK(got[i].first == want[i].first);
+    CHECK(got[i].second.to_vector<double>() == want[i].second.to_vector<double>());
   }
 }
 
@@ -347,6 +369,20 @@ TEST_CASE("safetensors: the fuzz seeds, written by fuzz/make_corpus.py from the 
   CHECK(read_bytes(corpus / "golden_attn") == golden_attn());
   CHECK(read_bytes(corpus / "golden_empty") == golden_empty());
   CHECK(read_bytes(corpus / "golden_metadata") == golden_metadata());
+  const SafetensorsFile all = read_safetensors((corpus / "every_dtype").string());
+  REQUIRE(all.tensors.size() == 8);
+  CHECK(all.metadata == Metadata{{"format", "pt"}, {"note", "one tensor of each dtype"}});
+  const auto values = [&](std::size_t i) { return all.tensors[i].second.to_vector<double>(); };
+  CHECK(values(0) == std::vector<double>{0.5, -2});
+  CHECK(all.tensors[1].second.shape() == Shape{});
+  CHECK(values(1) == std::vector<double>{-7});
+  CHECK(values(3) == std::vector<double>{-1, 0, 2147483647});
+  CHECK(values(4) == std::vector<double>{1, -0.5});
+  CHECK(all.tensors[5].second.dtype() == DType::bf16);
+  CHECK(values(5) == std::vector<double>{1, -2});
+  CHECK(values(6) == std::vector<double>{0, 128, 255});
+  CHECK(values(7) == std::vector<double>{1, 0, 0, 1});
+  CHECK(read_safetensors_header((corpus / "out_of_order").string()).entries[0].name == "b");
   for (const auto& entry : fs::directory_iterator(corpus)) {
     const std::string name = entry.path().filename().string();
     CAPTURE(name);
