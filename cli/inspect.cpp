@@ -1,6 +1,7 @@
 // `frugal inspect` (see inspect.h): the format is found from the file's first bytes and size (or its
-// being a folder); the file is opened as a data::Dataset where it is one (an IDX file alone is not:
-// it is read as an array); a Summary is filled once, then printed as text or as JSON.
+// being a folder, or a name ending in .safetensors); the file is opened as a data::Dataset where it
+// is one (an IDX file alone is not: it is read as an array); a Summary is filled once, then printed
+// as text or as JSON. A safetensors file is no dataset: its header is listed on its own.
 #include "cli/inspect.h"
 
 #include <fcntl.h>
@@ -25,6 +26,7 @@
 #include "data/image_folder.h"
 #include "data/mapped_file.h"
 #include "data/shard.h"
+#include "nn/safetensors.h"
 
 namespace frugal::cli {
 
@@ -38,7 +40,7 @@ constexpr std::string_view kGreyRamp = " .:-=+*#%@";  // dark to bright, one cha
 constexpr std::int64_t kHistogramWidth = 40;          // characters in the longest bar
 constexpr std::int64_t kMaxShownSamples = 10000;      // --samples: far more than anyone reads
 
-enum class Format { shard, idx, cifar10, cifar100, folder };
+enum class Format { shard, idx, cifar10, cifar100, folder, safetensors };
 
 std::string_view format_key(Format format) {  // as JSON names it
   switch (format) {
@@ -47,6 +49,7 @@ std::string_view format_key(Format format) {  // as JSON names it
     case Format::cifar10: return "cifar10";
     case Format::cifar100: return "cifar100";
     case Format::folder: return "folder";
+    case Format::safetensors: return "safetensors";
   }
   return "";
 }
@@ -58,6 +61,7 @@ std::string_view format_title(Format format) {  // as the text report names it
     case Format::cifar10: return "CIFAR-10 batch";
     case Format::cifar100: return "CIFAR-100 batch";
     case Format::folder: return "image folder";
+    case Format::safetensors: return "safetensors file";
   }
   return "";
 }
@@ -115,32 +119,47 @@ std::size_t read_head(const std::string& path, std::span<std::uint8_t> head) {
                      " CIFAR-100 records of ", c100, " bytes and ", size % c100, " over): truncated or padded?");
   std::ostringstream first;
   for (std::size_t i = 0; i < head.size(); ++i) first << (i ? " " : "") << std::hex << std::setw(2) << std::setfill('0') << int{head[i]};
-  FRUGAL_THROW(ValueError, path, ": not a frugal shard, IDX file, CIFAR batch or image folder (", size,
+  FRUGAL_THROW(ValueError, path, ": not a frugal shard, IDX file, CIFAR batch, safetensors file or image folder (", size,
                " bytes, starting ", first.str(), ")");
 }
 
+// A safetensors file has no magic number: it is one by its name, or by starting with a header length
+// (8 bytes, little-endian) that the file can hold, followed by '{'.
+bool looks_like_safetensors(const std::string& path, std::span<const std::uint8_t> head, std::uintmax_t size) {
+  if (path.ends_with(".safetensors")) return true;
+  constexpr std::size_t kLengthBytes = 8;
+  if (head.size() <= kLengthBytes || head[kLengthBytes] != '{') return false;
+  std::uint64_t n = 0;
+  for (std::size_t i = kLengthBytes; i-- > 0;) n = n << 8 | head[i];
+  return n <= nn::kMaxSafetensorsHeader && kLengthBytes + n <= size;
+}
+
 // Shards and gzip (frugal reads only IDX gzipped) have magic numbers; IDX starts 00 00; CIFAR has
-// no header, only its record size. A CIFAR batch can start 00 00 too (label 0, a black first pixel),
-// so a file that could be either is IDX only if it parses as IDX.
+// no header, only its record size; safetensors is found by its name or its first 9 bytes. A CIFAR
+// batch can start 00 00 too (label 0, a black first pixel), so a file that could be either is IDX
+// only if it parses as IDX.
 Format detect(const std::string& path) {
   struct stat info {};
   FRUGAL_CHECK_AS(data::FileError, ::stat(path.c_str(), &info) == 0, path, ": ", data::path_error_text(errno));
   if (S_ISDIR(info.st_mode)) return Format::folder;
   // Before opening: reading a FIFO would wait for a writer, and a device has no size.
   FRUGAL_CHECK_AS(data::FileError, S_ISREG(info.st_mode), path, ": is not a regular file or a folder");
-  std::array<std::uint8_t, sizeof(data::kShardMagic)> bytes{};
+  constexpr std::size_t kSniffed = 9;  // the safetensors length and its '{'; shards need 8
+  std::array<std::uint8_t, kSniffed> bytes{};
   const std::span<const std::uint8_t> head(bytes.data(), read_head(path, bytes));
   const auto size = static_cast<std::uintmax_t>(info.st_size);
   FRUGAL_CHECK_AS(data::FileError, size > 0, path, ": is empty");
   const bool cifar10_sized = size % data::cifar_record_size(data::CifarKind::cifar10) == 0;
   const bool cifar100_sized = size % data::cifar_record_size(data::CifarKind::cifar100_fine) == 0;
-  if (head.size() == bytes.size() && std::equal(bytes.begin(), bytes.end(), data::kShardMagic)) return Format::shard;
+  const std::size_t magic = sizeof(data::kShardMagic);
+  if (head.size() >= magic && std::equal(head.begin(), head.begin() + magic, data::kShardMagic)) return Format::shard;
   if (data::is_gzip(head)) return Format::idx;
+  if (looks_like_safetensors(path, head, size)) return Format::safetensors;
   if (head.size() >= 4 && head[0] == 0 && head[1] == 0 && (!(cifar10_sized || cifar100_sized) || is_plain_idx(path)))
     return Format::idx;
   if (cifar10_sized) return Format::cifar10;
   if (cifar100_sized) return Format::cifar100;
-  unknown_format(path, head, size);
+  unknown_format(path, head.first(std::min(head.size(), magic)), size);
 }
 
 // A 1-channel image, one character per pixel; nothing for other samples. u8 pixels span 0..255;
@@ -275,11 +294,87 @@ void print_text(const std::string& file, const Summary& s) {
   }
 }
 
+// What `parameters` counts in a safetensors file: the elements of its floating-point tensors, less
+// BatchNorm's running statistics (floating, but buffers, not parameters) and its step counter.
+constexpr std::array<std::string_view, 3> kBufferSuffixes = {"running_mean", "running_var", "num_batches_tracked"};
+constexpr std::string_view kParametersCounted =
+    "elements of floating-point tensors whose names do not end in running_mean, running_var or num_batches_tracked";
+
+bool is_parameter(const nn::SafetensorsEntry& entry) {
+  return is_floating(entry.dtype) && std::none_of(kBufferSuffixes.begin(), kBufferSuffixes.end(),
+                                                  [&](std::string_view suffix) { return entry.name.ends_with(suffix); });
+}
+
+// A safetensors file's report: each tensor's name, dtype, shape and bytes, the totals, the metadata.
+ordered_json safetensors_report(const std::string& path, const nn::SafetensorsHeader& header) {
+  ordered_json tensors = ordered_json::array();
+  std::int64_t elements = 0, parameters = 0;
+  std::uint64_t bytes = 0;
+  for (const nn::SafetensorsEntry& entry : header.entries) {
+    const std::int64_t numel = shape_numel(entry.shape);  // the file holds them all: no sum overflows
+    tensors.push_back({{"name", entry.name},
+                       {"dtype", nn::safetensors_dtype_name(entry.dtype)},
+                       {"shape", entry.shape},
+                       {"bytes", entry.end - entry.begin},
+                       {"data_offsets", {entry.begin, entry.end}}});
+    elements += numel;
+    parameters += is_parameter(entry) ? numel : 0;
+    bytes += entry.end - entry.begin;
+  }
+  // A plain (sorted) object: ordered_json's insertion is linear, and a header may hold millions of keys.
+  nlohmann::json metadata = nlohmann::json::object();
+  for (const auto& [key, value] : header.metadata) metadata[key] = value;
+  return {{"file", path},
+          {"format", "safetensors"},
+          {"data_start", header.data_start},
+          {"tensors", std::move(tensors)},
+          {"totals",
+           {{"tensors", header.entries.size()},
+            {"elements", elements},
+            {"bytes", bytes},
+            {"parameters", parameters},
+            {"parameters_counted", kParametersCounted}}},
+          {"metadata", ordered_json(metadata)}};
+}
+
+void print_safetensors(const ordered_json& report, const nn::Metadata& metadata) {
+  constexpr std::size_t kMaxNameColumn = 48;  // longer names push their row's other columns right
+  std::size_t width = 4;
+  for (const ordered_json& tensor : report["tensors"])
+    width = std::max(width, std::min(kMaxNameColumn, tensor["name"].get_ref<const std::string&>().size()));
+  std::cout << report["file"].get<std::string>() << ": safetensors file, data from byte " << report["data_start"]
+            << " (after the 8-byte length and the JSON header)\n";
+  std::cout << "  " << std::left << std::setw(static_cast<int>(width)) << "name" << "  " << std::setw(5) << "dtype" << "  "
+            << std::setw(20) << "shape" << std::right << std::setw(12) << "bytes" << "\n";
+  for (const ordered_json& tensor : report["tensors"])
+    std::cout << "  " << std::left << std::setw(static_cast<int>(width)) << tensor["name"].get<std::string>() << "  "
+              << std::setw(5) << tensor["dtype"].get<std::string>() << "  " << std::setw(20)
+              << shape_str(tensor["shape"].get<Shape>()) << std::right << std::setw(12) << tensor["bytes"].get<std::uint64_t>() << "\n";
+  const ordered_json& totals = report["totals"];
+  std::cout << "totals\n"
+            << "  tensors     " << totals["tensors"] << "\n"
+            << "  elements    " << totals["elements"] << "\n"
+            << "  bytes       " << totals["bytes"] << "\n"
+            << "  parameters  " << totals["parameters"] << " (" << kParametersCounted << ")\n";
+  std::cout << "metadata" << (metadata.empty() ? ": none" : "") << "\n";
+  for (const auto& [key, value] : metadata) std::cout << "  " << key << ": " << value << "\n";
+}
+
+// From the header alone: no tensor is read.
+void inspect_safetensors(const std::string& path, bool as_json) {
+  const nn::SafetensorsHeader header = nn::read_safetensors_header(path);
+  const ordered_json report = safetensors_report(path, header);
+  if (as_json)
+    std::cout << report.dump() << "\n";
+  else
+    print_safetensors(report, header.metadata);
+}
+
 }  // namespace
 
 InspectCommand::InspectCommand(CLI::App& app)
     : Subcommand(app.add_subcommand("inspect", "Show what a data file holds: a frugal shard, an IDX file (plain or .gz), "
-                                             "a CIFAR batch or an image folder")) {
+                                             "a CIFAR batch, an image folder, or a safetensors file's tensors")) {
   command_->add_option("file", file_, "The file (or image folder) to inspect")->required();
   command_->add_flag("--json", json_, "Print one JSON object: {file, format, records, sample_shape, ..., samples}");
   command_->add_option("--samples", samples_, "How many of the first samples to show (default 3)")
@@ -303,6 +398,7 @@ int InspectCommand::run() const {
         break;
       }
       case Format::idx: summarize_idx(s, file_, cache_dir_, samples_); break;
+      case Format::safetensors: inspect_safetensors(file_, json_); return 0;
       case Format::cifar10:
       case Format::cifar100: {
         const auto kind = s.format == Format::cifar10 ? data::CifarKind::cifar10 : data::CifarKind::cifar100_fine;

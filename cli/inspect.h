@@ -1,8 +1,9 @@
 // `frugal inspect FILE`: what a data file holds. Reads a frugal shard, an IDX file (plain or .gz), a
 // CIFAR-10/100 batch or an image folder; prints the format, record count, sample shape and dtype,
-// the class histogram and the first samples, 1-channel images drawn as ASCII art. --json prints the
-// same as one JSON object.
-// Not here: the formats themselves (data/), converting between them (cli/pack.h).
+// the class histogram and the first samples, 1-channel images drawn as ASCII art. Of a safetensors
+// file it lists each tensor's name, dtype, shape and bytes, the totals (tensors, elements, bytes,
+// parameters) and the metadata, from the header alone. --json prints the same as one JSON object.
+// Not here: the formats themselves (data/, nn/safetensors.h), converting between them (cli/pack.h).
 #pragma once
 
 #include <cstdint>

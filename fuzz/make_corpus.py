@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Writes the committed seed corpus of the fuzz targets: fuzz/corpus/<target>/, a few tiny valid files
 and a few invalid ones per format, each named for what it is. It is a second implementation of the
-formats (data/idx.h, data/cifar.h, data/shard.h), written from their documentation.
+formats (data/idx.h, data/cifar.h, data/shard.h, nn/safetensors.h), written from their documentation.
 Run from anywhere: python3 fuzz/make_corpus.py"""
 import base64
+import json
 import os
 import struct
 import zlib
@@ -121,3 +122,61 @@ write("fuzz_image", "bad_truncated.png", grey_png[:-20])
 write("fuzz_image", "bad_truncated.bmp", rgb_bmp[:-10])
 write("fuzz_image", "bad_truncated.jpg", JPEG_2X2[:300])
 write("fuzz_image", "bad_zero_width.bmp", bmp(0, 2, b""))
+
+
+# safetensors (nn/safetensors.h): 8 bytes N (little-endian), N bytes of JSON padded with spaces to a
+# multiple of 8, then the tensors' bytes at their data_offsets.
+def safetensors_header(entries, metadata=None, pad=True):
+    header = {"__metadata__": metadata} if metadata else {}
+    header.update(entries)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    return text + b" " * ((-len(text) % 8) if pad else 0)
+
+
+def safetensors(tensors, metadata=None):  # tensors: [(name, dtype, shape, bytes)], stored in that order
+    entries, data = {}, b""
+    for name, dtype, shape, payload in tensors:
+        entries[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + len(payload)]}
+        data += payload
+    header = safetensors_header(entries, metadata)
+    return struct.pack("<Q", len(header)) + header + data
+
+
+attn = safetensors([("attn.0", "F32", [1, 2, 3], struct.pack("<6f", 0, 1, 2, 3, 4, 5))])
+write("fuzz_safetensors", "golden_attn", attn)
+write("fuzz_safetensors", "golden_empty", safetensors([]))
+write("fuzz_safetensors", "golden_metadata", safetensors([], {"framework": "pt"}))
+write("fuzz_safetensors", "every_dtype", safetensors([
+    ("f64", "F64", [2], struct.pack("<2d", 0.5, -2)),
+    ("i64.scalar", "I64", [], struct.pack("<q", -7)),
+    ("f32", "F32", [2, 1], struct.pack("<2f", 1.5, 3)),
+    ("i32", "I32", [3], struct.pack("<3i", -1, 0, 2**31 - 1)),
+    ("f16", "F16", [2], struct.pack("<2e", 1.0, -0.5)),
+    ("bf16", "BF16", [1, 2], bytes([0x80, 0x3f, 0x00, 0xc0])),  # 1.0, -2.0
+    ("u8", "U8", [3], bytes([0, 128, 255])),
+    ("bool", "BOOL", [2, 2], bytes([1, 0, 0, 1])),
+], {"format": "pt", "note": "one tensor of each dtype"}))
+write("fuzz_safetensors", "empty_tensors", safetensors([
+    ("rows", "F32", [0, 3], b""), ("weight", "F32", [2], struct.pack("<2f", 1, 2)), ("cols", "I64", [3, 0], b"")]))
+# Listed out of offset order: readers must not assume any order.
+out_of_order = safetensors_header({"b": {"dtype": "U8", "shape": [2], "data_offsets": [2, 4]},
+                                   "a": {"dtype": "U8", "shape": [2], "data_offsets": [0, 2]}})
+write("fuzz_safetensors", "out_of_order", struct.pack("<Q", len(out_of_order)) + out_of_order + bytes([1, 2, 3, 4]))
+
+
+def raw_safetensors(text, data=b""):  # a header exactly as written, duplicates and all
+    return struct.pack("<Q", len(text)) + text + data
+
+
+write("fuzz_safetensors", "bad_duplicate", raw_safetensors(
+    b'{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}', b"\1"))
+write("fuzz_safetensors", "bad_gap", raw_safetensors(
+    b'{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"b":{"dtype":"U8","shape":[1],"data_offsets":[2,3]}}', b"123"))
+write("fuzz_safetensors", "bad_overlap", raw_safetensors(
+    b'{"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"b":{"dtype":"U8","shape":[2],"data_offsets":[1,3]}}', b"123"))
+write("fuzz_safetensors", "bad_size", raw_safetensors(b'{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}}', b"1234"))
+write("fuzz_safetensors", "bad_dtype", raw_safetensors(b'{"a":{"dtype":"I8","shape":[1],"data_offsets":[0,1]}}', b"1"))
+write("fuzz_safetensors", "bad_metadata", raw_safetensors(b'{"__metadata__":{"epoch":3}}'))
+write("fuzz_safetensors", "bad_bool", raw_safetensors(b'{"b":{"dtype":"BOOL","shape":[2],"data_offsets":[0,2]}}', b"\0\2"))
+write("fuzz_safetensors", "bad_truncated", attn[:-1])
+write("fuzz_safetensors", "bad_header_length", struct.pack("<Q", 2**40) + b"{}")

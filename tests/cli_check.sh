@@ -446,7 +446,7 @@ PY
     expect_one_line_error "^frugal inspect: $dir/empty: is empty$"
     printf 'hello, world' >"$dir/text"
     expect_exit 2 "$frugal" inspect "$dir/text"
-    expect_one_line_error "^frugal inspect: $dir/text: not a frugal shard, IDX file, CIFAR batch or image folder \(12 bytes, starting 68 65 6c 6c 6f 2c 20 77\)$"
+    expect_one_line_error "^frugal inspect: $dir/text: not a frugal shard, IDX file, CIFAR batch, safetensors file or image folder \(12 bytes, starting 68 65 6c 6c 6f 2c 20 77\)$"
     head -c 100 "$dir/images" >"$dir/short-idx"
     expect_exit 2 "$frugal" inspect "$dir/short-idx"
     expect_one_line_error "^frugal inspect: $dir/short-idx: "
@@ -613,6 +613,67 @@ PY2
       expect_exit 2 "$frugal" inspect "$dir/locked.bin"
       expect_one_line_error "^frugal inspect: $dir/locked.bin: cannot open: Permission denied$"
     fi
+    ;;
+  inspect_safetensors)
+    # A BatchNorm's state dict as safetensors: parameters count weight and bias, not the running
+    # statistics nor the step counter; the same file without its extension is found by its header.
+    dir=$(mktemp -d)
+    trap 'rm -rf "$dir"' EXIT
+    python3 - "$dir" <<'PY'
+import json, struct, sys
+d = sys.argv[1]
+def safetensors(path, tensors, metadata, text=None):
+    header, data = ({"__metadata__": metadata} if metadata else {}), b""
+    for name, dtype, shape, payload in tensors:
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + len(payload)]}
+        data += payload
+    text = text or json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    open(path, "wb").write(struct.pack("<Q", len(text)) + text + data)
+f2 = lambda *v: struct.pack("<2f", *v)
+safetensors(f"{d}/bn.safetensors", [("conv.weight", "F32", [2, 1, 1, 1], f2(1, 2)), ("bn.weight", "F32", [2], f2(1, 1)),
+    ("bn.bias", "F32", [2], f2(0, 0)), ("bn.running_mean", "F32", [2], f2(0, 0)), ("bn.running_var", "F32", [2], f2(1, 1)),
+    ("bn.num_batches_tracked", "I64", [], struct.pack("<q", 3))], {"format": "pt"})
+open(f"{d}/bn-no-extension", "wb").write(open(f"{d}/bn.safetensors", "rb").read())
+gap = b'{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"b":{"dtype":"U8","shape":[1],"data_offsets":[2,3]}}'
+safetensors(f"{d}/gap.safetensors", [], None, gap)
+open(f"{d}/gap.safetensors", "ab").write(b"123")
+twice = b'{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}'
+safetensors(f"{d}/twice.safetensors", [], None, twice)
+open(f"{d}/twice.safetensors", "ab").write(b"1")
+whole = open(f"{d}/bn.safetensors", "rb").read()
+open(f"{d}/cut.safetensors", "wb").write(whole[:-4])
+open(f"{d}/text.safetensors", "wb").write(b"hello, world")
+PY
+    expect_exit 0 "$frugal" inspect "$dir/bn.safetensors"
+    for line in "safetensors file, data from byte" "conv.weight +F32 +\[2, 1, 1, 1\] +8$" \
+                "bn.num_batches_tracked +I64 +\[\] +8$" "tensors +6$" "elements +11$" "bytes +48$" \
+                "parameters +6 \(elements of floating-point tensors whose names do not end in running_mean, running_var or num_batches_tracked\)" \
+                "^  format: pt$"; do
+      grep -Eq -- "$line" <<<"$out" || fail "inspect of a safetensors file has no line matching '$line': $out"
+    done
+    expect_exit 0 "$frugal" inspect "$dir/bn-no-extension" --json
+    python3 - "$out" <<'PY' || fail "inspect --json of a safetensors file is not as expected: $out"
+import json, sys
+r = json.loads(sys.argv[1])
+assert r["format"] == "safetensors" and r["metadata"] == {"format": "pt"}, r
+assert [t["name"] for t in r["tensors"]][:2] == ["conv.weight", "bn.weight"], r
+assert r["tensors"][0] == {"name": "conv.weight", "dtype": "F32", "shape": [2, 1, 1, 1], "bytes": 8, "data_offsets": [0, 8]}, r
+t = r["totals"]
+assert (t["tensors"], t["elements"], t["bytes"], t["parameters"]) == (6, 11, 48, 6), t
+assert "running_mean" in t["parameters_counted"], t
+PY
+    expect_exit 2 "$frugal" inspect "$dir/gap.safetensors"
+    expect_one_line_error "^frugal inspect: $dir/gap.safetensors: tensor 'b' starts at byte 2 of the data, but the tensors before it end at byte 1: a gap$"
+    expect_exit 2 "$frugal" inspect "$dir/twice.safetensors" --json
+    expect_one_line_error "^frugal inspect: $dir/twice.safetensors: the header names 'a' twice$"
+    expect_exit 2 "$frugal" inspect "$dir/cut.safetensors"
+    expect_one_line_error "^frugal inspect: $dir/cut.safetensors: tensor 'bn.num_batches_tracked' ends at byte 48 of the data, but the file holds only 44 bytes of data \(truncated\?\)$"
+    expect_exit 2 "$frugal" inspect "$dir/text.safetensors"
+    expect_one_line_error "^frugal inspect: $dir/text.safetensors: the header length is [0-9]+ bytes, over the limit of 100000000 \(not a safetensors file\?\)$"
+    : >"$dir/empty.safetensors"
+    expect_exit 2 "$frugal" inspect "$dir/empty.safetensors"
+    expect_one_line_error "^frugal inspect: $dir/empty.safetensors: is empty$"
     ;;
   *) fail "unknown check $check" ;;
 esac
