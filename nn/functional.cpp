@@ -349,7 +349,10 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator* generator) {
   if (!training || p == 0.0) return frugal::dropout(x, p, training, generator).output;
   Recorder op("dropout", {x});
   DropoutResult r = frugal::dropout(x, p, training, generator);
-  return op.finish(r.output, {r.mask}, [p](const Grads& g, const Saved& s) { return Grads{dropout_backward(g[0], s[0], p)}; });
+  // Saves no tensor: the backward recomputes the mask from the draw's (seed, offset) (kernels/dropout.h).
+  return op.finish(r.output, {}, [p, draw = r.draw](const Grads& g, const Saved&) {
+    return Grads{dropout_backward(g[0], draw, p)};
+  });
 }
 
 Tensor log_softmax(const Tensor& x_in, std::int64_t dim) {

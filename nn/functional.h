@@ -63,7 +63,8 @@ Tensor adaptive_avg_pool2d(const Tensor& x, std::array<std::int64_t, 2> output_s
 // same pass and saves the output instead of a separate activation.
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                   const Tensor& bias, bool training, double momentum, double eps, bool fuse_relu6 = false);
-Tensor dropout(const Tensor& x, double p, bool training = true, Generator* generator = nullptr);  // saves the mask
+// Dropout saves no tensor for backward, only its draw's (seed, offset): the backward recomputes the mask.
+Tensor dropout(const Tensor& x, double p, bool training = true, Generator* generator = nullptr);
 Tensor log_softmax(const Tensor& x, std::int64_t dim);  // saves its output
 Tensor softmax(const Tensor& x, std::int64_t dim);      // saves its output
 

@@ -1,11 +1,28 @@
-// Dropout: the scaling, the keep rate, reproducibility from the generator state, evaluation mode,
-// and the backward passing gradient only through kept elements.
+// Dropout: the scaling, the keep rate, the mask equal to bernoulli's for the same draw,
+// reproducibility from the generator state, evaluation mode, the backward recomputing the forward's
+// mask, and the activation bytes it holds for backward (none but its output).
 #include <doctest/doctest.h>
 
 #include "kernels/dropout.h"
 #include "kernels/reduce.h"
+#include "nn/autograd.h"
+#include "nn/functional.h"
 
 using namespace frugal;
+namespace F = frugal::functional;
+
+namespace {
+// 1 where dropout kept an element of a tensor whose elements are all nonzero, else 0.
+std::vector<double> kept_mask(const Tensor& output) {
+  std::vector<double> mask = output.to_vector<double>();
+  for (double& v : mask) v = v != 0.0 ? 1.0 : 0.0;
+  return mask;
+}
+
+Stat activation_stat() {
+  return allocator_for(Device::cpu()).stats().tag_bytes[static_cast<int>(MemoryTag::activation)];
+}
+}  // namespace
 
 TEST_CASE("dropout keeps about 1 - p of the elements, scaled by 1 / (1 - p)") {
   Generator generator(17);
@@ -14,33 +31,86 @@ TEST_CASE("dropout keeps about 1 - p of the elements, scaled by 1 / (1 - p)") {
   const auto out = r.output.to_vector<float>();
   std::size_t kept = 0;
   for (float v : out) {
-    REQUIRE((v == 0.0f || v == doctest::Approx(1.0f / 0.7f)));
+    REQUIRE((v == 0.0f || v == static_cast<float>(1.0 / 0.7)));
     kept += v != 0.0f;
   }
   CHECK(static_cast<double>(kept) / out.size() == doctest::Approx(0.7).epsilon(0.01));
   CHECK(mean(r.output).item<double>() == doctest::Approx(1.0).epsilon(0.01));  // the expectation is unchanged
 }
 
-TEST_CASE("dropout: the same generator state gives the same mask, evaluation is the identity") {
-  Generator generator(5);
-  const GeneratorState saved = generator.state();
-  const Tensor x = ones({64});
-  const Tensor first = dropout(x, 0.5, true, &generator).mask;
-  generator.set_state(saved);  // what activation checkpointing does before recomputing
-  CHECK(dropout(x, 0.5, true, &generator).mask.to_vector<float>() == first.to_vector<float>());
-  const DropoutResult eval = dropout(x, 0.5, false, &generator);
-  CHECK(eval.output.is_same(x));
-  CHECK_FALSE(eval.mask.defined());
-  CHECK(dropout_backward(x, eval.mask, 0.5).is_same(x));
-  CHECK_THROWS_AS(dropout(x, 1.0), ValueError);
-  CHECK_THROWS_AS(dropout(x, -0.1), ValueError);
+TEST_CASE("dropout's mask is bernoulli(1 - p) drawn at the same generator state") {
+  for (DType dtype : {DType::f32, DType::f64, DType::bf16}) {
+    CAPTURE(dtype);
+    Generator generator(23);
+    const GeneratorState before = generator.state();
+    const DropoutResult r = dropout(uniform({9, 113}, 1.0, 2.0, {.dtype = dtype}), 0.35, true, &generator);
+    REQUIRE(r.draw.has_value());
+    CHECK(*r.draw == before);
+    CHECK(generator.state().offset == before.offset + 1);  // one draw, as bernoulli takes
+    Generator replay(0);
+    replay.set_state(before);
+    CHECK(kept_mask(r.output) == bernoulli({9, 113}, 0.65, {.dtype = DType::f64}, &replay).to_vector<double>());
+  }
 }
 
-TEST_CASE("dropout backward passes gradient only through kept elements, scaled") {
+TEST_CASE("dropout: the same seed gives the same output, another seed another, evaluation is the identity") {
+  const Tensor x = uniform({64}, 1.0, 2.0);
+  Generator a(5), b(5), c(6);
+  const auto first = dropout(x, 0.5, true, &a).output.to_vector<float>();
+  CHECK(dropout(x, 0.5, true, &b).output.to_vector<float>() == first);
+  CHECK(dropout(x, 0.5, true, &c).output.to_vector<float>() != first);
+  CHECK(dropout(x, 0.5, true, &a).output.to_vector<float>() != first);  // the next draw: a fresh mask
+  const DropoutResult eval = dropout(x, 0.5, false, &a);
+  CHECK(eval.output.is_same(x));
+  CHECK_FALSE(eval.draw.has_value());
+  CHECK(dropout_backward(x, eval.draw, 0.5).is_same(x));
+  CHECK(dropout(x, 0.0, true, &a).output.is_same(x));
+  CHECK_THROWS_AS(dropout(x, 1.0), ValueError);
+  CHECK_THROWS_AS(dropout(x, -0.1), ValueError);
+  CHECK_THROWS_AS(dropout(ones({4}, {.dtype = DType::i64}), 0.5), DTypeError);
+}
+
+TEST_CASE("dropout backward is grad * mask / (1 - p) with the forward's mask, strided gradients too") {
   Generator generator(8);
-  const Tensor x = ones({1000}, {.dtype = DType::f64});
+  const Tensor x = uniform({40, 25}, 1.0, 2.0, {.dtype = DType::f64});
   const DropoutResult r = dropout(x, 0.25, true, &generator);
-  const auto grad = dropout_backward(full({1000}, 2.0, {.dtype = DType::f64}), r.mask, 0.25).to_vector<double>();
-  const auto mask = r.mask.to_vector<double>();
-  for (std::size_t i = 0; i < grad.size(); ++i) CHECK(grad[i] == (mask[i] != 0.0 ? 2.0 / 0.75 : 0.0));
+  const std::vector<double> mask = kept_mask(r.output);
+  const Tensor g = uniform({25, 40}, -1.0, 1.0, {.dtype = DType::f64}).t();  // a transposed view
+  const auto grad = dropout_backward(g, r.draw, 0.25).to_vector<double>();
+  const auto gv = g.to_vector<double>();
+  for (std::size_t i = 0; i < grad.size(); ++i) REQUIRE(grad[i] == gv[i] * mask[i] * (1.0 / 0.75));
+}
+
+TEST_CASE("dropout through autograd: x's gradient uses the forward's mask, after other draws in between") {
+  Generator generator(31);
+  Tensor x = uniform({300}, 1.0, 2.0);
+  autograd::set_requires_grad(x);
+  const Tensor y = F::dropout(x, 0.4, true, &generator);
+  uniform({1000}, 0.0, 1.0, {}, &generator);  // the generator moves on; the backward must not care
+  autograd::backward(F::sum(y));
+  const std::vector<double> mask = kept_mask(y);
+  const auto dx = autograd::grad(x).to_vector<double>();
+  for (std::size_t i = 0; i < dx.size(); ++i) REQUIRE(dx[i] == mask[i] * static_cast<float>(1.0 / 0.6));
+}
+
+// Before the mask was recomputed, dropout on a [32, 1280] f32 input held 327680 bytes after its
+// forward (the output and an f32 mask saved for backward) and peaked at 491520 (the mask, x * mask
+// and the output at once). Now it holds and peaks at the output's 163840: 0 bytes per element saved.
+TEST_CASE("dropout holds only its output as activation memory: it saves nothing for backward") {
+  Tensor x = ones({32, 1280});
+  autograd::set_requires_grad(x);
+  allocator_for(Device::cpu()).reset_peak_stats();
+  const Stat before = activation_stat();
+  Generator generator(3);
+  {
+    const Tensor y = F::dropout(x, 0.5, true, &generator);
+    const Stat after = activation_stat();
+    MESSAGE("dropout of [32, 1280] f32: activation bytes held ", after.current - before.current, ", peak ",
+            after.peak - before.current, " (the output is ", y.nbytes(), ")");
+    CHECK(after.current - before.current == static_cast<std::int64_t>(y.nbytes()));
+    CHECK(after.peak - before.current == static_cast<std::int64_t>(y.nbytes()));
+    autograd::backward(F::sum(y));
+  }
+  CHECK(activation_stat().current == before.current);
+  CHECK(autograd::grad(x).defined());
 }

@@ -1,10 +1,12 @@
 // kernels/cuda/*.cu in the CUDA emulator against the CPU kernels, under two schedules: every
 // elementwise op in every floating dtype with broadcast and strided operands, every reduction, and
-// the naive, tiled and register-blocked GEMM kernels (exact on small integers, odd sizes, every transpose).
+// the naive, tiled and register-blocked GEMM kernels (exact on small integers, odd sizes, every transpose),
+// and dropout (the same elements kept, the same values, in every floating dtype).
 #include <doctest/doctest.h>
 
 #include "emu/emulator.h"
 #include "core/random.h"
+#include "kernels/dropout_backends.h"
 #include "kernels/elementwise.h"
 #include "kernels/elementwise_backends.h"
 #include "kernels/gemm_backends.h"
@@ -63,6 +65,23 @@ TEST_CASE("elementwise CUDA kernels in the emulator match the CPU kernels") {
         });
       };
       CHECK(with([](auto&&... a) { cuda_emulated::where(a...); }) == with([](auto&&... a) { cpu::where(a...); }));
+    }
+  }
+}
+
+TEST_CASE("the CUDA dropout kernel in the emulator matches the CPU exactly") {
+  for (const emu::Options& schedule : {emu::Options{emu::Schedule::forward}, emu::Options{emu::Schedule::shuffle, 5}}) {
+    emu::OptionsScope scope(schedule);
+    for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
+      CAPTURE(dtype);
+      constexpr std::int64_t kOdd = 1027;  // not a multiple of four: the last Philox block is partial
+      const Tensor x = uniform({kOdd}, -3.0, 3.0, {.dtype = dtype});
+      const DropoutSpec spec{.keep = {.distribution = Distribution::bernoulli, .a = 0.7, .seed = 99, .offset = 4},
+                             .scale = 1.0 / 0.7};
+      auto with = [&](auto backend) {
+        return run({kOdd}, dtype, [&](Tensor& out) { backend(dtype, x.data_ptr(), out.data_ptr(), kOdd, spec); });
+      };
+      CHECK(with([](auto&&... a) { cuda_emulated::dropout_apply(a...); }) == with([](auto&&... a) { cpu::dropout_apply(a...); }));
     }
   }
 }

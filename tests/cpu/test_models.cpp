@@ -1,7 +1,7 @@
 // The models against torchvision: state-dict names, dtypes, shapes and order compared with the
 // manifests tests/fixtures/models/make_state_dict_manifests.py wrote from torchvision 0.14, parameter
 // counts as torchvision prints them, torchvision's initialisation statistics, the CIFAR stem's
-// strides, and the registry's refusals. Values against torchvision: test_model_fixtures.cpp.
+// strides, and the registry's refusals. Values against torchvision: test_models_vs_torchvision.cpp.
 #include <doctest/doctest.h>
 
 #include <cmath>

@@ -73,13 +73,14 @@ TEST_CASE("softmax and log-softmax on the GPU match the CPU") {
   }
 }
 
-TEST_CASE("dropout draws the same mask on the GPU as on the CPU") {
+TEST_CASE("dropout keeps the same elements on the GPU as on the CPU, forward and backward") {
   Generator cpu_generator(21), gpu_generator(21);
-  const Tensor x = uniform({1001}, -1.0, 1.0);
+  const Tensor x = uniform({1001}, 1.0, 2.0), g = uniform({1001}, 1.0, 2.0);  // nonzero: a zero means dropped
   const DropoutResult cpu = dropout(x, 0.4, true, &cpu_generator);
   const DropoutResult gpu = dropout(x.to(kGpu), 0.4, true, &gpu_generator);
-  CHECK(gpu.mask.to_vector<float>() == cpu.mask.to_vector<float>());
-  check_close(gpu.output, cpu.output, DType::f32, "dropout");
+  REQUIRE(gpu.draw == cpu.draw);
+  CHECK(gpu.output.to_vector<float>() == cpu.output.to_vector<float>());
+  CHECK(dropout_backward(g.to(kGpu), gpu.draw, 0.4).to_vector<float>() == dropout_backward(g, cpu.draw, 0.4).to_vector<float>());
 }
 
 TEST_CASE("fused SGD and AdamW steps on the GPU match the CPU") {
