@@ -1,6 +1,6 @@
 // The fixture weight formula (tests/cpu/model_fixture.h) against the values that
 // tests/fixtures/models/make_fixtures.py printed when it wrote the fixtures: each case's
-// weights_check (state-dict tensor 0, elements 0..15, as its input.safetensors stores them) and
+// weights_check (state-dict tensor 0, elements 0..15, as its weights_check.safetensors stores them) and
 // one value of every other rule. The literals are the script's output, printed with 9 significant
 // digits, which name a float32 exactly.
 #include <doctest/doctest.h>

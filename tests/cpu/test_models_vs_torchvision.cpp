@@ -8,6 +8,12 @@
 //        is PyTorch's own f32 error against the f64 values, stored beside each tensor (f32err.T).
 // Tensors of more than 4096 elements are stored as summaries: 256 samples, the L2 norm and the largest
 // magnitude; the samples are compared relative to the largest magnitude.
+// Gradients that are zero by construction: in MobileNetV2, the bias of each projection's BatchNorm
+// (conv.3, and conv.2 in block 1) feeds only, through sums and 1x1 convolutions, into BatchNorms
+// in training mode, whose normalisation removes any per-channel shift, so its exact gradient is 0
+// and both implementations hold rounding noise (about 1e-13 against gradients of about 100). A
+// reference below kZeroByConstruction times the step's largest gradient is compared against that
+// largest gradient instead of against itself.
 #include <doctest/doctest.h>
 #include <stdlib.h>
 
@@ -74,8 +80,28 @@ double relative_error(const std::vector<double>& got, const std::vector<double>&
   return worst / std::max(scale, 1e-30);
 }
 
-// The error of one result tensor against its reference, whole or summarised.
-double error_against(const std::vector<double>& got, const std::map<std::string, Tensor>& expected, const std::string& name) {
+constexpr double kZeroByConstruction = 1e-10;
+
+// The largest magnitude of the reference tensor `name`, whole or summarised.
+double reference_max_abs(const std::map<std::string, Tensor>& expected, const std::string& name) {
+  if (const auto whole = expected.find(name); whole != expected.end()) return max_abs(whole->second.to_vector<double>());
+  return expected.at(name + ":maxabs").item<double>();
+}
+
+// The largest magnitude over every gradient of the step (0 in eval, which has none).
+double largest_gradient(const std::map<std::string, Tensor>& expected) {
+  double largest = 0;
+  for (const auto& [name, tensor] : expected)
+    if (name.rfind("f32err.grad.", 0) == 0) largest = std::max(largest, reference_max_abs(expected, name.substr(7)));
+  return largest;
+}
+
+// The error of one result tensor against its reference, whole or summarised; `floor` is the scale
+// below which a reference counts as zero (see kZeroByConstruction).
+double error_against(const std::vector<double>& got, const std::map<std::string, Tensor>& expected, const std::string& name,
+                     double floor) {
+  if (reference_max_abs(expected, name) < kZeroByConstruction * floor)
+    return relative_error(got, std::vector<double>(got.size(), 0.0), floor);
   if (const auto whole = expected.find(name); whole != expected.end()) {
     const auto reference = whole->second.to_vector<double>();
     return relative_error(got, reference, max_abs(reference));
@@ -116,8 +142,7 @@ void compare_case(const Case& c) {
   const nn::StateDict weights = test::fixture_weights(model->state_dict());
   nn::write_safetensors((dir.path / "weights.safetensors").string(), weights);
   // The formula agrees with the script's on the first 16 values of tensor 0.
-  const auto input = by_name(nn::read_safetensors((fixture / "input.safetensors").string()).tensors);
-  const auto check = input.at("weights_check").to_vector<double>();
+  const auto check = nn::read_safetensors((fixture / "weights_check.safetensors").string()).tensors.at(0).second.to_vector<double>();
   const auto first = weights.front().second.to_vector<double>();
   for (std::size_t i = 0; i < check.size(); ++i) CHECK(first[i] == check[i]);
 
@@ -127,12 +152,17 @@ void compare_case(const Case& c) {
       CAPTURE(mode);
       CAPTURE(dtype);
       const nn::StateDict results = run_step(c, dir, mode, dtype);
-      std::size_t compared = 0;
+      const double floor = largest_gradient(expected);
+      std::size_t compared = 0, zero_by_construction = 0;
       for (const auto& [name, tensor] : results) {
         CAPTURE(name);
-        const double error = error_against(tensor.to_vector<double>(), expected, name);
+        const double error = error_against(tensor.to_vector<double>(), expected, name, floor);
+        const bool zero = reference_max_abs(expected, name) < kZeroByConstruction * floor;
+        zero_by_construction += zero ? 1 : 0;
         double tolerance = 1e-9;
-        if (dtype == "f32") {
+        if (dtype == "f32" && zero) {
+          tolerance = 1e-3;  // PyTorch's f32err is relative to its noise here, so it says nothing
+        } else if (dtype == "f32") {
           const double pytorch = expected.at("f32err." + name).item<double>();
           const bool output = name == "logits" || name == "loss";
           tolerance = std::max(output ? 1e-4 : 1e-3, 4 * pytorch);
@@ -144,6 +174,8 @@ void compare_case(const Case& c) {
       std::size_t references = 0;
       for (const auto& [name, tensor] : expected) references += name.rfind("f32err.", 0) == 0 ? 1 : 0;
       CHECK(compared == references);
+      // Only the projections' BatchNorm biases are zero by construction: one per block (17), in train.
+      CHECK(zero_by_construction == (mode == "train" && std::string(c.model) == "mobilenet_v2" ? 17u : 0u));
     }
   }
 }
