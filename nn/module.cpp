@@ -1,6 +1,7 @@
 // nn/module.h: registration, the walks over the tree, moving in place, and state dicts.
 #include "nn/module.h"
 
+#include <algorithm>
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
@@ -34,9 +35,18 @@ void convert(const Tensor& t, Device device, DType dtype) {
   if (moved_grad.defined()) autograd::set_grad(t, moved_grad);
 }
 
+// A load error names at most this many keys per kind: a state dict of another model misses hundreds,
+// and one line that names the first few and counts the rest is what a reader can use.
+constexpr std::size_t kNamedKeys = 8;
+
 std::string quoted(const std::vector<std::string>& names) {
   std::string out;
-  for (const std::string& name : names) out += (out.empty() ? "\"" : ", \"") + name + "\"";
+  for (std::size_t i = 0; i < std::min(names.size(), kNamedKeys); ++i) {
+    out += i == 0 ? "\"" : ", \"";
+    out += names[i];
+    out += '"';
+  }
+  if (names.size() > kNamedKeys) out += detail::str(", ... (", names.size(), " in all)");
   return out;
 }
 
@@ -200,7 +210,8 @@ LoadResult Module::load_state_dict(const StateDict& state, bool strict) {
       add("unexpected keys", quoted(result.unexpected_keys));
     }
     std::string shapes;
-    for (const std::string& m : mismatches) shapes += (shapes.empty() ? "" : ", ") + m;
+    for (std::size_t i = 0; i < std::min(mismatches.size(), kNamedKeys); ++i) shapes += (i == 0 ? "" : ", ") + mismatches[i];
+    if (mismatches.size() > kNamedKeys) shapes += detail::str(", ... (", mismatches.size(), " in all)");
     add("shape mismatches", shapes);
     FRUGAL_THROW(ValueError, "load_state_dict into ", type_name_, ": ", problems, " (nothing was loaded)");
   }

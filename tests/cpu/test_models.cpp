@@ -197,6 +197,29 @@ TEST_CASE("models: each model's defaults are what the registry says") {
   CHECK_THROWS_AS(models::model_info("alexnet"), ValueError);
 }
 
+TEST_CASE("models: loading another model's state dict names the first keys and counts the rest, in one line") {
+  Generator generator(9);
+  const auto mobilenet = make_model("mobilenet_v2", {.num_classes = 10, .generator = &generator});
+  const auto resnet = make_model("resnet18", {.num_classes = 10, .generator = &generator});
+  try {
+    mobilenet->load_state_dict(resnet->state_dict());
+    FAIL("loaded a ResNet state dict into MobileNetV2");
+  } catch (const ValueError& e) {
+    const std::string message = e.message();
+    CHECK(message.find("missing keys: \"features.0.0.weight\"") != std::string::npos);
+    CHECK(message.find("(314 in all)") != std::string::npos);
+    CHECK(message.find("unexpected keys: \"conv1.weight\"") != std::string::npos);
+    CHECK(message.find("(122 in all)") != std::string::npos);
+    CHECK(message.find('\n') == std::string::npos);
+    CHECK(message.size() < 1200);
+  }
+  // A width mismatch: the shapes differ, and the message says which first.
+  const auto narrow = make_model("mobilenet_v2", {.num_classes = 10, .width_mult = 0.5, .generator = &generator});
+  CHECK_THROWS_WITH_AS(narrow->load_state_dict(mobilenet->state_dict()),
+                       doctest::Contains("\"features.0.0.weight\" is [32, 3, 3, 3] in the state dict but [16, 3, 3, 3]"),
+                       ValueError);
+}
+
 TEST_CASE("models: the registry refuses unknown names and options a model lacks") {
   CHECK_THROWS_WITH_AS(make_model("vgg16"), doctest::Contains("known: mobilenet_v2, resnet18, resnet50, cnn"),
                        ValueError);
