@@ -21,6 +21,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sys/wait.h>
 #include <map>
 #include <string>
 
@@ -191,3 +194,80 @@ TEST_CASE("model fixtures: MobileNetV2 width 1.0, three channels, CIFAR stem, ag
 }
 
 TEST_CASE("model fixtures: ResNet-18 against torchvision") { compare_case(kCases[2]); }
+
+namespace {
+
+// Runs `frugal run-step` on the small CNN (1 channel, 10 classes) with stderr kept; returns the exit code.
+int run_cnn_step(const TempDir& dir, const std::string& weights, const std::string& input, std::string& stderr_text,
+                 const std::string& extra = "") {
+  const std::string err = (dir.path / "stderr.txt").string();
+  const std::string command = std::string(FRUGAL_BINARY) + " run-step --model cnn --weights " + quoted(weights) +
+                              " --input " + quoted(input) + " --mode train --out " +
+                              quoted((dir.path / "out.safetensors").string()) + " " + extra + " 2>" + quoted(err);
+  const int status = std::system(command.c_str());
+  std::ifstream in(err);
+  stderr_text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+}  // namespace
+
+TEST_CASE("run-step: bad files exit 2 with one line naming the file and the tensor, and write nothing") {
+  TempDir dir;
+  const auto cnn = models::make_model("cnn");
+  const std::string weights = (dir.path / "weights.safetensors").string();
+  nn::write_safetensors(weights, test::fixture_weights(cnn->state_dict()));
+  const Tensor x = normal({2, 1, 8, 8}), y = zeros({2}, {.dtype = DType::i64});
+  const auto write_input = [&](const nn::StateDict& tensors) {
+    const std::string path = (dir.path / "input.safetensors").string();
+    nn::write_safetensors(path, tensors);
+    return path;
+  };
+  const std::string out = (dir.path / "out.safetensors").string();
+  std::string message;
+  // The good case first: it writes the output.
+  REQUIRE(run_cnn_step(dir, weights, write_input({{"x", x}, {"y", y}}), message) == 0);
+  CHECK(nn::read_safetensors(out).tensors.size() == 2 + 2 * 4);  // logits, loss, a grad per parameter
+  std::filesystem::remove(out);
+
+  struct Bad {
+    nn::StateDict input;
+    std::string expected;
+  };
+  const Tensor labels_out_of_range = full({2}, 10, {.dtype = DType::i64});
+  const Bad cases[] = {
+      {{{"x", x}, {"y", labels_out_of_range}}, "input.safetensors: tensor 'y' element 0 is 10, outside [0, 10)"},
+      {{{"x", x.to(DType::f64)}, {"y", y}}, "input.safetensors: tensor 'x' must be F32 [N, 1, H, W]"},
+      {{{"x", normal({2, 3, 8, 8})}, {"y", y}}, "tensor 'x' must be F32 [N, 1, H, W] with N > 0, got f32 [2, 3, 8, 8]"},
+      {{{"x", x}, {"y", zeros({3}, {.dtype = DType::i64})}}, "tensor 'y' must be I64 [2]"},
+      {{{"x", x}}, "input.safetensors: no tensor 'y'"},
+      {{{"x", x}, {"y", y}, {"z", y}}, "input.safetensors: unexpected tensor 'z'"},
+  };
+  for (const Bad& bad : cases) {
+    CAPTURE(bad.expected);
+    CHECK(run_cnn_step(dir, weights, write_input(bad.input), message) == 2);
+    CHECK(message.find(bad.expected) != std::string::npos);
+    CHECK(std::count(message.begin(), message.end(), '\n') == 1);
+    CHECK_FALSE(std::filesystem::exists(out));
+  }
+  const std::string input = write_input({{"x", x}, {"y", y}});
+  // Weights of another model: the weights file and the first keys are named.
+  const std::string resnet_weights = (dir.path / "resnet.safetensors").string();
+  nn::write_safetensors(resnet_weights, models::make_model("resnet18")->state_dict());
+  CHECK(run_cnn_step(dir, resnet_weights, input, message) == 2);
+  CHECK(message.find("resnet.safetensors: load_state_dict into SmallCnn: missing keys: \"features.0.weight\"") !=
+        std::string::npos);
+  // A truncated weights file, a missing one, and an output that is a folder.
+  const std::string truncated = (dir.path / "truncated.safetensors").string();
+  std::filesystem::copy_file(weights, truncated);
+  std::filesystem::resize_file(truncated, std::filesystem::file_size(weights) - 4);
+  CHECK(run_cnn_step(dir, truncated, input, message) == 2);
+  CHECK(message.find("truncated.safetensors") != std::string::npos);
+  CHECK(run_cnn_step(dir, (dir.path / "absent.safetensors").string(), input, message) == 2);
+  CHECK(message.find("absent.safetensors") != std::string::npos);
+  std::filesystem::create_directory(out);
+  CHECK(run_cnn_step(dir, weights, input, message) != 0);
+  CHECK(std::filesystem::is_directory(out));
+  std::filesystem::remove(out);
+  CHECK_FALSE(std::filesystem::exists(out));
+}
