@@ -15,43 +15,24 @@
 // reference below kZeroByConstruction times the step's largest gradient is compared against that
 // largest gradient instead of against itself.
 #include <doctest/doctest.h>
-#include <stdlib.h>
+#include <stdlib.h>  // mkdtemp
+#include <sys/wait.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <sys/wait.h>
-#include <map>
 #include <string>
 
 #include "models/registry.h"
-#include "model_fixture.h"
 #include "nn/safetensors.h"
+#include "tests/cpu/model_fixture.h"
 
 using namespace frugal;
 namespace fs = std::filesystem;
 
 namespace {
-
-struct Case {
-  const char* folder;
-  const char* model;
-  std::vector<std::string> options;  // run-step's model options
-  models::ModelOptions model_options;
-};
-
-const Case kCases[] = {
-    {"mobilenet_v2_w050_c1", "mobilenet_v2",
-     {"--num-classes", "10", "--in-channels", "1", "--width", "0.5", "--dropout", "0"},
-     {.num_classes = 10, .in_channels = 1, .width_mult = 0.5, .dropout = 0.0}},
-    {"mobilenet_v2_w100_c3_cifar", "mobilenet_v2",
-     {"--num-classes", "10", "--in-channels", "3", "--width", "1.0", "--dropout", "0", "--cifar-stem"},
-     {.num_classes = 10, .in_channels = 3, .width_mult = 1.0, .dropout = 0.0, .cifar_stem = true}},
-    {"resnet18_c3", "resnet18", {"--num-classes", "10", "--in-channels", "3"}, {.num_classes = 10, .in_channels = 3}},
-};
 
 struct TempDir {
   fs::path path;
@@ -63,120 +44,44 @@ struct TempDir {
   ~TempDir() { fs::remove_all(path); }
 };
 
-std::map<std::string, Tensor> by_name(const nn::StateDict& tensors) {
-  std::map<std::string, Tensor> out;
-  for (const auto& [name, tensor] : tensors) out.emplace(name, tensor);
-  return out;
-}
-
-double max_abs(const std::vector<double>& v) {
-  double m = 0;
-  for (double x : v) m = std::max(m, std::abs(x));
-  return m;
-}
-
-// max |a - b| / max |b|, with the scale floored so that an all-zero reference compares absolutely.
-double relative_error(const std::vector<double>& got, const std::vector<double>& expected, double scale) {
-  REQUIRE(got.size() == expected.size());
-  double worst = 0;
-  for (std::size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - expected[i]));
-  return worst / std::max(scale, 1e-30);
-}
-
-constexpr double kZeroByConstruction = 1e-10;
-
-// The largest magnitude of the reference tensor `name`, whole or summarised.
-double reference_max_abs(const std::map<std::string, Tensor>& expected, const std::string& name) {
-  if (const auto whole = expected.find(name); whole != expected.end()) return max_abs(whole->second.to_vector<double>());
-  return expected.at(name + ":maxabs").item<double>();
-}
-
-// The largest magnitude over every gradient of the step (0 in eval, which has none).
-double largest_gradient(const std::map<std::string, Tensor>& expected) {
-  double largest = 0;
-  for (const auto& [name, tensor] : expected)
-    if (name.rfind("f32err.grad.", 0) == 0) largest = std::max(largest, reference_max_abs(expected, name.substr(7)));
-  return largest;
-}
-
-// The error of one result tensor against its reference, whole or summarised; `floor` is the scale
-// below which a reference counts as zero (see kZeroByConstruction).
-double error_against(const std::vector<double>& got, const std::map<std::string, Tensor>& expected, const std::string& name,
-                     double floor) {
-  if (reference_max_abs(expected, name) < kZeroByConstruction * floor)
-    return relative_error(got, std::vector<double>(got.size(), 0.0), floor);
-  if (const auto whole = expected.find(name); whole != expected.end()) {
-    const auto reference = whole->second.to_vector<double>();
-    return relative_error(got, reference, max_abs(reference));
-  }
-  REQUIRE_MESSAGE(expected.count(name + ":sample"), "the reference has no ", name);
-  const auto samples = expected.at(name + ":sample").to_vector<double>();
-  const double l2 = expected.at(name + ":l2").item<double>(), maxabs = expected.at(name + ":maxabs").item<double>();
-  std::vector<double> picked;
-  const auto numel = static_cast<std::int64_t>(got.size());
-  for (std::int64_t j = 0; j < static_cast<std::int64_t>(samples.size()); ++j)
-    picked.push_back(got[static_cast<std::size_t>(j * numel / static_cast<std::int64_t>(samples.size()))]);
-  double squares = 0;
-  for (double v : got) squares += v * v;
-  return std::max({relative_error(picked, samples, maxabs), std::abs(std::sqrt(squares) - l2) / std::max(l2, 1e-30),
-                   std::abs(max_abs(got) - maxabs) / std::max(maxabs, 1e-30)});
-}
-
 std::string quoted(const std::string& text) { return "'" + text + "'"; }
 
-nn::StateDict run_step(const Case& c, const TempDir& dir, const std::string& mode, const std::string& dtype) {
-  const fs::path fixture = fs::path(FRUGAL_SOURCE_DIR) / "tests/fixtures/models" / c.folder;
+nn::StateDict run_step(const test::FixtureCase& c, const TempDir& dir, const std::string& mode, const std::string& dtype) {
   const fs::path out = dir.path / (mode + "-" + dtype + ".safetensors");
   std::string command = std::string(FRUGAL_BINARY) + " run-step --model " + c.model;
-  for (const std::string& option : c.options) command += " " + option;
+  for (const std::string& flag : c.flags) command += " " + flag;
   command += " --weights " + quoted((dir.path / "weights.safetensors").string()) + " --input " +
-             quoted((fixture / "input.safetensors").string()) + " --mode " + mode + " --dtype " + dtype + " --out " +
-             quoted(out.string());
+             quoted(test::fixture_folder(c) + "/input.safetensors") + " --mode " + mode + " --dtype " + dtype +
+             " --out " + quoted(out.string());
   INFO(command);
   REQUIRE(std::system(command.c_str()) == 0);
   return nn::read_safetensors(out.string()).tensors;
 }
 
-void compare_case(const Case& c) {
+void compare_case(const test::FixtureCase& c) {
   CAPTURE(c.folder);
   TempDir dir;
-  const fs::path fixture = fs::path(FRUGAL_SOURCE_DIR) / "tests/fixtures/models" / c.folder;
-  const auto model = models::make_model(c.model, c.model_options);
+  const auto model = models::make_model(c.model, c.options);
   const nn::StateDict weights = test::fixture_weights(model->state_dict());
   nn::write_safetensors((dir.path / "weights.safetensors").string(), weights);
   // The formula agrees with the script's on the first 16 values of tensor 0.
-  const auto check = nn::read_safetensors((fixture / "weights_check.safetensors").string()).tensors.at(0).second.to_vector<double>();
+  const auto check = nn::read_safetensors(test::fixture_folder(c) + "/weights_check.safetensors").tensors.at(0).second;
   const auto first = weights.front().second.to_vector<double>();
-  for (std::size_t i = 0; i < check.size(); ++i) CHECK(first[i] == check[i]);
+  const auto check_values = check.to_vector<double>();
+  for (std::size_t i = 0; i < check_values.size(); ++i) CHECK(first[i] == check_values[i]);
 
   for (const std::string mode : {"eval", "train"}) {
-    const auto expected = by_name(nn::read_safetensors((fixture / (mode + ".safetensors")).string()).tensors);
+    const nn::StateDict reference = nn::read_safetensors(test::fixture_folder(c) + "/" + mode + ".safetensors").tensors;
     for (const std::string dtype : {"f64", "f32"}) {
       CAPTURE(mode);
       CAPTURE(dtype);
-      const nn::StateDict results = run_step(c, dir, mode, dtype);
-      const double floor = largest_gradient(expected);
-      std::size_t compared = 0, zero_by_construction = 0;
-      for (const auto& [name, tensor] : results) {
-        CAPTURE(name);
-        const double error = error_against(tensor.to_vector<double>(), expected, name, floor);
-        const bool zero = reference_max_abs(expected, name) < kZeroByConstruction * floor;
-        zero_by_construction += zero ? 1 : 0;
-        double tolerance = 1e-9;
-        if (dtype == "f32" && zero) {
-          tolerance = 1e-3;  // PyTorch's f32err is relative to its noise here, so it says nothing
-        } else if (dtype == "f32") {
-          const double pytorch = expected.at("f32err." + name).item<double>();
-          const bool output = name == "logits" || name == "loss";
-          tolerance = std::max(output ? 1e-4 : 1e-3, 4 * pytorch);
-        }
-        CHECK(error <= tolerance);
-        ++compared;
+      const auto checks = test::compare_with_reference(run_step(c, dir, mode, dtype), reference, parse_dtype(dtype));
+      std::size_t zero_by_construction = 0;
+      for (const test::ReferenceCheck& result : checks) {
+        CAPTURE(result.name);
+        CHECK(result.error <= result.tolerance);
+        zero_by_construction += result.zero_by_construction ? 1 : 0;
       }
-      // Every reference tensor has a result: f32err.T, T or T:sample, T:l2, T:maxabs per result.
-      std::size_t references = 0;
-      for (const auto& [name, tensor] : expected) references += name.rfind("f32err.", 0) == 0 ? 1 : 0;
-      CHECK(compared == references);
       // Only the projections' BatchNorm biases are zero by construction: one per block (17), in train.
       CHECK(zero_by_construction == (mode == "train" && std::string(c.model) == "mobilenet_v2" ? 17u : 0u));
     }
@@ -186,14 +91,14 @@ void compare_case(const Case& c) {
 }  // namespace
 
 TEST_CASE("model fixtures: MobileNetV2 width 0.5, one channel, standard stem, against torchvision") {
-  compare_case(kCases[0]);
+  compare_case(test::fixture_cases()[0]);
 }
 
 TEST_CASE("model fixtures: MobileNetV2 width 1.0, three channels, CIFAR stem, against torchvision") {
-  compare_case(kCases[1]);
+  compare_case(test::fixture_cases()[1]);
 }
 
-TEST_CASE("model fixtures: ResNet-18 against torchvision") { compare_case(kCases[2]); }
+TEST_CASE("model fixtures: ResNet-18 against torchvision") { compare_case(test::fixture_cases()[2]); }
 
 namespace {
 
