@@ -11,9 +11,9 @@ namespace {
 void check_p(double p) { FRUGAL_CHECK_VALUE(p >= 0.0 && p < 1.0, "dropout: p must be in [0, 1), got ", p); }
 
 // in * mask / (1 - p) into a fresh contiguous tensor: the forward's output or the backward's gradient.
-Tensor apply(const Tensor& in_any, GeneratorState draw, double p, const char* op) {
-  FRUGAL_CHECK_DTYPE(is_floating(in_any.dtype()), op, ": needs a floating dtype, got ", in_any.dtype());
-  const Tensor in = in_any.contiguous();  // itself when already contiguous
+Tensor apply(const Tensor& input, GeneratorState draw, double p, const char* op) {
+  FRUGAL_CHECK_DTYPE(is_floating(input.dtype()), op, ": needs a floating dtype, got ", input.dtype());
+  const Tensor in = input.contiguous();  // itself when already contiguous
   const Tensor out = empty(in.shape(), {.dtype = in.dtype(), .device = in.device()});
   const DropoutSpec spec{
       .keep = {.distribution = Distribution::bernoulli, .a = 1.0 - p, .seed = draw.seed, .offset = draw.offset},
