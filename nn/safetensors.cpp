@@ -268,7 +268,8 @@ std::string quoted(const std::string& text, const std::string& target, const cha
   try {
     return json(text).dump();
   } catch (const json::type_error&) {
-    FRUGAL_THROW(ValueError, target, ": ", what, " is not valid UTF-8: ", json(text).dump(-1, ' ', true, json::error_handler_t::replace));
+    FRUGAL_THROW(ValueError, target, ": ", what, " is not valid UTF-8: ",
+                 json(text).dump(-1, ' ', true, json::error_handler_t::replace));
   }
 }
 
@@ -313,6 +314,21 @@ void encode(const StateDict& tensors, const Metadata& metadata, const std::strin
     const Tensor bytes = tensor.to(Device::cpu()).contiguous();
     write(bytes.data_ptr(), bytes.nbytes());
   }
+}
+
+// The header of `file`: its first 8 + N bytes, read with pread.
+SafetensorsHeader read_header(const RandomAccessFile& file) {
+  std::vector<std::uint8_t> head(std::min<std::uint64_t>(file.size(), kLengthBytes));
+  file.read_at(0, head.data(), head.size());
+  // A length the file cannot hold is left for the parser to report; any other header is read whole.
+  if (head.size() == kLengthBytes) {
+    const std::uint64_t n = load_length(head);
+    if (n <= kMaxSafetensorsHeader && kLengthBytes + n <= file.size()) {
+      head.resize(kLengthBytes + n);
+      file.read_at(kLengthBytes, head.data() + kLengthBytes, n);
+    }
+  }
+  return parse_safetensors_header(head, file.size(), file.path());
 }
 
 }  // namespace
@@ -361,25 +377,6 @@ SafetensorsHeader parse_safetensors_header(std::span<const std::uint8_t> bytes, 
   check_layout(header.entries, file_size - header.data_start, source);
   return header;
 }
-
-namespace {
-
-// The header of `file`: its first 8 + N bytes, read with pread.
-SafetensorsHeader read_header(const RandomAccessFile& file) {
-  std::vector<std::uint8_t> head(std::min<std::uint64_t>(file.size(), kLengthBytes));
-  file.read_at(0, head.data(), head.size());
-  // A length the file cannot hold is left for the parser to report; any other header is read whole.
-  if (head.size() == kLengthBytes) {
-    const std::uint64_t n = load_length(head);
-    if (n <= kMaxSafetensorsHeader && kLengthBytes + n <= file.size()) {
-      head.resize(kLengthBytes + n);
-      file.read_at(kLengthBytes, head.data() + kLengthBytes, n);
-    }
-  }
-  return parse_safetensors_header(head, file.size(), file.path());
-}
-
-}  // namespace
 
 SafetensorsHeader read_safetensors_header(const std::string& path) { return read_header(RandomAccessFile(path)); }
 
