@@ -119,8 +119,8 @@ std::size_t read_head(const std::string& path, std::span<std::uint8_t> head) {
                      " CIFAR-100 records of ", c100, " bytes and ", size % c100, " over): truncated or padded?");
   std::ostringstream first;
   for (std::size_t i = 0; i < head.size(); ++i) first << (i ? " " : "") << std::hex << std::setw(2) << std::setfill('0') << int{head[i]};
-  FRUGAL_THROW(ValueError, path, ": not a frugal shard, IDX file, CIFAR batch, safetensors file or image folder (", size,
-               " bytes, starting ", first.str(), ")");
+  FRUGAL_THROW(ValueError, path, ": not a frugal shard, IDX file, CIFAR batch, safetensors file or image folder (",
+               size, " bytes, starting ", first.str(), ")");
 }
 
 // A safetensors file has no magic number: it is one by its name, or by starting with a header length
@@ -301,8 +301,8 @@ constexpr std::string_view kParametersCounted =
     "elements of floating-point tensors whose names do not end in running_mean, running_var or num_batches_tracked";
 
 bool is_parameter(const nn::SafetensorsEntry& entry) {
-  return is_floating(entry.dtype) && std::none_of(kBufferSuffixes.begin(), kBufferSuffixes.end(),
-                                                  [&](std::string_view suffix) { return entry.name.ends_with(suffix); });
+  const auto is_buffer = [&](std::string_view suffix) { return entry.name.ends_with(suffix); };
+  return is_floating(entry.dtype) && std::none_of(kBufferSuffixes.begin(), kBufferSuffixes.end(), is_buffer);
 }
 
 // A safetensors file's report: each tensor's name, dtype, shape and bytes, the totals, the metadata.
@@ -344,12 +344,15 @@ void print_safetensors(const ordered_json& report, const nn::Metadata& metadata)
     width = std::max(width, std::min(kMaxNameColumn, tensor["name"].get_ref<const std::string&>().size()));
   std::cout << report["file"].get<std::string>() << ": safetensors file, data from byte " << report["data_start"]
             << " (after the 8-byte length and the JSON header)\n";
-  std::cout << "  " << std::left << std::setw(static_cast<int>(width)) << "name" << "  " << std::setw(5) << "dtype" << "  "
-            << std::setw(20) << "shape" << std::right << std::setw(12) << "bytes" << "\n";
+  const auto row = [&](const std::string& name, const std::string& dtype, const std::string& shape,
+                       const std::string& bytes) {
+    std::cout << "  " << std::left << std::setw(static_cast<int>(width)) << name << "  " << std::setw(5) << dtype
+              << "  " << std::setw(20) << shape << std::right << std::setw(12) << bytes << "\n";
+  };
+  row("name", "dtype", "shape", "bytes");
   for (const ordered_json& tensor : report["tensors"])
-    std::cout << "  " << std::left << std::setw(static_cast<int>(width)) << tensor["name"].get<std::string>() << "  "
-              << std::setw(5) << tensor["dtype"].get<std::string>() << "  " << std::setw(20)
-              << shape_str(tensor["shape"].get<Shape>()) << std::right << std::setw(12) << tensor["bytes"].get<std::uint64_t>() << "\n";
+    row(tensor["name"].get<std::string>(), tensor["dtype"].get<std::string>(),
+        shape_str(tensor["shape"].get<Shape>()), tensor["bytes"].dump());
   const ordered_json& totals = report["totals"];
   std::cout << "totals\n"
             << "  tensors     " << totals["tensors"] << "\n"

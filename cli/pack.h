@@ -1,7 +1,7 @@
 // `frugal pack`: reads a dataset (IDX files, CIFAR batches, an image folder) and writes its samples
 // into one shard file (data/shard.h), the format training streams. The shard appears whole or not at
 // all: an error, a signal, even SIGKILL part-way leaves nothing under --out and no temporary file
-// (data/mapped_file.h, Note [Temporary files that cannot outlive their writer]). --out may name a
+// (core/mapped_file.h, Note [Temporary files that cannot outlive their writer]). --out may name a
 // new file or replace a regular file that is not one of the inputs; anything else is refused first.
 // Not here: the formats themselves (data/), looking inside a file (cli/inspect.h).
 #pragma once

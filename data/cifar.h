@@ -40,7 +40,7 @@ class CifarBatch {
   const std::uint8_t* pixels(std::int64_t index) const;  // kCifarPixelBytes bytes, [3, 32, 32]
   // Copies record `index`'s pixels (kCifarPixelBytes bytes) to `out` and returns its label, checked
   // as label() checks it. From a file both are read with one preadv, not from the mapping: FileError
-  // naming the file if it shrank since it was opened (data/mapped_file.h).
+  // naming the file if it shrank since it was opened (core/mapped_file.h).
   std::int64_t read(std::int64_t index, void* out) const;
   CifarKind kind() const { return kind_; }
   const std::string& name() const { return name_; }

@@ -317,7 +317,7 @@ IdxDataset::IdxDataset(IdxArray images, IdxArray labels) : images_(std::move(ima
   FRUGAL_CHECK_VALUE(images_.dims()[0] == labels_.dims()[0], "IDX count mismatch: ", images_.name(), " holds ",
                      images_.dims()[0], " images but ", labels_.name(), " holds ", labels_.dims()[0], " labels");
   // Copied now, right after opening: get_into then never reads the labels file's mapping, which a
-  // file truncated under the reader would turn into SIGBUS (data/mapped_file.h).
+  // file truncated under the reader would turn into SIGBUS (core/mapped_file.h).
   label_bytes_.assign(labels_.data().begin(), labels_.data().end());
   num_classes_ = *std::ranges::max_element(label_bytes_) + 1;
 }

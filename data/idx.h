@@ -47,7 +47,7 @@ class IdxArray {
   std::span<const std::uint8_t> item(std::int64_t index) const;
   std::size_t item_bytes() const { return data_.size() / static_cast<std::size_t>(dims_[0]); }
   // Copies item `index` (item_bytes() bytes) to `out`. From a file it is read with pread, not from
-  // the mapping: FileError naming the file if it shrank since it was opened (data/mapped_file.h).
+  // the mapping: FileError naming the file if it shrank since it was opened (core/mapped_file.h).
   void read_item(std::int64_t index, void* out) const;
   const std::string& name() const { return name_; }
 

@@ -1,7 +1,7 @@
-// safetensors (see safetensors.h): the header is parsed with nlohmann::json, whose parser callback
-// also catches keys given twice (the parser itself keeps the last of them silently) and records the
-// order of the keys (its objects sort them); the checks then follow the reference reader's order:
-// lengths, JSON, each entry alone, then the entries together against the buffer.
+// safetensors (see safetensors.h): the header is parsed with nlohmann::json in two passes, the first
+// catching what the parsed value hides (Note [Two passes over the header]); the checks then follow
+// the reference reader's order: lengths, JSON, each entry alone, then the entries together against
+// the buffer.
 #include "nn/safetensors.h"
 
 #include <algorithm>
@@ -77,32 +77,85 @@ struct ParsedHeader {
   std::vector<std::string> names, metadata_keys;
 };
 
-// Parses the header text; ValueError for invalid JSON or a key that appears twice in one object.
-ParsedHeader parse_json(std::string_view text, const std::string& source) {
-  ParsedHeader parsed;
-  std::vector<std::unordered_set<std::string>> open;  // the keys seen so far in each object being read
-  std::string entry;                                  // the top-level key being read
-  const auto on_event = [&](int, json::parse_event_t event, json& value) {
-    if (event == json::parse_event_t::object_start) open.emplace_back();
-    if (event == json::parse_event_t::object_end) open.pop_back();
-    if (event != json::parse_event_t::key) return true;
-    const auto& key = value.get_ref<const std::string&>();
-    if (open.size() == 1) {
-      FRUGAL_CHECK_VALUE(open.back().insert(key).second, source, ": the header names ", named(key), " twice");
-      parsed.names.push_back(entry = key);
-      return true;
-    }
-    FRUGAL_CHECK_VALUE(open.back().insert(key).second, source, ": ", named(entry), " has the key ", named(key), " twice");
-    if (open.size() == 2 && entry == kMetadataKey) parsed.metadata_keys.push_back(key);
+// A safetensors header nests three levels: {name: {"shape": [dims]}}. Deeper is refused before
+// anything recurses through it (json::dump does: a million '[' overflowed the stack).
+constexpr std::size_t kMaxNesting = 3;
+
+// Note [Two passes over the header]
+// json objects keep one value per key, sorted: a key given twice is lost (the last one wins, as in
+// most JSON parsers, while the reference refuses the file) and so is the file's order of tensors.
+// So a first pass reads the text as events (nlohmann's SAX interface) and checks what the parsed
+// value will no longer show: keys twice in one object, and nesting deeper than kMaxNesting; it
+// records the order of the keys. The second pass builds the value. nlohmann's parser callback could
+// watch the keys in the same pass, but its parser then scans the enclosing object after every inner
+// one ends: quadratic, minutes for a header of 200,000 tensors.
+class HeaderScan final : public json::json_sax_t {
+ public:
+  HeaderScan(const std::string& source, ParsedHeader& parsed) : source_(source), parsed_(parsed) {}
+
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override {
+    enter();
+    keys_.emplace_back();
     return true;
-  };
-  try {
-    parsed.root = json::parse(text.begin(), text.end(), on_event);
-  } catch (const json::parse_error& error) {
+  }
+  bool end_object() override {
+    keys_.pop_back();
+    --depth_;
+    return true;
+  }
+  bool start_array(std::size_t) override {
+    enter();
+    return true;
+  }
+  bool end_array() override {
+    --depth_;
+    return true;
+  }
+  bool key(string_t& key) override {
+    const bool first_time = keys_.back().insert(key).second;
+    if (keys_.size() == 1) {
+      FRUGAL_CHECK_VALUE(first_time, source_, ": the header names ", named(key), " twice");
+      parsed_.names.push_back(entry_ = key);
+    } else {
+      FRUGAL_CHECK_VALUE(first_time, source_, ": ", named(entry_), " has the key ", named(key), " twice");
+      if (keys_.size() == 2 && entry_ == kMetadataKey) parsed_.metadata_keys.push_back(key);
+    }
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const json::exception& error) override {
     std::string_view what = error.what();  // "[json.exception.parse_error.101] parse error at ..."
     what.remove_prefix(std::min(what.size(), what.find("] ") + 2));
-    FRUGAL_THROW(ValueError, source, ": the header is not valid JSON: ", what);
+    FRUGAL_THROW(ValueError, source_, ": the header is not valid JSON: ", what);
   }
+
+ private:
+  void enter() {
+    FRUGAL_CHECK_VALUE(++depth_ <= kMaxNesting, source_, ": the header nests arrays and objects deeper than the ",
+                       kMaxNesting, " levels of {name: {\"shape\": [dims]}}", entry_.empty() ? "" : ", in ",
+                       named(entry_));
+  }
+
+  const std::string& source_;
+  ParsedHeader& parsed_;
+  std::vector<std::unordered_set<std::string>> keys_;  // the keys seen so far in each object being read
+  std::size_t depth_ = 0;                              // arrays and objects open
+  std::string entry_;                                  // the top-level key being read
+};
+
+// Parses the header text in the two passes of Note [Two passes over the header]; ValueError for
+// invalid JSON, a key twice in one object, or nesting deeper than a header's.
+ParsedHeader parse_json(std::string_view text, const std::string& source) {
+  ParsedHeader parsed;
+  HeaderScan scan(source, parsed);
+  json::sax_parse(text.begin(), text.end(), &scan);
+  parsed.root = json::parse(text.begin(), text.end());  // valid: the scan would have thrown
   return parsed;
 }
 
@@ -215,7 +268,8 @@ std::string quoted(const std::string& text, const std::string& target, const cha
   try {
     return json(text).dump();
   } catch (const json::type_error&) {
-    FRUGAL_THROW(ValueError, target, ": ", what, " is not valid UTF-8: ", json(text).dump(-1, ' ', true, json::error_handler_t::replace));
+    FRUGAL_THROW(ValueError, target, ": ", what, " is not valid UTF-8: ",
+                 json(text).dump(-1, ' ', true, json::error_handler_t::replace));
   }
 }
 
@@ -260,6 +314,21 @@ void encode(const StateDict& tensors, const Metadata& metadata, const std::strin
     const Tensor bytes = tensor.to(Device::cpu()).contiguous();
     write(bytes.data_ptr(), bytes.nbytes());
   }
+}
+
+// The header of `file`: its first 8 + N bytes, read with pread.
+SafetensorsHeader read_header(const RandomAccessFile& file) {
+  std::vector<std::uint8_t> head(std::min<std::uint64_t>(file.size(), kLengthBytes));
+  file.read_at(0, head.data(), head.size());
+  // A length the file cannot hold is left for the parser to report; any other header is read whole.
+  if (head.size() == kLengthBytes) {
+    const std::uint64_t n = load_length(head);
+    if (n <= kMaxSafetensorsHeader && kLengthBytes + n <= file.size()) {
+      head.resize(kLengthBytes + n);
+      file.read_at(kLengthBytes, head.data() + kLengthBytes, n);
+    }
+  }
+  return parse_safetensors_header(head, file.size(), file.path());
 }
 
 }  // namespace
@@ -308,25 +377,6 @@ SafetensorsHeader parse_safetensors_header(std::span<const std::uint8_t> bytes, 
   check_layout(header.entries, file_size - header.data_start, source);
   return header;
 }
-
-namespace {
-
-// The header of `file`: its first 8 + N bytes, read with pread.
-SafetensorsHeader read_header(const RandomAccessFile& file) {
-  std::vector<std::uint8_t> head(std::min<std::uint64_t>(file.size(), kLengthBytes));
-  file.read_at(0, head.data(), head.size());
-  // A length the file cannot hold is left for the parser to report; any other header is read whole.
-  if (head.size() == kLengthBytes) {
-    const std::uint64_t n = load_length(head);
-    if (n <= kMaxSafetensorsHeader && kLengthBytes + n <= file.size()) {
-      head.resize(kLengthBytes + n);
-      file.read_at(kLengthBytes, head.data() + kLengthBytes, n);
-    }
-  }
-  return parse_safetensors_header(head, file.size(), file.path());
-}
-
-}  // namespace
 
 SafetensorsHeader read_safetensors_header(const std::string& path) { return read_header(RandomAccessFile(path)); }
 

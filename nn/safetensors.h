@@ -3,8 +3,9 @@
 //   {"__metadata__": {"format": "pt"},
 //    "attn.0": {"dtype": "F32", "shape": [1, 2, 3], "data_offsets": [0, 24]}, ...}   padded with spaces
 // Offsets count from the buffer's start (file offset 8 + N); each tensor is its elements in C order,
-// little-endian, with no strides. Every file the reference reader refuses is refused here too, with
-// one line that names the file, the tensor and what is wrong (see read_safetensors).
+// little-endian, with no strides. Every file the reference reader refuses is refused here too, and
+// a few more (an entry with keys besides its three, dtypes frugal has no tensors of), with one line
+// that names the file, the tensor and what is wrong (see parse_safetensors_header).
 // Not here: which module a tensor belongs to (Module::state_dict / load_state_dict), models.
 #pragma once
 
@@ -56,7 +57,8 @@ DType parse_safetensors_dtype(std::string_view name, const std::string& tensor, 
 // `source` in messages (bytes may hold the whole file, or only its first 8 + N bytes). ValueError,
 // one line starting "SOURCE: ", for anything the format forbids: a file shorter than 8 bytes or than
 // 8 + N, N over kMaxSafetensorsHeader, a header that is not one UTF-8 JSON object starting with '{'
-// (trailing spaces allowed), a key twice, an entry without exactly "dtype" (a string), "shape" (an
+// (spaces after it allowed), a key twice in one object, arrays or objects nested deeper than
+// {name: {"shape": [dims]}}, an entry without exactly "dtype" (a string), "shape" (an
 // array of integers >= 0 whose product fits in int64) and "data_offsets" ([begin, end], begin <=
 // end), end - begin not numel * dtype size, a gap or an overlap between entries sorted by offset, a
 // buffer they do not fill exactly, "__metadata__" not mapping strings to strings.

@@ -268,6 +268,12 @@ TEST_CASE("safetensors: a header that is not one UTF-8 JSON object") {
   check_refused(file_of("{\"\xff\":1}"), "the header is not valid JSON: ");
   check_refused(file_of("{\"\xc3(\":1}"), "ill-formed UTF-8");
   CHECK(error_of(file_of("{}\n\t \r")) == "");  // JSON whitespace after the object is padding
+  // Deeper than {name: {"shape": [dims]}} is refused while scanning: a million '[' once overflowed
+  // the stack when the message printed the entry.
+  const std::string deep = "{\"a\":" + std::string(1'000'000, '[') + std::string(1'000'000, ']') + "}";
+  check_refused(file_of(deep), "the header nests arrays and objects deeper than the 3 levels of {name: "
+                               "{\"shape\": [dims]}}, in 'a'");
+  check_refused(file_of(R"({"a":{"dtype":"F32","shape":[[1]],"data_offsets":[0,4]}})", Bytes(4)), "nests arrays");
 }
 
 TEST_CASE("safetensors: a key given twice, which a JSON parser would keep the last of silently") {
