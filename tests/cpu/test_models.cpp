@@ -3,8 +3,10 @@
 // counts as torchvision prints them, torchvision's initialisation statistics, the CIFAR stem's
 // strides, and the registry's refusals. Values against torchvision: test_models_vs_torchvision.cpp.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -15,6 +17,7 @@
 #include "models/registry.h"
 #include "models/resnet.h"
 #include "nn/layers.h"
+#include "nn/safetensors.h"
 
 using namespace frugal;
 using frugal::models::make_model;
@@ -146,6 +149,22 @@ TEST_CASE("models: torchvision's initialisation") {
   const auto zeroed = make_model("resnet50", {.zero_init_residual = true, .generator = &generator});
   for (double v : state(*zeroed, "layer4.2.bn3.weight").to_vector<double>()) CHECK(v == 0.0);
   for (double v : state(*zeroed, "layer4.2.bn2.weight").to_vector<double>()) CHECK(v == 1.0);
+}
+
+TEST_CASE("models: a MobileNetV2 state dict through a safetensors file: torchvision's size, and back unchanged") {
+  Generator a(10), b(11);
+  const auto model = make_model("mobilenet_v2", {.generator = &a});
+  const std::string path = (std::filesystem::temp_directory_path() / ("frugal-mnv2-" + std::to_string(::getpid()) + ".safetensors")).string();
+  nn::write_safetensors(path, model->state_dict());
+  // The data buffer of torchvision's file: (3,504,872 + 34,112) x 4 + 52 x 8 bytes, after the header.
+  const nn::SafetensorsHeader header = nn::read_safetensors_header(path);
+  CHECK(std::filesystem::file_size(path) - header.data_start == 14'156'352);
+  CHECK(header.entries.size() == 314);
+  const auto fresh = make_model("mobilenet_v2", {.generator = &b});
+  fresh->load_state_dict(nn::read_safetensors(path).tensors);
+  std::filesystem::remove(path);
+  const nn::StateDict x = model->state_dict(), y = fresh->state_dict();
+  for (std::size_t i = 0; i < x.size(); ++i) CHECK(x[i].second.to_vector<double>() == y[i].second.to_vector<double>());
 }
 
 TEST_CASE("models: the same generator seed gives the same weights") {
