@@ -675,6 +675,26 @@ PY
     expect_exit 2 "$frugal" inspect "$dir/empty.safetensors"
     expect_one_line_error "^frugal inspect: $dir/empty.safetensors: is empty$"
     ;;
+  run_step_arguments)
+    # What run-step refuses before reading any file (the files themselves: tests/cpu/test_models_vs_torchvision.cpp).
+    dir=$(mktemp -d)
+    trap 'rm -rf "$dir"' EXIT
+    expect_exit 2 "$frugal" run-step --weights w --input x --out "$dir/o.safetensors"
+    grep -q -- "--model is required" <<<"$err" || fail "run-step without --model: $err"
+    expect_exit 2 "$frugal" run-step --model vgg16 --weights w --input x --out "$dir/o.safetensors"
+    expect_one_line_error "^frugal run-step: unknown model 'vgg16' \(known: mobilenet_v2, resnet18, resnet50, cnn\)$"
+    expect_exit 2 "$frugal" run-step --model resnet18 --width 0.5 --weights w --input x --out "$dir/o.safetensors"
+    expect_one_line_error "^frugal run-step: resnet18 has no width option \(only mobilenet_v2 has\)$"
+    expect_exit 2 "$frugal" run-step --model cnn --weights w --input x --out "$dir/o.safetensors" --mode step
+    expect_exit 2 "$frugal" run-step --model cnn --weights w --input x --out "$dir/o.safetensors" --dtype f16
+    expect_exit 2 "$frugal" run-step --model cnn --weights "$dir/absent.safetensors" --input x --out "$dir/o.safetensors"
+    expect_one_line_error "^frugal run-step: $dir/absent.safetensors: "
+    if ! "$frugal" info --json | python3 -c 'import json,sys; sys.exit(0 if json.load(sys.stdin)["cuda"]["usable"] else 1)'; then
+      expect_exit 1 "$frugal" run-step --model cnn --weights w --input x --out "$dir/o.safetensors" --device cuda:0
+      expect_one_line_error "^frugal run-step: error: cuda:0 is not usable: "
+    fi
+    [ ! -e "$dir/o.safetensors" ] || fail "a refused run-step wrote its output"
+    ;;
   *) fail "unknown check $check" ;;
 esac
 echo "ok: $check"
