@@ -32,6 +32,7 @@
 #include "data/loader.h"
 #include "data/mapped_file.h"
 #include "data/shard.h"
+#include "tests/cpu/temp_dir.h"
 #include "tests/skip.h"
 
 using namespace frugal;
@@ -39,19 +40,9 @@ using namespace frugal::data;
 namespace fs = std::filesystem;
 using Bytes = std::vector<std::uint8_t>;
 
-namespace {
+using frugal::test::TempDir;
 
-// A fresh folder (mkdtemp), removed with everything in it.
-struct TempDir {
-  std::string path;
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "frugal-data-XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string operator/(const std::string& name) const { return path + "/" + name; }
-};
+namespace {
 
 std::vector<std::string> files_in(const std::string& folder) {  // the names in a folder, sorted
   std::vector<std::string> names;

@@ -15,7 +15,6 @@
 // reference below kZeroByConstruction times the step's largest gradient is compared against that
 // largest gradient instead of against itself.
 #include <doctest/doctest.h>
-#include <stdlib.h>  // mkdtemp
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -28,34 +27,27 @@
 #include "models/registry.h"
 #include "nn/safetensors.h"
 #include "tests/cpu/model_fixture.h"
+#include "tests/cpu/temp_dir.h"
 
 using namespace frugal;
 namespace fs = std::filesystem;
 
-namespace {
+using frugal::test::TempDir;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "frugal-fixture-XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
+namespace {
 
 std::string quoted(const std::string& text) { return "'" + text + "'"; }
 
 nn::StateDict run_step(const test::FixtureCase& c, const TempDir& dir, const std::string& mode, const std::string& dtype) {
-  const fs::path out = dir.path / (mode + "-" + dtype + ".safetensors");
+  const std::string out = dir / (mode + "-" + dtype + ".safetensors");
   std::string command = std::string(FRUGAL_BINARY) + " run-step --model " + c.model;
   for (const std::string& flag : c.flags) command += " " + flag;
-  command += " --weights " + quoted((dir.path / "weights.safetensors").string()) + " --input " +
+  command += " --weights " + quoted(dir / "weights.safetensors") + " --input " +
              quoted(test::fixture_folder(c) + "/input.safetensors") + " --mode " + mode + " --dtype " + dtype +
-             " --out " + quoted(out.string());
+             " --out " + quoted(out);
   INFO(command);
   REQUIRE(std::system(command.c_str()) == 0);
-  return nn::read_safetensors(out.string()).tensors;
+  return nn::read_safetensors(out).tensors;
 }
 
 void compare_case(const test::FixtureCase& c) {
@@ -63,7 +55,7 @@ void compare_case(const test::FixtureCase& c) {
   TempDir dir;
   const auto model = models::make_model(c.model, c.options);
   const nn::StateDict weights = test::fixture_weights(model->state_dict());
-  nn::write_safetensors((dir.path / "weights.safetensors").string(), weights);
+  nn::write_safetensors(dir / "weights.safetensors", weights);
   // The formula agrees with the script's on the first 16 values of tensor 0.
   const auto check = nn::read_safetensors(test::fixture_folder(c) + "/weights_check.safetensors").tensors.at(0).second;
   const auto first = weights.front().second.to_vector<double>();
@@ -105,10 +97,10 @@ namespace {
 // Runs `frugal run-step` on the small CNN (1 channel, 10 classes) with stderr kept; returns the exit code.
 int run_cnn_step(const TempDir& dir, const std::string& weights, const std::string& input, std::string& stderr_text,
                  const std::string& extra = "") {
-  const std::string err = (dir.path / "stderr.txt").string();
+  const std::string err = dir / "stderr.txt";
   const std::string command = std::string(FRUGAL_BINARY) + " run-step --model cnn --weights " + quoted(weights) +
                               " --input " + quoted(input) + " --mode train --out " +
-                              quoted((dir.path / "out.safetensors").string()) + " " + extra + " 2>" + quoted(err);
+                              quoted(dir / "out.safetensors") + " " + extra + " 2>" + quoted(err);
   const int status = std::system(command.c_str());
   std::ifstream in(err);
   stderr_text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
@@ -120,15 +112,15 @@ int run_cnn_step(const TempDir& dir, const std::string& weights, const std::stri
 TEST_CASE("run-step: bad files exit 2 with one line naming the file and the tensor, and write nothing") {
   TempDir dir;
   const auto cnn = models::make_model("cnn");
-  const std::string weights = (dir.path / "weights.safetensors").string();
+  const std::string weights = dir / "weights.safetensors";
   nn::write_safetensors(weights, test::fixture_weights(cnn->state_dict()));
   const Tensor x = normal({2, 1, 8, 8}), y = zeros({2}, {.dtype = DType::i64});
   const auto write_input = [&](const nn::StateDict& tensors) {
-    const std::string path = (dir.path / "input.safetensors").string();
+    const std::string path = dir / "input.safetensors";
     nn::write_safetensors(path, tensors);
     return path;
   };
-  const std::string out = (dir.path / "out.safetensors").string();
+  const std::string out = dir / "out.safetensors";
   std::string message;
   // The good case first: it writes the output.
   REQUIRE(run_cnn_step(dir, weights, write_input({{"x", x}, {"y", y}}), message) == 0);
@@ -157,18 +149,18 @@ TEST_CASE("run-step: bad files exit 2 with one line naming the file and the tens
   }
   const std::string input = write_input({{"x", x}, {"y", y}});
   // Weights of another model: the weights file and the first keys are named.
-  const std::string resnet_weights = (dir.path / "resnet.safetensors").string();
+  const std::string resnet_weights = dir / "resnet.safetensors";
   nn::write_safetensors(resnet_weights, models::make_model("resnet18")->state_dict());
   CHECK(run_cnn_step(dir, resnet_weights, input, message) == 2);
   CHECK(message.find("resnet.safetensors: load_state_dict into SmallCnn: missing keys: \"features.0.weight\"") !=
         std::string::npos);
   // A truncated weights file, a missing one, and an output that is a folder.
-  const std::string truncated = (dir.path / "truncated.safetensors").string();
+  const std::string truncated = dir / "truncated.safetensors";
   std::filesystem::copy_file(weights, truncated);
   std::filesystem::resize_file(truncated, std::filesystem::file_size(weights) - 4);
   CHECK(run_cnn_step(dir, truncated, input, message) == 2);
   CHECK(message.find("truncated.safetensors") != std::string::npos);
-  CHECK(run_cnn_step(dir, (dir.path / "absent.safetensors").string(), input, message) == 2);
+  CHECK(run_cnn_step(dir, dir / "absent.safetensors", input, message) == 2);
   CHECK(message.find("absent.safetensors") != std::string::npos);
   std::filesystem::create_directory(out);
   CHECK(run_cnn_step(dir, weights, input, message) != 0);

@@ -14,6 +14,7 @@
 #include "core/mapped_file.h"
 #include "nn/layers.h"
 #include "nn/safetensors.h"
+#include "tests/cpu/temp_dir.h"
 #include "tests/skip.h"
 
 using namespace frugal;
@@ -21,18 +22,9 @@ using namespace frugal::nn;
 namespace fs = std::filesystem;
 using Bytes = std::vector<std::uint8_t>;
 
-namespace {
+using frugal::test::TempDir;
 
-struct TempDir {  // a fresh folder, removed with everything in it
-  std::string path;
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "frugal-st-XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string operator/(const std::string& name) const { return path + "/" + name; }
-};
+namespace {
 
 void write_bytes(const std::string& path, const Bytes& bytes) {
   std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), std::ssize(bytes));
