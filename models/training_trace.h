@@ -30,7 +30,8 @@ int training_batch_for_step(const TrainingTraceOptions& options, int step);
 // with comments naming the load and each step with its batch. Parameters and buffers are allocated
 // at load (tag param); each step allocates its images and labels (tag data), activations, gradients
 // and, at the first step, the momentum buffers (tag optimizer). Deterministic: the same options give
-// the same text. Throws ValueError for a size that is not positive.
+// the same text. Throws ValueError for a size that is not positive, and what the training throws
+// (a batch of 1 at 32x32 leaves the last BatchNorm one value per channel: a ValueError).
 std::string record_training_trace(const TrainingTraceOptions& options = {});
 
 }  // namespace frugal::models
