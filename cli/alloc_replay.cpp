@@ -1,5 +1,5 @@
 // `frugal alloc-replay` (see alloc_replay.h): options to ReplayOptions, then the figures as a table
-// or as JSON. Everything else is memory/alloc_trace.h.
+// or as JSON. Everything else is memory/alloc_trace.h and, for --training-trace, models/training_trace.h.
 #include "cli/alloc_replay.h"
 
 #include <CLI/CLI.hpp>

@@ -65,7 +65,8 @@ constexpr std::uint64_t kSeed = 0;
 // also when an exception leaves the scope.
 class InstalledAllocator {
  public:
-  InstalledAllocator(Device device, Allocator& allocator) : device_(device), previous_(set_allocator(device, &allocator)) {}
+  InstalledAllocator(Device device, Allocator& allocator)
+      : device_(device), previous_(set_allocator(device, &allocator)) {}
   ~InstalledAllocator() { set_allocator(device_, previous_); }
   InstalledAllocator(const InstalledAllocator&) = delete;
   InstalledAllocator& operator=(const InstalledAllocator&) = delete;

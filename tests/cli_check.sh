@@ -590,7 +590,7 @@ PY2
     expect_exit 2 "$frugal" alloc-replay "$dir/trace"
     expect_one_line_error "^frugal alloc-replay: $dir/trace:3: line longer than 4096 bytes"
     expect_exit 2 "$frugal" alloc-replay --training-trace --batch 0
-    expect_one_line_error "^frugal: --batch: must be between 1 and 65536, got 0 \(see 'frugal --help'\)$"
+    expect_one_line_error "^frugal: --batch: must be between 1 and 128, got 0 \(see 'frugal --help'\)$"
     expect_exit 2 "$frugal" alloc-replay --training-trace --steps 99999999
     expect_one_line_error "^frugal: --steps: must be between 1 and 1000, got 99999999"
     expect_exit 2 "$frugal" alloc-replay --training-trace --batch 100000

@@ -108,7 +108,8 @@ TEST_CASE("a replay ends with parameters, buffers and momentum alive, and every 
   CHECK(r.peak_live_bytes > bytes.state + 2 * bytes.parameters);  // gradients and activations on top
   CHECK(r.peak_allocated_bytes >= r.peak_live_bytes);
   CHECK(r.peak_reserved_bytes >= r.peak_allocated_bytes);
-  for (MemoryTag tag : {MemoryTag::param, MemoryTag::grad, MemoryTag::optimizer, MemoryTag::activation, MemoryTag::data}) {
+  const MemoryTag tags[] = {MemoryTag::param, MemoryTag::grad, MemoryTag::optimizer, MemoryTag::activation, MemoryTag::data};
+  for (MemoryTag tag : tags) {
     bool seen = false;
     for (const TraceEvent& event : trace.events) seen = seen || (event.is_alloc && event.tag == tag);
     CHECK_MESSAGE(seen, memory_tag_name(tag));
