@@ -31,28 +31,30 @@ namespace frugal::models {
 //            kept for backward), cross-entropy, backward (gradients, tag grad), SGD with momentum
 //            0.9 (its momentum buffers, tag optimizer, made at the first step and kept), then
 //            zero_grad(), which frees the gradients, as PyTorch >= 2.0 does by default.
-// A CachingAllocator of this file's own serves the CPU meanwhile (set_allocator), so nothing else a
-// program has allocated appears, and records its history one phase (the load, a step) at a time;
+// A CachingAllocator of this file's own serves the CPU meanwhile (set_allocator), so nothing the
+// program allocated before appears (and no other thread may make CPU tensors while it records: their
+// allocations would), and records its history one phase (the load, a step) at a time;
 // only allocations and frees go into the trace, never the allocator's own segment calls, so any
 // allocator can replay it. Sizes are what the caller requested, before any rounding.
 //
-// What a step allocates depends only on the shapes, never on the values: the same batch size gives
-// the same sequence of sizes, tags, allocations and frees. A real step costs seconds (MobileNetV2 at
-// 224x224, batch 32, on two cores), so only these steps are trained:
+// What a step allocates depends only on the shapes, never on the values or the number of threads
+// (the same trace with 1, 2 and 4): the same batch size gives the same sequence of sizes, tags,
+// allocations and frees. A real step costs about 5 s of CPU (224x224, batch 32), so only these
+// steps are trained:
 //   step 0                which also makes the momentum buffers, and
 //   one later step per    the first step after step 0 with that batch: with the batch cycling 8/8,
 //   batch size            6/8, 7/8, 5/8 of batch_size that is steps 1 to 4,
 // and every other step repeats the recorded step of its batch with fresh ids. That is sound because
 // such a step is self-contained: everything it allocates it frees, and it frees nothing older (checked
-// as each is recorded). A 1000-step trace costs at most five real steps; the test compares a trace
-// built this way with one whose every step was trained, event for event.
+// as each is recorded). A 1000-step trace costs at most five real steps; tests/cpu/test_training_trace.cpp
+// compares a trace built this way with one whose every step was trained, event for event.
 
 namespace {
 
 namespace F = frugal::functional;
 
-// SGD as in torchvision's reference recipe for MobileNetV2; the learning rate changes values only,
-// never what is allocated.
+// The learning rate and momentum of torchvision's reference recipe for MobileNetV2 (its weight decay
+// left out); the learning rate changes values only, never what is allocated.
 constexpr double kLearningRate = 0.045, kMomentum = 0.9;
 // The events one phase (the load or a step) may record. A step of MobileNetV2 makes about 1,300
 // allocations and frees, whatever the batch (1,450 at step 0); the ring buffer this reserves is a

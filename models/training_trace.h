@@ -31,7 +31,8 @@ int training_batch_for_step(const TrainingTraceOptions& options, int step);
 // at load (tag param); each step allocates its images and labels (tag data), activations, gradients
 // and, at the first step, the momentum buffers (tag optimizer). Deterministic: the same options give
 // the same text. Throws ValueError for a size that is not positive, and what the training throws
-// (a batch of 1 at 32x32 leaves the last BatchNorm one value per channel: a ValueError).
+// (a batch of 1 at 32x32 leaves the last BatchNorm one value per channel: a ValueError). No other
+// thread may make CPU tensors meanwhile: the CPU's allocator is replaced while this runs.
 std::string record_training_trace(const TrainingTraceOptions& options = {});
 
 }  // namespace frugal::models

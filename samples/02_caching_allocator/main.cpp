@@ -23,9 +23,10 @@ using namespace frugal;
 namespace {
 
 // Part 3's trace is recorded by training MobileNetV2 for real, so its size is the sample's running
-// time: 64x64 images in batches of 16 take about 2 s of CPU, where the ImageNet size the CLI and the
-// benchmark use (224x224, batch 32) takes about 30 s, and several times that under the sanitizers CI
-// runs every sample with. The fragmentation it shows is the same kind.
+// time: 64x64 images in batches of 16 take about 2 s of CPU (9 s under ASan and UBSan, as CI runs
+// every sample), where the ImageNet size the CLI and the benchmark use (224x224, batch 32) takes
+// about 30 s, and about four times that under the sanitizers. The fragmentation it shows is the
+// same kind.
 constexpr int kTraceBatch = 16, kTraceResolution = 64;
 // The simulated device's capacity above the trace's live peak. Expandable segments map memory in
 // 2 MiB chunks, one pool for small blocks and one for large: at this trace's 100 MiB those chunks
