@@ -1,5 +1,5 @@
 // `frugal alloc-replay` (see alloc_replay.h): options to ReplayOptions, then the figures as a table
-// or as JSON. Everything else is memory/alloc_trace.h.
+// or as JSON. Everything else is memory/alloc_trace.h and, for --training-trace, models/training_trace.h.
 #include "cli/alloc_replay.h"
 
 #include <CLI/CLI.hpp>
@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "memory/alloc_trace.h"
+#include "models/training_trace.h"
 
 namespace frugal::cli {
 
@@ -15,9 +16,12 @@ namespace {
 
 constexpr int kExitUsage = 2;
 constexpr int kExitOom = 3;
-// --training-trace bounds: a step is about 1,100 events, so 1000 steps is a million of them; 65536
-// images of 224x224 per batch keep every size in the trace far below the parser's 1 PiB ceiling.
-constexpr std::int64_t kMaxSteps = 1000, kMaxBatch = 65536;
+// --training-trace bounds. The trace is recorded by training MobileNetV2 on this machine's CPU, so a
+// batch must fit in its memory: 224x224 at batch 32 holds 1.7 GiB at its peak, and the peak grows
+// with batch x resolution^2, so the largest batch at the largest resolution holds about 14 GiB.
+// Steps past the first five repeat recorded ones (models/training_trace.cpp, Note [Recording the
+// training trace]): a step is about 1,300 events, so 1000 steps are 1.3 million of them.
+constexpr std::int64_t kMaxSteps = 1000, kMaxBatch = 128, kMinResolution = 32, kMaxResolution = 320;
 
 std::size_t size_or_unlimited(const std::string& text, const char* option) {
   if (text == "none") return kUnlimited;
@@ -76,9 +80,12 @@ AllocReplayCommand::AllocReplayCommand(CLI::App& app)
       ->check(CLI::IsMember({"on", "off"}));
   command_->add_flag("--json", json_, "Print the figures as one JSON object");
   command_->add_flag("--training-trace", training_trace_,
-                     "Replay the generated MobileNetV2 training trace instead of a file");
+                     "Replay a MobileNetV2 training trace instead of a file, recorded by training the model on "
+                     "the CPU (about 30 s of CPU at the defaults)");
   command_->add_option("--batch", batch_, "Batch size of --training-trace (default 32)")->check(between(1, kMaxBatch));
   command_->add_option("--steps", steps_, "Steps of --training-trace (default 8)")->check(between(1, kMaxSteps));
+  command_->add_option("--resolution", resolution_, "Image side of --training-trace (default 224)")
+      ->check(between(kMinResolution, kMaxResolution));
 }
 
 int AllocReplayCommand::run() const {
@@ -87,15 +94,17 @@ int AllocReplayCommand::run() const {
   std::string source = trace_;
   try {
     FRUGAL_CHECK_VALUE(training_trace_ != !trace_.empty(), "name a trace file or --training-trace (one of them)");
-    FRUGAL_CHECK_VALUE(training_trace_ || (command_->count("--batch") == 0 && command_->count("--steps") == 0),
-                       "--batch and --steps describe --training-trace");
+    FRUGAL_CHECK_VALUE(training_trace_ || (command_->count("--batch") == 0 && command_->count("--steps") == 0 &&
+                                           command_->count("--resolution") == 0),
+                       "--batch, --steps and --resolution describe --training-trace");
     options.limit = size_or_unlimited(limit_, "--limit");
     options.max_split = size_or_unlimited(max_split_, "--max-split");
     options.direct = allocator_ == "direct";
     options.expandable = expandable_ == "on";
     if (training_trace_) {
       source = "training-trace";
-      trace = parse_trace_text(generate_training_trace({.batch_size = batch_, .steps = steps_}), source);
+      trace = parse_trace_text(
+          models::record_training_trace({.batch_size = batch_, .steps = steps_, .resolution = resolution_}), source);
     } else {
       trace = read_trace_file(trace_);
     }

@@ -1,6 +1,7 @@
 // `frugal alloc-replay TRACE`: replays an allocation trace through the caching allocator on a
 // simulated device and prints what the allocator reserved next to what was ideal.
-// Not here: the trace formats, the replay and the training-trace generator (memory/alloc_trace.h).
+// Not here: the trace formats and the replay (memory/alloc_trace.h), recording the training trace
+// (models/training_trace.h).
 #pragma once
 
 #include <string>
@@ -19,7 +20,7 @@ class AllocReplayCommand final : public Subcommand {
  private:
   std::string trace_, limit_ = "none", allocator_ = "caching", max_split_ = "none", expandable_ = "on";
   bool json_ = false, training_trace_ = false;
-  int batch_ = 32, steps_ = 8;
+  int batch_ = 32, steps_ = 8, resolution_ = 224;
 };
 
 }  // namespace frugal::cli

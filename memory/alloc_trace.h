@@ -1,6 +1,5 @@
-// Allocation traces: the file formats, a replay engine that runs a trace through a CachingAllocator,
-// and a generator of MobileNetV2-shaped training traces. `frugal alloc-replay` and
-// `frugal bench alloc` are thin layers over this file.
+// Allocation traces: the file formats, and a replay engine that runs a trace through a
+// CachingAllocator. `frugal alloc-replay` and `frugal bench alloc` are thin layers over this file.
 //
 // Formats (told apart by the first line that is not blank):
 //   frugal's own text, one event per line; `#` starts a comment; blank lines are ignored.
@@ -16,7 +15,8 @@
 // file as a whole cannot be read) and says what is wrong. No input, text or binary, crashes the parser.
 //
 // Not here: the allocator itself (core/caching_allocator.h), recording traces from a running
-// allocator (CachingAllocator::record_history), timing peers such as jemalloc (bench/alloc_bench.cpp).
+// allocator (CachingAllocator::record_history), the trace of a model training
+// (models/training_trace.h), timing peers such as jemalloc (bench/alloc_bench.cpp).
 #pragma once
 
 #include <cstddef>
@@ -106,23 +106,5 @@ ReplayResult replay_on(CachingAllocator& allocator, const Trace& trace);
 // final_allocated_bytes, final_reserved_bytes, ns_per_op, and oom {event, requested_bytes, message}
 // when the replay stopped on one.
 nlohmann::ordered_json to_json(const ReplayResult& result);
-
-// ---- a MobileNetV2 training trace (the model is described in alloc_trace.cpp, Note [The training trace])
-
-struct TrainingTraceOptions {
-  int batch_size = 32;
-  int steps = 8;
-  int resolution = 224;   // input images are 3 x resolution x resolution
-  int num_classes = 1000;
-  bool vary_batch = true; // steps cycle through batch_size, 7/8, 3/4 and 5/8 of it
-};
-
-// The trace as text in frugal's format, with comments naming each step.
-std::string generate_training_trace(const TrainingTraceOptions& options = {});
-// The batch size of step `step` (0-based).
-int training_batch_for_step(const TrainingTraceOptions& options, int step);
-// MobileNetV2's learnable parameters (weights and biases, not BatchNorm's running statistics) for
-// `num_classes`: 3,504,872 for 1000 classes, as torchvision counts them.
-std::int64_t mobilenet_v2_parameter_count(int num_classes = 1000);
 
 }  // namespace frugal

@@ -242,7 +242,13 @@ PY
     grep -q "^frugal alloc-replay: --limit: " <<<"$err" || fail "bad --limit not named: $err"
     expect_exit 2 "$frugal" alloc-replay "$dir/ok.txt" --allocator magic
     expect_exit 2 "$frugal" alloc-replay
-    expect_exit 0 "$frugal" alloc-replay --training-trace --batch 4 --steps 2 --json
+    # The training trace, recorded from MobileNetV2 at a small size: it replays to its end and ends
+    # with the parameters and momentum still alive (the trace never frees them).
+    expect_exit 0 "$frugal" alloc-replay --training-trace --batch 4 --steps 6 --resolution 32 --json
+    python3 -c 'import json,sys; r=json.load(sys.stdin); assert r["num_ooms"] == 0 and r["events"] > 6 * 1000 and r["final_allocated_bytes"] > 2 * 14_000_000, r' <<<"$out" \
+      || fail "the training trace did not replay to the end with the model's state alive: $out"
+    expect_exit 2 "$frugal" alloc-replay "$dir/ok.txt" --resolution 64
+    expect_one_line_error "^frugal alloc-replay: --batch, --steps and --resolution describe --training-trace$"
     ;;
   bench_alloc_json)
     expect_exit 0 "$frugal" bench alloc --json --quick --device cpu
@@ -584,9 +590,13 @@ PY2
     expect_exit 2 "$frugal" alloc-replay "$dir/trace"
     expect_one_line_error "^frugal alloc-replay: $dir/trace:3: line longer than 4096 bytes"
     expect_exit 2 "$frugal" alloc-replay --training-trace --batch 0
-    expect_one_line_error "^frugal: --batch: must be between 1 and 65536, got 0 \(see 'frugal --help'\)$"
+    expect_one_line_error "^frugal: --batch: must be between 1 and 128, got 0 \(see 'frugal --help'\)$"
     expect_exit 2 "$frugal" alloc-replay --training-trace --steps 99999999
     expect_one_line_error "^frugal: --steps: must be between 1 and 1000, got 99999999"
+    expect_exit 2 "$frugal" alloc-replay --training-trace --batch 100000
+    expect_one_line_error "^frugal: --batch: must be between 1 and 128, got 100000"
+    expect_exit 2 "$frugal" alloc-replay --training-trace --resolution 16
+    expect_one_line_error "^frugal: --resolution: must be between 32 and 320, got 16"
     expect_exit 2 "$frugal" inspect "$dir/labels" --samples -1
     expect_one_line_error "^frugal: --samples: must be between 0 and 10000, got -1 \(see 'frugal --help'\)$"
     ;;

@@ -3,7 +3,8 @@
 #   - each layer includes only its own headers and those of the layers below it;
 #   - core/ neither includes nor links a CUDA library other than the runtime (cuBLAS and cuDNN belong
 #     to kernels/, NCCL to dist/), and no layer but dist/ includes NCCL;
-#   - the tools stay out of the runtime: no emulator and no allocation traces under core/.
+#   - the tools stay out of the runtime: no emulator and no allocation traces under core/;
+#   - memory/ and core/ know no model: a model's trace is recorded under models/, never described there.
 set -uo pipefail
 cd "$1" || exit 1
 status=0
@@ -43,5 +44,8 @@ bad=$(grep -rlE '^#include <nccl' --include='*.h' --include='*.cpp' --include='*
 bad=$(find core -name 'alloc_trace*')
 [ -z "$bad" ] || fail "allocation traces are a tool, not the runtime: they belong in memory/, not $bad"
 
-[ "$status" -eq 0 ] && echo "layering: every layer includes only itself and what lies below; core links only the CUDA runtime"
+bad=$(grep -rniE 'mobilenet|resnet' core memory --include='*.h' --include='*.cpp' --include='*.cu' --include='*.cuh')
+[ -z "$bad" ] || fail "core/ and memory/ serve any model, so they name none (models/ records what a model allocates):"$'\n'"$bad"
+
+[ "$status" -eq 0 ] && echo "layering: every layer includes only itself and what lies below; core links only the CUDA runtime; core and memory name no model"
 exit "$status"

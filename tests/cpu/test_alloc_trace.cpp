@@ -1,6 +1,6 @@
 // Allocation traces: both formats, every parse error with its line, replay figures on small traces
-// whose peaks follow by hand from the allocator's rules (core/caching_allocator.h), OOM stops,
-// determinism, and the generated MobileNetV2 training trace.
+// whose peaks follow by hand from the allocator's rules (core/caching_allocator.h), OOM stops.
+// Replays of the MobileNetV2 training trace, determinism among them: test_training_trace.cpp.
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -276,82 +276,4 @@ TEST_CASE("to_json has exactly the documented fields, oom only after an OOM") {
   CHECK(keys == std::vector<std::string>{"events", "peak_live_bytes", "peak_allocated_bytes", "peak_reserved_bytes",
                                          "backing_allocs", "backing_frees", "alloc_retries", "num_ooms",
                                          "final_allocated_bytes", "final_reserved_bytes", "ns_per_op"});
-}
-
-TEST_CASE("replays are deterministic: the same figures every time, timing aside") {
-  TrainingTraceOptions small;
-  small.batch_size = 4;
-  small.steps = 4;
-  small.resolution = 64;
-  const Trace trace = parse_trace_text(generate_training_trace(small), "training");
-  for (const bool expandable : {false, true}) {
-    ReplayOptions options;
-    options.expandable = expandable;
-    auto first = to_json(replay(trace, options)), second = to_json(replay(trace, options));
-    first.erase("ns_per_op");
-    second.erase("ns_per_op");
-    CHECK(first == second);
-  }
-}
-
-TEST_CASE("a trace recorded by CachingAllocator::write_trace replays to the same figures") {
-  TrainingTraceOptions small;
-  small.batch_size = 2;
-  small.steps = 2;
-  small.resolution = 64;
-  const Trace original = parse_trace_text(generate_training_trace(small), "training");
-  CachingAllocator allocator(std::make_unique<SimulatedBacking>(), caching_options({}));
-  allocator.record_history(10 * original.events.size());  // room for segment events too
-  auto first = to_json(replay_on(allocator, original));
-  std::ostringstream written;
-  allocator.write_trace(written);  // includes the frees replay_on makes at the end
-  auto second = to_json(replay(parse_trace_text(written.str(), "written")));
-  for (const char* varies : {"ns_per_op", "events", "final_allocated_bytes", "final_reserved_bytes"}) {
-    first.erase(varies);
-    second.erase(varies);
-  }
-  CHECK(first == second);
-}
-
-// ---- the training trace
-
-TEST_CASE("MobileNetV2 has torchvision's 3,504,872 parameters") {
-  CHECK(mobilenet_v2_parameter_count(1000) == 3'504'872);
-  CHECK(mobilenet_v2_parameter_count(10) == 3'504'872 - 990 * 1281);
-}
-
-TEST_CASE("the training trace parses, replays to the end, and keeps parameters, grads and momentum") {
-  TrainingTraceOptions options;
-  options.batch_size = 8;
-  options.steps = 4;
-  options.resolution = 96;
-  const std::string text = generate_training_trace(options);
-  const Trace trace = parse_trace_text(text, "training");
-  CHECK(text.find("# step 3: batch 5") != std::string::npos);  // 8 * 5/8: the batch varies
-  CHECK(training_batch_for_step(options, 1) == 6);
-  const ReplayResult r = replay(trace);
-  CHECK(!r.oom);
-  CHECK(r.events == trace.events.size());
-  // Left alive at the end: parameters with BatchNorm buffers, one grad and one momentum buffer per
-  // learnable parameter. Each small tensor rounds up to 512 B, so bound it rather than equate it.
-  const std::size_t learnable = std::size_t(mobilenet_v2_parameter_count()) * 4;
-  CHECK(r.final_allocated_bytes >= 3 * learnable);
-  CHECK(r.final_allocated_bytes <= 3 * learnable + 4 * MiB);
-  CHECK(r.peak_live_bytes > 3 * learnable);  // activations come on top
-  CHECK(r.peak_reserved_bytes >= r.peak_allocated_bytes);
-  CHECK(r.peak_allocated_bytes >= r.peak_live_bytes);
-  // Every tag appears (other: the backward temporaries).
-  bool seen[kNumMemoryTags] = {};
-  for (const TraceEvent& event : trace.events)
-    if (event.is_alloc) seen[static_cast<int>(event.tag)] = true;
-  for (int tag = 0; tag < kNumMemoryTags; ++tag) CHECK(seen[tag]);
-}
-
-TEST_CASE("the training trace rejects sizes it cannot model") {
-  TrainingTraceOptions options;
-  options.resolution = 16;
-  CHECK_THROWS_AS(generate_training_trace(options), ValueError);
-  options.resolution = 224;
-  options.batch_size = 0;
-  CHECK_THROWS_AS(generate_training_trace(options), ValueError);
 }
