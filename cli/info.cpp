@@ -11,6 +11,7 @@
 #include "core/caching_allocator.h"
 #include "core/cuda_status.h"
 #include "dist/library_versions.h"
+#include "kernels/blas_core.h"
 #include "kernels/library_versions.h"
 #include "frugal/build_info.h"
 
@@ -54,7 +55,9 @@ json collect_info() {
   }
   cuda["devices"] = devices;
   info["cuda"] = cuda;
-  info["cpu"] = {{"threads", cpu_threads()}, {"hardware_threads", std::thread::hardware_concurrency()}};
+  info["cpu"] = {{"threads", cpu_threads()},
+                 {"hardware_threads", std::thread::hardware_concurrency()},
+                 {"openblas_core", blas_core()}};
   const CachingOptions allocator = CachingOptions::from_environment();
   info["allocator"] = {{"mode", allocator.bypass ? "direct" : "caching"},
                        {"expandable_segments", allocator.expandable_segments},
@@ -101,7 +104,9 @@ void print_info(const json& info) {
     std::cout << "devices:    none usable (" << cuda["reason"].get<std::string>() << ")\n";
   }
   std::cout << "CPU:        " << info["cpu"]["threads"].get<int>() << " threads for kernels ("
-            << info["cpu"]["hardware_threads"].get<unsigned>() << " hardware threads)\n";
+            << info["cpu"]["hardware_threads"].get<unsigned>() << " hardware threads)";
+  const std::string core = info["cpu"]["openblas_core"].get<std::string>();
+  std::cout << (core.empty() ? std::string(", no OpenBLAS") : ", OpenBLAS kernels " + core) << "\n";
   const json& allocator = info["allocator"];
   std::cout << "allocator:  " << allocator["mode"].get<std::string>() << ", expandable segments "
             << (allocator["expandable_segments"].get<bool>() ? "on" : "off") << ", max_split "

@@ -17,6 +17,7 @@
 #include "core/tensor.h"
 #include "memory/alloc_trace.h"
 #include "models/training_trace.h"
+#include "kernels/blas_core.h"
 
 using namespace frugal;
 
@@ -117,6 +118,7 @@ void record_a_timeline(Device device, const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  frugal::use_best_blas_core(argv);  // Note [OpenBLAS core fallback]
   const Device device = cuda_available() ? Device::cuda(0) : Device::cpu();
   std::cout << "device: " << device;
   if (device.is_cpu()) std::cout << " (" << cuda_status().reason << ")";

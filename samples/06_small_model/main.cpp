@@ -23,6 +23,7 @@
 #include "nn/functional.h"
 #include "nn/layers.h"
 #include "nn/optim.h"
+#include "kernels/blas_core.h"
 
 using namespace frugal;
 namespace F = frugal::functional;
@@ -143,7 +144,8 @@ void saved_against_minimum(Device device) {
 
 }  // namespace
 
-int main() {
+int main(int, char** argv) {
+  frugal::use_best_blas_core(argv);  // Note [OpenBLAS core fallback]
   std::printf("Sample 06: a smaller model, measured by the allocator (models/README.md explains the figures)\n");
   compare_models(Device::cpu(), 32, 8);
   compare_models(Device::cpu(), 224, 2);

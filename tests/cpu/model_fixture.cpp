@@ -149,6 +149,8 @@ class Reference {
 
 }  // namespace
 
+constexpr double kF32NoiseFactor = 8.0;  // see compare_with_reference
+
 std::vector<ReferenceCheck> compare_with_reference(const nn::StateDict& results, const nn::StateDict& reference,
                                                    DType dtype) {
   const Reference expected(reference);
@@ -161,7 +163,13 @@ std::vector<ReferenceCheck> compare_with_reference(const nn::StateDict& results,
     if (dtype == DType::f32) {
       const bool output = name == "logits" || name == "loss";
       // For a tensor zero by construction PyTorch's f32err is relative to noise, so it says nothing.
-      check.tolerance = check.zero_by_construction ? 1e-3 : std::max(output ? 1e-4 : 1e-3, 4 * expected.pytorch_f32_error(name));
+      // Otherwise f32err is one draw of rounding noise, large where a gradient is a sum that nearly
+      // cancels; a different summation order draws again: OpenBLAS's AVX-512 kernels against its
+      // SSE3 ones moved one such gradient (a late depthwise BatchNorm's bias, PyTorch's own error
+      // 1.8%) from under 4x to 4.2x PyTorch's error, hence the factor 8.
+      check.tolerance = check.zero_by_construction
+                            ? 1e-3
+                            : std::max(output ? 1e-4 : 1e-3, kF32NoiseFactor * expected.pytorch_f32_error(name));
     }
     checks.push_back(check);
   }

@@ -3,10 +3,15 @@
 // shape errors. The hand-written CUDA kernels are compared in tests/cpu/test_kernels_emulated.cpp.
 #include <doctest/doctest.h>
 
+#include <cstdlib>
+#include <string>
+
 #include "core/random.h"
+#include "kernels/blas_core.h"
 #include "kernels/elementwise.h"
 #include "kernels/gemm.h"
 #include "kernels/reduce.h"
+#include "tests/skip.h"
 
 using namespace frugal;
 
@@ -106,4 +111,14 @@ TEST_CASE("linear and its backward against finite differences in double") {
   check_numeric(grads.bias, 2);
   CHECK_FALSE(linear_backward(upstream, x, w, false).bias.defined());
   CHECK_THROWS_AS(linear(x, w, zeros({3}, {.dtype = DType::f64})), ShapeError);
+}
+
+// Note [OpenBLAS core fallback]: the test binary's main re-executes itself with OPENBLAS_CORETYPE
+// set when OpenBLAS fell back to its SSE3 kernels on a CPU with AVX2 or AVX-512.
+TEST_CASE("OpenBLAS runs the kernels for this CPU, not its generic fallback") {
+  if (frugal::blas_core().empty()) FRUGAL_SKIP("built without OpenBLAS");
+  const char* chosen = std::getenv("OPENBLAS_CORETYPE");
+  if (chosen != nullptr && (std::string(chosen) == "SkylakeX" || std::string(chosen) == "Haswell"))
+    CHECK(frugal::blas_core() == chosen);  // the re-executed process loaded the core asked for
+  if (chosen == nullptr) CHECK_FALSE(frugal::better_blas_core().has_value());
 }
