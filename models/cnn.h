@@ -9,12 +9,17 @@
 //   then       adaptive average pooling to 1x1, flatten
 //   classifier 0 Linear(128, num_classes)
 // Any input of at least 4x4 works (the pools need it); 28x28 Fashion-MNIST and 32x32 CIFAR are the usual.
+// The repeated unit is a convolution with what follows it up to the next one (features 0-2, 3-5, 6-7):
+// checkpoint_activations runs each unit through nn::checkpoint, inplace_activations = false computes
+// the ReLUs out of place; neither changes a name or a shape.
 // Not here: the registry by name (models/registry.h).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
+#include "models/checkpointing.h"
 #include "nn/layers.h"
 
 namespace frugal::models {
@@ -22,6 +27,8 @@ namespace frugal::models {
 struct SmallCnnOptions {
   std::int64_t num_classes = 10;
   std::int64_t in_channels = 1;
+  bool checkpoint_activations = false;  // the conv units recomputed in backward
+  bool inplace_activations = true;      // ReLU(inplace=True)
   Generator* generator = nullptr;  // initial weights; nullptr is the default generator
 };
 
@@ -33,6 +40,7 @@ class SmallCnn : public nn::Module {
  private:
   SmallCnnOptions options_;
   std::shared_ptr<nn::Sequential> features_, classifier_;
+  std::vector<Block> units_;  // features run unit by unit: each is layers [first, next unit's first)
 };
 
 }  // namespace frugal::models

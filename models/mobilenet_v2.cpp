@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "models/checkpointing.h"
 #include "models/torchvision_init.h"
 #include "nn/functional.h"
 #include "nn/init.h"
@@ -22,23 +23,24 @@ std::int64_t make_divisible(double value, std::int64_t divisor) {
 
 Conv2dNormActivation::Conv2dNormActivation(std::int64_t in_channels, std::int64_t out_channels,
                                            std::int64_t kernel_size, std::int64_t stride, std::int64_t groups,
-                                           Generator* generator)
+                                           Generator* generator, bool inplace)
     : nn::Sequential("Conv2dNormActivation") {
   const std::int64_t padding = (kernel_size - 1) / 2;
   push_back(std::make_shared<nn::Conv2d>(in_channels, out_channels, kernel_size, stride, padding, 1, groups,
                                          /*bias=*/false, generator));
   push_back(std::make_shared<nn::BatchNorm2d>(out_channels));
-  push_back(std::make_shared<nn::ReLU6>(/*inplace=*/true));
+  push_back(std::make_shared<nn::ReLU6>(inplace));
 }
 
 InvertedResidual::InvertedResidual(std::int64_t in_channels, std::int64_t out_channels, std::int64_t stride,
-                                   std::int64_t expand_ratio, Generator* generator)
+                                   std::int64_t expand_ratio, Generator* generator, bool inplace)
     : nn::Module("InvertedResidual"), use_residual_(stride == 1 && in_channels == out_channels) {
   FRUGAL_CHECK_VALUE(stride == 1 || stride == 2, "InvertedResidual: stride must be 1 or 2, got ", stride);
   const auto hidden = static_cast<std::int64_t>(std::lround(static_cast<double>(in_channels * expand_ratio)));
   conv_ = register_module("conv", std::make_shared<nn::Sequential>());
-  if (expand_ratio != 1) conv_->push_back(std::make_shared<Conv2dNormActivation>(in_channels, hidden, 1, 1, 1, generator));
-  conv_->push_back(std::make_shared<Conv2dNormActivation>(hidden, hidden, 3, stride, hidden, generator));  // depthwise
+  if (expand_ratio != 1)
+    conv_->push_back(std::make_shared<Conv2dNormActivation>(in_channels, hidden, 1, 1, 1, generator, inplace));
+  conv_->push_back(std::make_shared<Conv2dNormActivation>(hidden, hidden, 3, stride, hidden, generator, inplace));  // depthwise
   conv_->push_back(std::make_shared<nn::Conv2d>(hidden, out_channels, 1, 1, 0, 1, 1, /*bias=*/false, generator));
   conv_->push_back(std::make_shared<nn::BatchNorm2d>(out_channels));  // no activation: the linear bottleneck
 }
@@ -72,21 +74,22 @@ MobileNetV2::MobileNetV2(const MobileNetV2Options& options)
   FRUGAL_CHECK_VALUE(options.num_classes > 0 && options.in_channels > 0, "MobileNetV2: num_classes (",
                      options.num_classes, ") and in_channels (", options.in_channels, ") must be positive");
   Generator* generator = options.generator;
+  const bool inplace = options.inplace_activations;
   features_ = register_module("features", std::make_shared<nn::Sequential>());
   std::int64_t channels = make_divisible(kFirstChannels * options.width_mult);
   features_->push_back(std::make_shared<Conv2dNormActivation>(options.in_channels, channels, 3,
-                                                              options.cifar_stem ? 1 : 2, 1, generator));
+                                                              options.cifar_stem ? 1 : 2, 1, generator, inplace));
   for (std::size_t g = 0; g < std::size(kBlockGroups); ++g) {
     const BlockGroup& group = kBlockGroups[g];
     const std::int64_t out = make_divisible(static_cast<double>(group.channels) * options.width_mult);
     const std::int64_t first_stride = options.cifar_stem && g == kCifarGroup ? 1 : group.stride;
     for (std::int64_t i = 0; i < group.repeats; ++i) {
-      features_->push_back(
-          std::make_shared<InvertedResidual>(channels, out, i == 0 ? first_stride : 1, group.expand, generator));
+      features_->push_back(std::make_shared<InvertedResidual>(channels, out, i == 0 ? first_stride : 1, group.expand,
+                                                              generator, inplace));
       channels = out;
     }
   }
-  features_->push_back(std::make_shared<Conv2dNormActivation>(channels, last_channel_, 1, 1, 1, generator));
+  features_->push_back(std::make_shared<Conv2dNormActivation>(channels, last_channel_, 1, 1, 1, generator, inplace));
   classifier_ = register_module("classifier", std::make_shared<nn::Sequential>());
   classifier_->push_back(std::make_shared<nn::Dropout>(options.dropout, generator));
   auto linear = classifier_->push_back(std::make_shared<nn::Linear>(last_channel_, options.num_classes, true, generator));
@@ -99,7 +102,11 @@ MobileNetV2::MobileNetV2(const MobileNetV2Options& options)
 Tensor MobileNetV2::forward(const Tensor& x) {
   FRUGAL_CHECK_SHAPE(x.dim() == 4 && x.size(1) == options_.in_channels, "MobileNetV2: expected input [N, ",
                      options_.in_channels, ", H, W], got ", shape_str(x.shape()));
-  Tensor y = F::adaptive_avg_pool2d((*features_)(x), {1, 1});
+  // features.0 is the stem and the last is the head conv; the blocks between are the ones checkpointed.
+  const std::size_t last = features_->size() - 1;
+  Tensor y = (*(*features_)[0])(x);
+  for (std::size_t i = 1; i < last; ++i) y = run_block((*features_)[i], y, options_.checkpoint_activations);
+  y = F::adaptive_avg_pool2d((*(*features_)[last])(y), {1, 1});
   return (*classifier_)(F::flatten(y, 1));
 }
 

@@ -10,8 +10,10 @@
 //
 // Memory: every ReLU6 is in place (as torchvision's ReLU6(inplace=True)), so a conv-BN-ReLU6 unit
 // keeps two tensors for backward: the conv's output, which BatchNorm needs, and BatchNorm's output,
-// overwritten by ReLU6, which is also what the next convolution saves. models/README.md has the
-// whole account.
+// overwritten by ReLU6, which is also what the next convolution saves. Two options trade or measure
+// memory without changing a name or a shape: checkpoint_activations runs features.1..17 through
+// nn::checkpoint (each keeps only its input and runs again in backward), and inplace_activations =
+// false builds the ReLU6s out of place. models/README.md has the whole account.
 // Not here: training (the CLI and samples), the registry by name (models/registry.h).
 #pragma once
 
@@ -30,6 +32,8 @@ struct MobileNetV2Options {
   // For 32x32 inputs: the stem and the first stride-2 block run at stride 1, so the last feature
   // map is 4x4 instead of 1x1 (the adaptation of chenyaofo/pytorch-cifar-models).
   bool cifar_stem = false;
+  bool checkpoint_activations = false;  // the inverted-residual blocks recomputed in backward
+  bool inplace_activations = true;      // ReLU6(inplace=True), as torchvision
   Generator* generator = nullptr;  // initial weights; nullptr is the default generator
 };
 
@@ -37,11 +41,13 @@ struct MobileNetV2Options {
 // `divisor`, and never more than 10% below v.
 std::int64_t make_divisible(double value, std::int64_t divisor = 8);
 
-// Conv2d (no bias), BatchNorm2d, ReLU6 in place: torchvision's Conv2dNormActivation, named 0, 1, 2.
+// Conv2d (no bias), BatchNorm2d, ReLU6 (in place unless `inplace` is false): torchvision's
+// Conv2dNormActivation, named 0, 1, 2.
 class Conv2dNormActivation : public nn::Sequential {
  public:
   Conv2dNormActivation(std::int64_t in_channels, std::int64_t out_channels, std::int64_t kernel_size,
-                       std::int64_t stride = 1, std::int64_t groups = 1, Generator* generator = nullptr);
+                       std::int64_t stride = 1, std::int64_t groups = 1, Generator* generator = nullptr,
+                       bool inplace = true);
 };
 
 // Expand (1x1, unless expand_ratio is 1), depthwise 3x3, project (1x1, no activation); the input is
@@ -49,7 +55,7 @@ class Conv2dNormActivation : public nn::Sequential {
 class InvertedResidual : public nn::Module {
  public:
   InvertedResidual(std::int64_t in_channels, std::int64_t out_channels, std::int64_t stride,
-                   std::int64_t expand_ratio, Generator* generator = nullptr);
+                   std::int64_t expand_ratio, Generator* generator = nullptr, bool inplace = true);
   Tensor forward(const Tensor& x) override;
   bool uses_residual() const { return use_residual_; }
 

@@ -30,6 +30,8 @@ std::shared_ptr<nn::Module> build_mobilenet_v2(const ModelOptions& o) {
   options.width_mult = o.width_mult.value_or(options.width_mult);
   options.dropout = o.dropout.value_or(options.dropout);
   options.cifar_stem = o.cifar_stem;
+  options.checkpoint_activations = o.checkpoint_activations;
+  options.inplace_activations = o.inplace_activations;
   options.generator = o.generator;
   return std::make_shared<MobileNetV2>(options);
 }
@@ -40,6 +42,8 @@ std::shared_ptr<nn::Module> build_resnet(ResNetDepth depth, std::string_view nam
   options.num_classes = o.num_classes.value_or(options.num_classes);
   options.in_channels = o.in_channels.value_or(options.in_channels);
   options.zero_init_residual = o.zero_init_residual;
+  options.checkpoint_activations = o.checkpoint_activations;
+  options.inplace_activations = o.inplace_activations;
   options.generator = o.generator;
   return std::make_shared<ResNet>(depth, options);
 }
@@ -50,6 +54,8 @@ std::shared_ptr<nn::Module> build_cnn(const ModelOptions& o) {
   SmallCnnOptions options;
   options.num_classes = o.num_classes.value_or(options.num_classes);
   options.in_channels = o.in_channels.value_or(options.in_channels);
+  options.checkpoint_activations = o.checkpoint_activations;
+  options.inplace_activations = o.inplace_activations;
   options.generator = o.generator;
   return std::make_shared<SmallCnn>(options);
 }

@@ -26,6 +26,11 @@ struct ModelOptions {
   std::optional<double> dropout = std::nullopt;           // mobilenet_v2
   bool cifar_stem = false;                 // mobilenet_v2
   bool zero_init_residual = false;         // resnet18, resnet50
+  // Memory, every model: run the repeated blocks through nn::checkpoint (each keeps only its input and
+  // runs again in backward), and the ReLU/ReLU6s in place as torchvision (false: out of place, to
+  // measure what that saves). Neither changes a parameter's name or shape, nor a result.
+  bool checkpoint_activations = false;
+  bool inplace_activations = true;
   Generator* generator = nullptr;          // initial weights; nullptr is the default generator
 };
 

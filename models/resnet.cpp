@@ -2,6 +2,7 @@
 // registered in torchvision's order (the order is the state dict's order).
 #include "models/resnet.h"
 
+#include "models/checkpointing.h"
 #include "models/torchvision_init.h"
 #include "nn/functional.h"
 #include "nn/init.h"
@@ -19,18 +20,21 @@ std::shared_ptr<nn::Conv2d> conv1x1(std::int64_t in, std::int64_t out, std::int6
   return std::make_shared<nn::Conv2d>(in, out, 1, stride, 0, 1, 1, /*bias=*/false, generator);
 }
 
-// The block's output: the residual branch plus the shortcut, then ReLU in place on the sum (the sum
+// torchvision's ReLU(inplace=True): the input's memory is overwritten; out of place to measure that.
+Tensor relu(Tensor x, bool inplace) { return inplace ? F::relu_(x) : F::relu(x); }
+
+// The block's output: the residual branch plus the shortcut, then ReLU on the sum (in place, the sum
 // is a fresh tensor, so nothing the branch saved is overwritten).
-Tensor add_shortcut_and_relu(const Tensor& branch, const Tensor& x, const std::shared_ptr<nn::Sequential>& downsample) {
-  Tensor out = F::add(branch, downsample ? (*downsample)(x) : x);
-  return F::relu_(out);
+Tensor add_shortcut_and_relu(const Tensor& branch, const Tensor& x, const std::shared_ptr<nn::Sequential>& downsample,
+                             bool inplace) {
+  return relu(F::add(branch, downsample ? (*downsample)(x) : x), inplace);
 }
 
 }  // namespace
 
 BasicBlock::BasicBlock(std::int64_t in_channels, std::int64_t channels, std::int64_t stride,
-                       std::shared_ptr<nn::Sequential> downsample, Generator* generator)
-    : nn::Module("BasicBlock") {
+                       std::shared_ptr<nn::Sequential> downsample, Generator* generator, bool inplace)
+    : nn::Module("BasicBlock"), inplace_(inplace) {
   conv1_ = register_module("conv1", conv3x3(in_channels, channels, stride, generator));
   bn1_ = register_module("bn1", std::make_shared<nn::BatchNorm2d>(channels));
   conv2_ = register_module("conv2", conv3x3(channels, channels, 1, generator));
@@ -40,13 +44,13 @@ BasicBlock::BasicBlock(std::int64_t in_channels, std::int64_t channels, std::int
 
 Tensor BasicBlock::forward(const Tensor& x) {
   Tensor out = (*bn1_)((*conv1_)(x));
-  out = (*bn2_)((*conv2_)(F::relu_(out)));
-  return add_shortcut_and_relu(out, x, downsample_);
+  out = (*bn2_)((*conv2_)(relu(out, inplace_)));
+  return add_shortcut_and_relu(out, x, downsample_, inplace_);
 }
 
 Bottleneck::Bottleneck(std::int64_t in_channels, std::int64_t channels, std::int64_t stride,
-                       std::shared_ptr<nn::Sequential> downsample, Generator* generator)
-    : nn::Module("Bottleneck") {
+                       std::shared_ptr<nn::Sequential> downsample, Generator* generator, bool inplace)
+    : nn::Module("Bottleneck"), inplace_(inplace) {
   conv1_ = register_module("conv1", conv1x1(in_channels, channels, 1, generator));
   bn1_ = register_module("bn1", std::make_shared<nn::BatchNorm2d>(channels));
   conv2_ = register_module("conv2", conv3x3(channels, channels, stride, generator));
@@ -58,14 +62,15 @@ Bottleneck::Bottleneck(std::int64_t in_channels, std::int64_t channels, std::int
 
 Tensor Bottleneck::forward(const Tensor& x) {
   Tensor out = (*bn1_)((*conv1_)(x));
-  out = (*bn2_)((*conv2_)(F::relu_(out)));
-  out = (*bn3_)((*conv3_)(F::relu_(out)));
-  return add_shortcut_and_relu(out, x, downsample_);
+  out = (*bn2_)((*conv2_)(relu(out, inplace_)));
+  out = (*bn3_)((*conv3_)(relu(out, inplace_)));
+  return add_shortcut_and_relu(out, x, downsample_, inplace_);
 }
 
 template <typename Block>
 std::shared_ptr<nn::Sequential> ResNet::make_layer(std::int64_t channels, std::int64_t blocks, std::int64_t stride) {
   Generator* generator = options_.generator;
+  const bool inplace = options_.inplace_activations;
   std::shared_ptr<nn::Sequential> downsample;
   if (stride != 1 || in_channels_ != channels * Block::kExpansion) {
     downsample = std::make_shared<nn::Sequential>();
@@ -73,10 +78,10 @@ std::shared_ptr<nn::Sequential> ResNet::make_layer(std::int64_t channels, std::i
     downsample->push_back(std::make_shared<nn::BatchNorm2d>(channels * Block::kExpansion));
   }
   auto layer = std::make_shared<nn::Sequential>();
-  layer->push_back(std::make_shared<Block>(in_channels_, channels, stride, downsample, generator));
+  layer->push_back(std::make_shared<Block>(in_channels_, channels, stride, downsample, generator, inplace));
   in_channels_ = channels * Block::kExpansion;
   for (std::int64_t i = 1; i < blocks; ++i)
-    layer->push_back(std::make_shared<Block>(in_channels_, channels, 1, nullptr, generator));
+    layer->push_back(std::make_shared<Block>(in_channels_, channels, 1, nullptr, generator, inplace));
   return layer;
 }
 
@@ -113,8 +118,9 @@ Tensor ResNet::forward(const Tensor& x) {
   FRUGAL_CHECK_SHAPE(x.dim() == 4 && x.size(1) == options_.in_channels, "ResNet: expected input [N, ",
                      options_.in_channels, ", H, W], got ", shape_str(x.shape()));
   Tensor y = (*bn1_)((*conv1_)(x));
-  y = (*maxpool_)(F::relu_(y));
-  for (const auto& layer : layers_) y = (*layer)(y);
+  y = (*maxpool_)(relu(y, options_.inplace_activations));
+  for (const auto& layer : layers_)
+    for (std::size_t b = 0; b < layer->size(); ++b) y = run_block((*layer)[b], y, options_.checkpoint_activations);
   return (*fc_)(F::flatten(F::adaptive_avg_pool2d(y, {1, 1}), 1));
 }
 

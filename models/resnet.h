@@ -8,7 +8,9 @@
 //   adaptive average pool to 1x1, flatten, fc
 //
 // They are here as the contrast to MobileNetV2: more parameters (11.7 M and 25.6 M against 3.5 M) and,
-// per sample, more activation memory at the same input (models/README.md).
+// per sample, more activation memory at the same input (models/README.md). checkpoint_activations
+// runs each residual block through nn::checkpoint, and inplace_activations = false computes every
+// ReLU out of place; neither changes a name or a shape.
 // Not here: the registry by name (models/registry.h).
 #pragma once
 
@@ -25,6 +27,8 @@ struct ResNetOptions {
   std::int64_t in_channels = 3;
   // Starts each residual branch's last BatchNorm at weight 0, so every block begins as the identity.
   bool zero_init_residual = false;
+  bool checkpoint_activations = false;  // the residual blocks recomputed in backward
+  bool inplace_activations = true;      // ReLU(inplace=True), as torchvision
   Generator* generator = nullptr;  // initial weights; nullptr is the default generator
 };
 
@@ -33,11 +37,12 @@ class BasicBlock : public nn::Module {
  public:
   static constexpr std::int64_t kExpansion = 1;
   BasicBlock(std::int64_t in_channels, std::int64_t channels, std::int64_t stride,
-             std::shared_ptr<nn::Sequential> downsample, Generator* generator);
+             std::shared_ptr<nn::Sequential> downsample, Generator* generator, bool inplace = true);
   Tensor forward(const Tensor& x) override;
   const nn::BatchNorm2d& last_norm() const { return *bn2_; }
 
  private:
+  bool inplace_;  // the ReLUs
   std::shared_ptr<nn::Conv2d> conv1_, conv2_;
   std::shared_ptr<nn::BatchNorm2d> bn1_, bn2_;
   std::shared_ptr<nn::Sequential> downsample_;  // null when the shapes already match
@@ -48,11 +53,12 @@ class Bottleneck : public nn::Module {
  public:
   static constexpr std::int64_t kExpansion = 4;
   Bottleneck(std::int64_t in_channels, std::int64_t channels, std::int64_t stride,
-             std::shared_ptr<nn::Sequential> downsample, Generator* generator);
+             std::shared_ptr<nn::Sequential> downsample, Generator* generator, bool inplace = true);
   Tensor forward(const Tensor& x) override;
   const nn::BatchNorm2d& last_norm() const { return *bn3_; }
 
  private:
+  bool inplace_;  // the ReLUs
   std::shared_ptr<nn::Conv2d> conv1_, conv2_, conv3_;
   std::shared_ptr<nn::BatchNorm2d> bn1_, bn2_, bn3_;
   std::shared_ptr<nn::Sequential> downsample_;
