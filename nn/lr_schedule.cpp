@@ -80,6 +80,34 @@ double CosineAnnealingLR::lr_at(double base_lr, std::int64_t epoch) const {
   return eta_min_ + (base_lr - eta_min_) * (1.0 + std::cos(angle)) / 2.0;
 }
 
+OneCycleLR::OneCycleLR(Optimizer& optimizer, std::int64_t total_steps, double pct_start, double div_factor,
+                       double final_div_factor)
+    : LRScheduler(optimizer),
+      total_steps_(total_steps),
+      pct_start_(pct_start),
+      div_factor_(div_factor),
+      final_div_factor_(final_div_factor) {
+  FRUGAL_CHECK_VALUE(total_steps >= 2, "OneCycleLR: total_steps must be at least 2, got ", total_steps);
+  FRUGAL_CHECK_VALUE(pct_start > 0.0 && pct_start < 1.0, "OneCycleLR: pct_start must be in (0, 1), got ", pct_start);
+  FRUGAL_CHECK_VALUE(pct_start * static_cast<double>(total_steps) >= 2.0, "OneCycleLR: the rise needs at least 2 steps, got pct_start ", pct_start, " of ", total_steps);
+  FRUGAL_CHECK_VALUE(div_factor > 0.0 && final_div_factor > 0.0, "OneCycleLR: div factors must be positive");
+  go_to(0);
+}
+
+// PyTorch's phases: the rise ends at step pct_start * total - 1, the fall at total - 1; past the end
+// the fall's formula continues (PyTorch raises there instead).
+double OneCycleLR::lr_at(double base_lr, std::int64_t epoch) const {
+  const double initial = base_lr / div_factor_, final_lr = initial / final_div_factor_;
+  const double rise_end = pct_start_ * static_cast<double>(total_steps_) - 1.0;
+  const double fall_end = static_cast<double>(total_steps_) - 1.0;
+  const double step = static_cast<double>(epoch);
+  const auto anneal = [](double from, double to, double fraction) {
+    return to + (from - to) / 2.0 * (std::cos(std::numbers::pi * fraction) + 1.0);
+  };
+  if (step <= rise_end) return anneal(initial, base_lr, step / rise_end);
+  return anneal(base_lr, final_lr, (step - rise_end) / (fall_end - rise_end));
+}
+
 LinearWarmup::LinearWarmup(Optimizer& optimizer, double start_factor, std::int64_t warmup_steps)
     : LRScheduler(optimizer), start_factor_(start_factor), warmup_steps_(warmup_steps) {
   FRUGAL_CHECK_VALUE(start_factor > 0.0 && start_factor <= 1.0, "LinearWarmup: start_factor must be in (0, 1], got ",

@@ -1,4 +1,4 @@
-// Learning-rate schedules, as torch.optim.lr_scheduler: StepLR, CosineAnnealingLR, LinearWarmup
+// Learning-rate schedules, as torch.optim.lr_scheduler: StepLR, CosineAnnealingLR, OneCycleLR, LinearWarmup
 // (torch's LinearLR ending at factor 1) and SequentialLR (one schedule after another, e.g. warm-up
 // then cosine). Each is written in closed form, lr_at(base_lr, epoch), which for these schedules
 // gives the same numbers as PyTorch's chainable updates. Making a schedule sets epoch 0's lr at
@@ -82,6 +82,21 @@ class LinearWarmup : public LRScheduler {
  private:
   double start_factor_;
   std::int64_t warmup_steps_;
+};
+
+// torch.optim.lr_scheduler.OneCycleLR (anneal_strategy "cos", two phases) over total_steps: the lr
+// rises along a half cosine from base / div_factor to base over the first pct_start of the steps,
+// then falls along a half cosine to base / div_factor / final_div_factor at step total_steps - 1.
+// The lr only: PyTorch's default also cycles momentum inversely, which this does not.
+class OneCycleLR : public LRScheduler {
+ public:
+  OneCycleLR(Optimizer& optimizer, std::int64_t total_steps, double pct_start = 0.3, double div_factor = 25.0,
+             double final_div_factor = 1e4);
+  double lr_at(double base_lr, std::int64_t epoch) const override;
+
+ private:
+  std::int64_t total_steps_;
+  double pct_start_, div_factor_, final_div_factor_;
 };
 
 // schedules[0] until milestones[0], then schedules[1] restarted from its epoch 0, and so on

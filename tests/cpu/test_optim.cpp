@@ -217,7 +217,7 @@ TEST_CASE("optimizers: a state dict round trip continues exactly like the origin
   }
 }
 
-TEST_CASE("LR schedules: StepLR, CosineAnnealingLR, LinearWarmup and a warm-up then cosine chain") {
+TEST_CASE("LR schedules: StepLR, CosineAnnealingLR, OneCycleLR, LinearWarmup and a warm-up then cosine chain") {
   const double pi = std::numbers::pi;
   SUBCASE("StepLR: lr = base * gamma^floor(epoch / step_size)") {
     SGD sgd({param({0.0})}, 1.0);
@@ -249,6 +249,16 @@ TEST_CASE("LR schedules: StepLR, CosineAnnealingLR, LinearWarmup and a warm-up t
     SequentialLR schedule(sgd, std::move(parts), {2});
     const double c1 = (1 + std::cos(pi / 4)) / 2, c3 = (1 + std::cos(3 * pi / 4)) / 2;
     check_near(lr_sequence(schedule, 7), {0.1, 0.1 + 0.9 / 2, 1.0, c1, 0.5, c3, 0.0});
+  }
+  SUBCASE("OneCycleLR: half-cosine rise over pct_start, half-cosine fall, as torch's (cycle_momentum off)") {
+    SGD sgd({param({0.0})}, 0.4);
+    OneCycleLR schedule(sgd, 10, 0.3);
+    // torch.optim.lr_scheduler.OneCycleLR(SGD(lr=0.4), max_lr=0.4, total_steps=10, pct_start=0.3,
+    // cycle_momentum=False), printed by torch 1.13.
+    check_near(lr_sequence(schedule, 10), {0.016, 0.208, 0.4, 0.38019385280538953, 0.3246982615799052,
+                                           0.24450480877451572, 0.1554967912254843, 0.0753033384200948,
+                                           0.019807747194610516, 1.6e-06});
+    CHECK_THROWS_WITH_AS(OneCycleLR(sgd, 5, 0.3), doctest::Contains("at least 2 steps"), ValueError);
   }
   SUBCASE("a schedule's state dict resumes it where it stopped") {
     SGD a({param({0.0})}, 1.0), b({param({0.0})}, 1.0);
