@@ -27,13 +27,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
-enum class Format { shard, idx, cifar10, image_folder };
+enum class Format { shard, idx, cifar10, split_folders, image_folder };
 
 std::string_view format_name(Format format) {
   switch (format) {
     case Format::shard: return "shard";
     case Format::idx: return "IDX folder";
     case Format::cifar10: return "CIFAR-10 folder";
+    case Format::split_folders: return "folder of split image folders";
     case Format::image_folder: return "image folder";
   }
   return "?";
@@ -120,6 +121,16 @@ bool starts_with_shard_magic(const std::string& path) {
   return std::memcmp(magic, kShardMagic, sizeof magic) == 0;
 }
 
+// The image folder of `folder`'s split: train/ for the train split, else test/, then val/; "" if absent.
+std::string split_subfolder(const fs::path& folder, Split split) {
+  for (const std::string_view name : split == Split::own ? std::vector<std::string_view>{"train"}
+                                                         : std::vector<std::string_view>{"test", "val"}) {
+    std::error_code error;
+    if (fs::is_directory(folder / name, error)) return (folder / name).string();
+  }
+  return "";
+}
+
 bool has_subfolder(const fs::path& folder) {
   std::error_code error;
   for (const auto& entry : fs::directory_iterator(folder, error))
@@ -136,6 +147,8 @@ Format detect(const std::string& path) {
   if (S_ISDIR(info.st_mode)) {
     if (!idx_images(path, "train").empty() || !idx_images(path, "t10k").empty()) return Format::idx;
     if (!cifar_train_batches(path).empty() || path_exists(fs::path(path) / "test_batch.bin")) return Format::cifar10;
+    if (!split_subfolder(path, Split::own).empty() && !split_subfolder(path, Split::test).empty())
+      return Format::split_folders;
     if (has_subfolder(path)) return Format::image_folder;
   }
   FRUGAL_THROW(ValueError, path,
@@ -154,6 +167,11 @@ DatasetPtr open_split(const std::string& path, Format format, Split split, const
       if (batches.empty() || !path_exists(batches.front())) return nullptr;
       return std::make_shared<CifarDataset>(batches, CifarKind::cifar10);
     }
+    case Format::split_folders: {
+      const std::string folder = split_subfolder(path, split);
+      if (folder.empty()) return nullptr;
+      return std::make_shared<ImageFolder>(folder, options.image_size, options.image_size);
+    }
     case Format::shard:
     case Format::image_folder: {
       const std::string file = split == Split::own ? path : sibling_test_split(path);
@@ -169,6 +187,7 @@ DatasetPtr open_split(const std::string& path, Format format, Split split, const
 std::string_view missing_split_text(Format format, Split split) {
   if (format == Format::idx)
     return split == Split::own ? "train-images-idx3-ubyte[.gz]" : "t10k-images-idx3-ubyte[.gz]";
+  if (format == Format::split_folders) return split == Split::own ? "train/" : "test/ or val/";
   return split == Split::own ? "data_batch_*.bin" : "test_batch.bin";
 }
 
@@ -208,8 +227,8 @@ DatasetSplits open_dataset(const std::string& path, const std::string& test_path
   }
   if (!test_path.empty()) {
     const Format format = detect(test_path);
-    // A folder of fixed file names gives its test files; a shard or an image folder is the test split.
-    const bool named_files = format == Format::idx || format == Format::cifar10;
+    // A folder of fixed names gives its test files or folder; a shard or an image folder is the test split.
+    const bool named_files = format == Format::idx || format == Format::cifar10 || format == Format::split_folders;
     splits.test = open_required(test_path, format, named_files ? Split::test : Split::own, options);
   }
   if (splits.test) check_splits_agree(*splits.train, *splits.test, test_where);

@@ -6,6 +6,7 @@
 //                           Fashion-MNIST); the test split is t10k-images/-labels beside them
 //   a folder holding        data_batch_*.bin: CIFAR-10 (the batches in numeric order); test_batch.bin
 //                           beside them is the test split
+//   a folder holding        train/ and test/ (else val/): image folders, the train and test splits
 //   a folder with subfolders an image folder (data/image_folder.h), images resized to image_size
 // The test split of a shard or an image folder is a sibling named as the train one with its last
 // "train" replaced by "test", else by "val": fashion-train.shard -> fashion-test.shard,
@@ -33,7 +34,7 @@ struct OpenOptions {
 
 // The train split at `path` and its test split as found beside it (see the top of this file); with
 // a non-empty `test_path`, the test split is opened from there instead: a shard or an image folder
-// itself, an IDX or CIFAR-10 folder's test files. FileError naming the path when it does not exist
+// itself, an IDX or CIFAR-10 folder's test files, a folder of train/ and test/ its test/ (or val/). FileError naming the path when it does not exist
 // or cannot be read; ValueError of one line naming the path for a format it cannot recognise (listing
 // what was looked for), a format folder without its train (or, for test_path, test) files, and train
 // and test splits that disagree in sample shape, dtype or class count.

@@ -205,6 +205,14 @@ TEST_CASE("open_dataset: an image folder, its test split the sibling test/ or va
   CHECK(splits.test->size() == 2);
   CHECK(splits.test->describe().starts_with("image folder " + dir / "pets/val"));
 
+  // The folder above them holds the two splits (not two classes named train and val).
+  const DatasetSplits above = open_dataset(dir / "pets", "", {.image_size = 8});
+  CHECK(above.train->size() == 3);
+  REQUIRE(above.test != nullptr);
+  CHECK(above.test->size() == 2);
+  CHECK(above.description.starts_with("folder of split image folders " + dir / "pets" + ": train image folder " + dir / "pets/train"));
+  CHECK(open_dataset(dir / "pets/train", dir / "pets", {.image_size = 8}).test->describe().starts_with("image folder " + dir / "pets/val"));
+
   // Class counts differ: the labels (positions among the folders) would not mean the same classes.
   write_png(dir / "pets/val/eel/a.png", 6, 6, 1);
   CHECK(message_of<ValueError>([&] { open_dataset(dir / "pets/train/"); }) ==
