@@ -156,22 +156,25 @@ std::int64_t DataLoader::batches_of(std::int64_t samples) const {
   return options_.drop_last ? samples / b : (samples + b - 1) / b;
 }
 
-EpochRange DataLoader::epoch(std::int64_t epoch) {
-  start_epoch(epoch);
+EpochRange DataLoader::epoch(std::int64_t epoch, std::int64_t first_batch) {
+  start_epoch(epoch, first_batch);
   return EpochRange(*this);
 }
 
 // ---- the caller's side
 
-void DataLoader::start_epoch(std::int64_t epoch) {
-  // The new order first: if the sampler refuses the epoch, the epoch in flight is left as it was.
+void DataLoader::start_epoch(std::int64_t epoch, std::int64_t first_batch) {
+  // The checks and the new order first: if either is refused, the epoch in flight is left as it was.
+  FRUGAL_CHECK_INDEX(first_batch >= 0 && first_batch <= num_batches(), "DataLoader: cannot start epoch ", epoch,
+                     " at batch ", first_batch, ": it has ", num_batches(), " batches");
   sampler_->set_epoch(epoch);
   std::vector<std::int64_t> order = sampler_->indices();
   stop_workers();
   order_ = std::move(order);
   epoch_ = epoch;
   epoch_batches_ = batches_of(static_cast<std::int64_t>(order_.size()));
-  next_out_ = next_claim_ = 0;
+  // Batch numbers, and so each batch's rows and random transforms, are those of the whole epoch.
+  next_out_ = next_claim_ = first_batch;
   slots_.resize(static_cast<std::size_t>(window_));
   for (int i = 0; i < options_.num_workers; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }

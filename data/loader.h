@@ -7,14 +7,16 @@
 //   for (Batch& batch : loader.epoch(e)) train_step(batch.inputs, batch.labels);
 //
 // Note [Bounded, ordered prefetching]
-// The epoch's batches are numbered 0, 1, ... in sampler order. Workers claim numbers in increasing
-// order, but only inside a window of `num_workers * prefetch` numbers starting at the next batch the
-// caller will take; a finished batch waits in slot (number % window) until the caller takes it.
+// The epoch's batches are numbered 0, 1, ... in sampler order; an epoch resumed at batch k (start_epoch's
+// first_batch) keeps those numbers and starts at k. Workers claim numbers in increasing order, but
+// only inside a window of `num_workers * prefetch` numbers starting at the next batch the caller will
+// take; a finished batch waits in slot (number % window) until the caller takes it.
 //   - At most `window` batches are loaded or loading at once, whatever the dataset's size: host
 //     memory is O(workers x prefetch x batch), plus the batch the caller holds.
 //   - The caller receives batches in sampler order even when workers finish out of order; a batch's
-//     content depends only on (sampler order, seed, epoch) and never on which worker built it, so a
-//     seed gives the same batches for any num_workers.
+//     content depends only on (sampler order, seed, epoch, its number) and never on which worker built
+//     it or which batch the epoch started at, so a seed gives the same batches for any num_workers,
+//     and an epoch resumed at batch k hands out exactly batches k, k+1, ... of the uninterrupted one.
 //   - An exception while loading (a dataset's get or a transform throwing) is kept in the batch's
 //     slot and thrown from next() when the caller reaches that batch, as the same frugal error type
 //     with "sample N: " added to its message. It ends the epoch.
@@ -93,11 +95,14 @@ class DataLoader {
 
   std::int64_t num_batches() const;  // per epoch
   // Stops the epoch in flight, if any, and starts `epoch`: the sampler's order for it, workers started.
-  void start_epoch(std::int64_t epoch);
+  // `first_batch` > 0 resumes the epoch there (a training run restarted from a checkpoint taken
+  // mid-epoch): batches first_batch, first_batch + 1, ... exactly as the whole epoch would have had
+  // them. IndexError unless 0 <= first_batch <= num_batches() (num_batches(): nothing left to load).
+  void start_epoch(std::int64_t epoch, std::int64_t first_batch = 0);
   // The next batch in sampler order; nullopt once the epoch is done. Throws what loading it threw.
   std::optional<Batch> next();
-  // start_epoch(epoch), then the range `for (Batch& batch : loader.epoch(e))` walks.
-  EpochRange epoch(std::int64_t epoch);
+  // start_epoch(epoch, first_batch), then the range `for (Batch& batch : loader.epoch(e))` walks.
+  EpochRange epoch(std::int64_t epoch, std::int64_t first_batch = 0);
 
   LoaderStats stats() const;
   void reset_stats();

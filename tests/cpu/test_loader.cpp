@@ -61,9 +61,9 @@ struct EpochRecord {
   bool operator==(const EpochRecord&) const = default;
 };
 
-EpochRecord record_epoch(DataLoader& loader, std::int64_t epoch) {
+EpochRecord record_epoch(DataLoader& loader, std::int64_t epoch, std::int64_t first_batch = 0) {
   EpochRecord record;
-  for (Batch& batch : loader.epoch(epoch)) {
+  for (Batch& batch : loader.epoch(epoch, first_batch)) {
     record.indices.push_back(batch.indices);
     record.inputs.push_back(values(batch.inputs));
     record.labels.push_back(values(batch.labels));
@@ -289,6 +289,40 @@ TEST_CASE("DataLoader: the same batches for 0, 1, 2 and 4 workers, in sampler or
     DataLoader loader(toy, options);
     CHECK(record_epoch(loader, 1) == epoch1);
     CHECK(record_epoch(loader, 0) == epoch0);
+  }
+}
+
+TEST_CASE("DataLoader: an epoch resumed at batch k hands out exactly batches k, k+1, ... of the whole epoch") {
+  auto toy = std::make_shared<Toy>(23, 3, 6);
+  const Compose augment{std::make_shared<RandomCrop>(4, 4, 1), std::make_shared<RandomHorizontalFlip>(),
+                        std::make_shared<ToFloat>(1.0 / 255)};
+  LoaderOptions options{.batch_size = 5, .shuffle = true, .transforms = augment, .seed = 11};
+  DataLoader reference(toy, options);
+  const EpochRecord whole = record_epoch(reference, 2);
+  REQUIRE(whole.indices.size() == 5);
+  const auto tail = [&](std::size_t k) {  // batches k.. of the whole epoch
+    EpochRecord part;
+    part.indices.assign(whole.indices.begin() + k, whole.indices.end());
+    part.inputs.assign(whole.inputs.begin() + k, whole.inputs.end());
+    part.labels.assign(whole.labels.begin() + k, whole.labels.end());
+    part.shapes.assign(whole.shapes.begin() + k, whole.shapes.end());
+    return part;
+  };
+  for (int workers : {0, 1, 3}) {
+    CAPTURE(workers);
+    options.num_workers = workers;
+    DataLoader loader(toy, options);
+    for (std::int64_t k : {0, 1, 3, 4, 5}) {  // 5: resumed after its last batch, nothing is left
+      CAPTURE(k);
+      CHECK(record_epoch(loader, 2, k) == tail(static_cast<std::size_t>(k)));
+    }
+    loader.start_epoch(2, 3);  // next() after a resume, without the range
+    CHECK(loader.next()->indices == whole.indices[3]);
+    CHECK_THROWS_WITH_AS(loader.start_epoch(2, 6), doctest::Contains("DataLoader: cannot start epoch 2 at batch 6: it has 5 batches"),
+                         IndexError);
+    CHECK_THROWS_AS(loader.epoch(2, -1), IndexError);
+    CHECK(loader.next()->indices == whole.indices[4]);  // a refused resume left the epoch in flight as it was
+    CHECK_FALSE(loader.next().has_value());
   }
 }
 

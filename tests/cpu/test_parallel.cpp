@@ -37,7 +37,7 @@ TEST_CASE("one 28x28 sample's transforms, a small add, conv and loss open no par
   data::RandomStream random(1, 0, 0);
   const Tensor image = arange(784.0).view({1, 28, 28});
   const auto before = parallel_regions_opened();
-  const Tensor padded = data::Pad(2).apply(image, random);  // a strided copy into a view
+  const Tensor padded = data::Pad(2).apply(image, random);  // a fill, then one copy per row
   const Tensor cropped = data::RandomCrop(28, 28).apply(padded, random);
   const Tensor sum = add(cropped, cropped);
   const Tensor y = conv2d(sum.view({1, 1, 28, 28}), ones({4, 1, 3, 3}));
