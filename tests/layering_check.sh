@@ -16,6 +16,7 @@ declare -A allowed=(
   [kernels]="kernels core"
   [nn]="nn kernels core"
   [models]="models nn kernels core"
+  [train]="train models data nn kernels core"
   [data]="data core"
   [dist]="dist core"
   [memory]="memory core"
