@@ -5,13 +5,14 @@
 #include <omp.h>
 
 #include <CLI/CLI.hpp>
+#include <cstdlib>
 #include <iostream>
 #include <thread>
 
 #include "core/caching_allocator.h"
 #include "core/cuda_status.h"
 #include "dist/library_versions.h"
-#include "kernels/blas_core.h"
+#include "kernels/cpu_runtime.h"
 #include "kernels/library_versions.h"
 #include "frugal/build_info.h"
 
@@ -57,7 +58,8 @@ json collect_info() {
   info["cuda"] = cuda;
   info["cpu"] = {{"threads", cpu_threads()},
                  {"hardware_threads", std::thread::hardware_concurrency()},
-                 {"openblas_core", blas_core()}};
+                 {"openblas_core", blas_core()},
+                 {"omp_wait_policy", std::getenv("OMP_WAIT_POLICY") ? std::getenv("OMP_WAIT_POLICY") : "default"}};
   const CachingOptions allocator = CachingOptions::from_environment();
   info["allocator"] = {{"mode", allocator.bypass ? "direct" : "caching"},
                        {"expandable_segments", allocator.expandable_segments},
@@ -106,7 +108,8 @@ void print_info(const json& info) {
   std::cout << "CPU:        " << info["cpu"]["threads"].get<int>() << " threads for kernels ("
             << info["cpu"]["hardware_threads"].get<unsigned>() << " hardware threads)";
   const std::string core = info["cpu"]["openblas_core"].get<std::string>();
-  std::cout << (core.empty() ? std::string(", no OpenBLAS") : ", OpenBLAS kernels " + core) << "\n";
+  std::cout << (core.empty() ? std::string(", no OpenBLAS") : ", OpenBLAS kernels " + core) << ", OpenMP waits "
+            << info["cpu"]["omp_wait_policy"].get<std::string>() << "\n";
   const json& allocator = info["allocator"];
   std::cout << "allocator:  " << allocator["mode"].get<std::string>() << ", expandable segments "
             << (allocator["expandable_segments"].get<bool>() ? "on" : "off") << ", max_split "

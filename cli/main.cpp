@@ -13,7 +13,7 @@
 #include "cli/run_step.h"
 #include "core/error.h"
 #include "frugal/build_info.h"
-#include "kernels/blas_core.h"
+#include "kernels/cpu_runtime.h"
 
 namespace {
 
@@ -23,7 +23,7 @@ constexpr int kExitUsage = 2;
 }  // namespace
 
 int main(int argc, char** argv) {
-  frugal::use_best_blas_core(argv);  // Note [OpenBLAS core fallback]
+  frugal::configure_cpu_runtime(argv);  // kernels/cpu_runtime.h
   CLI::App app{"frugal: a deep-learning framework that shows where every byte of GPU memory goes", "frugal"};
   app.set_version_flag("--version", FRUGAL_VERSION_STRING);
   // At most one subcommand; "none" is reported after parsing, so that an unknown flag is named first.

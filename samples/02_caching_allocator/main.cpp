@@ -17,7 +17,7 @@
 #include "core/tensor.h"
 #include "memory/alloc_trace.h"
 #include "models/training_trace.h"
-#include "kernels/blas_core.h"
+#include "kernels/cpu_runtime.h"
 
 using namespace frugal;
 
@@ -118,7 +118,7 @@ void record_a_timeline(Device device, const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  frugal::use_best_blas_core(argv);  // Note [OpenBLAS core fallback]
+  frugal::configure_cpu_runtime(argv);  // kernels/cpu_runtime.h
   const Device device = cuda_available() ? Device::cuda(0) : Device::cpu();
   std::cout << "device: " << device;
   if (device.is_cpu()) std::cout << " (" << cuda_status().reason << ")";

@@ -16,7 +16,7 @@
 #include "core/cuda_status.h"
 #include "core/random.h"
 #include "kernels/conv.h"
-#include "kernels/blas_core.h"
+#include "kernels/cpu_runtime.h"
 
 using namespace frugal;
 
@@ -125,7 +125,7 @@ void native_against_cudnn(Device device, std::int64_t batch) {
 }  // namespace
 
 int main(int, char** argv) {
-  frugal::use_best_blas_core(argv);  // Note [OpenBLAS core fallback]
+  frugal::configure_cpu_runtime(argv);  // kernels/cpu_runtime.h
   try {
     const Device device = cuda_available() ? Device::cuda(0) : Device::cpu();
     const std::int64_t batch = device.is_cuda() ? 64 : 8;  // the CPU gets a batch it finishes in seconds

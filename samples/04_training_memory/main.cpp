@@ -20,7 +20,7 @@
 #include "nn/functional.h"
 #include "nn/layers.h"
 #include "nn/optim.h"
-#include "kernels/blas_core.h"
+#include "kernels/cpu_runtime.h"
 
 using namespace frugal;
 namespace F = frugal::functional;
@@ -116,7 +116,7 @@ double largest_difference(const std::vector<Tensor>& a, const std::vector<Tensor
 }  // namespace
 
 int main(int, char** argv) {
-  frugal::use_best_blas_core(argv);  // Note [OpenBLAS core fallback]
+  frugal::configure_cpu_runtime(argv);  // kernels/cpu_runtime.h
   try {
     const Device device = cuda_available() ? Device::cuda(0) : Device::cpu();
     std::printf("device: %s, batch %lld of %lldx%lld RGB images\n\n", device.str().c_str(), static_cast<long long>(kBatch),

@@ -23,7 +23,7 @@
 #include "nn/functional.h"
 #include "nn/layers.h"
 #include "nn/optim.h"
-#include "kernels/blas_core.h"
+#include "kernels/cpu_runtime.h"
 
 using namespace frugal;
 namespace F = frugal::functional;
@@ -145,7 +145,7 @@ void saved_against_minimum(Device device) {
 }  // namespace
 
 int main(int, char** argv) {
-  frugal::use_best_blas_core(argv);  // Note [OpenBLAS core fallback]
+  frugal::configure_cpu_runtime(argv);  // kernels/cpu_runtime.h
   std::printf("Sample 06: a smaller model, measured by the allocator (models/README.md explains the figures)\n");
   compare_models(Device::cpu(), 32, 8);
   compare_models(Device::cpu(), 224, 2);

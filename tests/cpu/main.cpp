@@ -10,7 +10,7 @@
 #include <string>
 
 #include "tests/skip.h"
-#include "kernels/blas_core.h"
+#include "kernels/cpu_runtime.h"
 
 namespace {
 
@@ -50,7 +50,7 @@ int skipped_cases() { return static_cast<int>(g_skipped.size()); }
 }  // namespace frugal::test
 
 int main(int argc, char** argv) {
-  frugal::use_best_blas_core(argv);  // Note [OpenBLAS core fallback]
+  frugal::configure_cpu_runtime(argv);  // kernels/cpu_runtime.h
   doctest::Context context(argc, argv);
   const int result = context.run();
   if (context.shouldExit()) return result;  // --help, --list-test-cases, ...

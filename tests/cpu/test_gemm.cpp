@@ -7,7 +7,7 @@
 #include <string>
 
 #include "core/random.h"
-#include "kernels/blas_core.h"
+#include "kernels/cpu_runtime.h"
 #include "kernels/elementwise.h"
 #include "kernels/gemm.h"
 #include "kernels/reduce.h"
@@ -113,9 +113,10 @@ TEST_CASE("linear and its backward against finite differences in double") {
   CHECK_THROWS_AS(linear(x, w, zeros({3}, {.dtype = DType::f64})), ShapeError);
 }
 
-// Note [OpenBLAS core fallback]: the test binary's main re-executes itself with OPENBLAS_CORETYPE
-// set when OpenBLAS fell back to its SSE3 kernels on a CPU with AVX2 or AVX-512.
-TEST_CASE("OpenBLAS runs the kernels for this CPU, not its generic fallback") {
+// kernels/cpu_runtime.h: the test binary's main re-executes itself with OPENBLAS_CORETYPE set when
+// OpenBLAS fell back to its SSE3 kernels on a CPU with AVX2 or AVX-512, and OMP_WAIT_POLICY set.
+TEST_CASE("the CPU runtime: OpenBLAS runs the kernels for this CPU, OpenMP's wait policy is set") {
+  CHECK(std::getenv("OMP_WAIT_POLICY") != nullptr);  // passive, unless whoever ran the tests chose
   if (frugal::blas_core().empty()) FRUGAL_SKIP("built without OpenBLAS");
   const char* chosen = std::getenv("OPENBLAS_CORETYPE");
   if (chosen != nullptr && (std::string(chosen) == "SkylakeX" || std::string(chosen) == "Haswell"))

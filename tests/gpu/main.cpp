@@ -10,7 +10,7 @@
 
 #include "core/cuda_status.h"
 #include "tests/skip.h"
-#include "kernels/blas_core.h"
+#include "kernels/cpu_runtime.h"
 
 namespace {
 using frugal::test::kSkipCode;
@@ -27,7 +27,7 @@ bool only_lists(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  frugal::use_best_blas_core(argv);  // Note [OpenBLAS core fallback]
+  frugal::configure_cpu_runtime(argv);  // kernels/cpu_runtime.h
   if (!only_lists(argc, argv) && !frugal::cuda_available()) {
     const char* require = std::getenv("FRUGAL_REQUIRE_GPU");
     const bool required = require && std::strcmp(require, "1") == 0;

@@ -1,5 +1,5 @@
 // blas_core, better_blas_core, use_best_blas_core: see Note [OpenBLAS core fallback] in blas_core.h.
-#include "kernels/blas_core.h"
+#include "kernels/cpu_runtime.h"
 
 #include <unistd.h>
 
@@ -30,12 +30,17 @@ std::optional<std::string> better_blas_core() {
   return std::nullopt;
 }
 
-void use_best_blas_core(char** argv) {
-  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return;  // chosen by the user, or by our first run
-  const std::optional<std::string> core = better_blas_core();
-  if (!core) return;
-  if (::setenv("OPENBLAS_CORETYPE", core->c_str(), 1) != 0) return;
-  ::execv("/proc/self/exe", argv);  // returns only on failure: carry on with the kernels we have
+void configure_cpu_runtime(char** argv) {
+  bool changed = false;
+  if (std::getenv("OMP_WAIT_POLICY") == nullptr) {  // Note [OpenMP threads wait passively]
+    changed = ::setenv("OMP_WAIT_POLICY", "passive", 1) == 0;
+  }
+  if (std::getenv("OPENBLAS_CORETYPE") == nullptr) {  // Note [OpenBLAS core fallback]
+    const std::optional<std::string> core = better_blas_core();
+    if (core && ::setenv("OPENBLAS_CORETYPE", core->c_str(), 1) == 0) changed = true;
+  }
+  // The re-executed process finds both variables set and goes on; exec returns only on failure.
+  if (changed) ::execv("/proc/self/exe", argv);
 }
 
 }  // namespace frugal

@@ -1,0 +1,42 @@
+// Two settings of the CPU runtime libraries that they read from the environment when they load,
+// before main, and that frugal therefore sets by executing itself again, once, first thing in main.
+//
+// Note [OpenBLAS core fallback]
+// Debian's OpenBLAS (0.3.21) is built for every x86 CPU and chooses its kernels when the library
+// loads, by the CPU's model number. A CPU newer than the release (a Sapphire Rapids Xeon reads as
+// plain "Intel Xeon Processor") is not in its table, and it falls back to "Prescott": SSE3 kernels,
+// which run MobileNetV2's training step at half the speed of the AVX-512 "SkylakeX" kernels on the
+// same CPU (measured: 150 against 310 images/s on 2 cores). Only OPENBLAS_CORETYPE overrides it.
+//
+// Note [OpenMP threads wait passively]
+// GNU OpenMP's threads spin between parallel regions by default (OMP_WAIT_POLICY unset: up to
+// hundreds of thousands of iterations), which pays on a machine whose cores they own. frugal's are
+// shared: the data loader's threads run beside the kernels, and so do other programs (a build, a
+// test running alongside). Spinning threads then take the cores the others need: `frugal train` of
+// the small CNN took 103 s against 3.2 s with OMP_WAIT_POLICY=passive on a busy 2-core machine.
+// Passive waiting costs a futex wake-up per parallel region instead (microseconds).
+//
+// Not here: the GEMM calls (kernels/cpu/gemm.cpp), the parallel loops (core/cpu/parallel.h).
+#pragma once
+
+#include <optional>
+#include <string>
+
+namespace frugal {
+
+// OpenBLAS's name for the kernels it runs ("SkylakeX", "Haswell", "Prescott", ...); "" in a build
+// without OpenBLAS.
+std::string blas_core();
+
+// The core OpenBLAS should run on this CPU when it fell back to "Prescott" although the CPU has
+// AVX-512 ("SkylakeX") or AVX2 with FMA ("Haswell"); nullopt when its own choice stands.
+std::optional<std::string> better_blas_core();
+
+// First thing in main: sets OMP_WAIT_POLICY=passive and OPENBLAS_CORETYPE=better_blas_core() where
+// they are unset (and a better core exists), and if it set either, executes this program again
+// (/proc/self/exe) with the same arguments, which does not return. Returns when there is nothing to
+// do, or if the exec fails (the program then runs with the libraries' own choices, correctly).
+// A variable you set yourself is left alone.
+void configure_cpu_runtime(char** argv);
+
+}  // namespace frugal
