@@ -7,10 +7,12 @@
 
 #include "cli/alloc_replay.h"
 #include "cli/bench.h"
+#include "cli/eval.h"
 #include "cli/info.h"
 #include "cli/inspect.h"
 #include "cli/pack.h"
 #include "cli/run_step.h"
+#include "cli/train.h"
 #include "core/error.h"
 #include "frugal/build_info.h"
 #include "kernels/cpu_runtime.h"
@@ -32,12 +34,14 @@ int main(int argc, char** argv) {
   // Each module adds its subcommand and options to the app (which parses into the modules' members,
   // so they are not const); their order is the order of --help.
   frugal::cli::InfoCommand info(app);
+  frugal::cli::TrainCommand train(app);
+  frugal::cli::EvalCommand eval(app);
   frugal::cli::BenchCommand bench(app);
   frugal::cli::AllocReplayCommand alloc_replay(app);
   frugal::cli::PackCommand pack(app);
   frugal::cli::InspectCommand inspect(app);
   frugal::cli::RunStepCommand run_step(app);
-  const frugal::cli::Subcommand* const modules[] = {&info, &bench, &alloc_replay, &pack, &inspect, &run_step};
+  const frugal::cli::Subcommand* const modules[] = {&info, &train, &eval, &bench, &alloc_replay, &pack, &inspect, &run_step};
 
   try {
     app.parse(argc, argv);
@@ -48,7 +52,7 @@ int main(int argc, char** argv) {
   }
 
   if (app.get_subcommands().empty()) {
-    std::cerr << "frugal: name a subcommand: info, bench, alloc-replay, pack, inspect or run-step (see 'frugal --help')\n";
+    std::cerr << "frugal: name a subcommand: info, train, eval, bench, alloc-replay, pack, inspect or run-step (see 'frugal --help')\n";
     return kExitUsage;
   }
 

@@ -1,0 +1,205 @@
+// `frugal train` (see train.h): flags into TrainOptions, SIGINT into a request to stop, the trainer's
+// reports into the progress display, and the result into a summary, a JSON file and an exit code.
+#include "cli/train.h"
+
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "cli/train_output.h"
+#include "core/caching_allocator.h"
+#include "core/cuda_status.h"
+#include "core/error.h"
+#include "core/mapped_file.h"
+#include "models/registry.h"
+#include "train/progress.h"
+#include "train/trainer.h"
+
+namespace frugal::cli {
+
+namespace {
+
+constexpr int kExitError = 1;
+constexpr int kExitUsage = 2;
+constexpr int kExitOutOfMemory = 3;
+constexpr int kExitInterrupted = 130;  // 128 + SIGINT, what shells report for a run stopped by Ctrl-C
+
+// Set by the SIGINT handler, read after every optimizer step. The first SIGINT asks the run to stop
+// at the next step boundary (saving a checkpoint); the handler then restores the default action,
+// so a second Ctrl-C ends the process at once.
+volatile std::sig_atomic_t g_interrupted = 0;
+
+extern "C" void on_sigint(int) {
+  g_interrupted = 1;
+  std::signal(SIGINT, SIG_DFL);
+}
+
+// Installs on_sigint for the run's lifetime and restores the previous handler after.
+class SigintHandler {
+ public:
+  SigintHandler() : previous_(std::signal(SIGINT, on_sigint)) { g_interrupted = 0; }
+  ~SigintHandler() { std::signal(SIGINT, previous_); }
+  SigintHandler(const SigintHandler&) = delete;
+  SigintHandler& operator=(const SigintHandler&) = delete;
+
+ private:
+  void (*previous_)(int);
+};
+
+std::int64_t parse_batch_size(const std::string& text) {
+  std::size_t used = 0;
+  long long value = 0;
+  try {
+    value = std::stoll(text, &used);
+  } catch (const std::logic_error&) {
+    used = 0;
+  }
+  FRUGAL_CHECK_VALUE(used == text.size() && value >= 1 && value <= (1 << 20),
+                     "--batch-size must be a whole number in [1, 1048576], got '", text, "'");
+  return value;
+}
+
+Device parse_device(const std::string& text) {
+  if (text == "auto") return cuda_available() ? Device::cuda(0) : Device::cpu();
+  const Device device = Device::parse(text);
+  check_device_usable(device);
+  return device;
+}
+
+}  // namespace
+
+TrainCommand::TrainCommand(CLI::App& app)
+    : Subcommand(app.add_subcommand("train", "Train a model on a dataset: progress, memory by tag, checkpoints")) {
+  CLI::App* c = command_;
+  c->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a flag given twice: the last wins
+  c->add_option("--model", model_, "Model: " + models::model_names())->check(not_empty());
+  c->add_option("--width", width_, "MobileNetV2's width multiplier (default 1.0)");
+  c->add_flag("--cifar-stem", cifar_stem_, "MobileNetV2's stem for 32x32 inputs (stride 1 twice: 12x the compute)");
+  c->add_option("--num-classes", num_classes_, "Classes of the classifier (default: the dataset's)")
+      ->check(between(2, 1'000'000));
+  c->add_option("--data", data_, "Training data: an IDX or CIFAR folder, a shard, an image folder (default: Debian's Fashion-MNIST)");
+  c->add_option("--test-data", test_data_, "Test split (default: the one found beside --data)");
+  c->add_option("--image-size", image_size_, "Side of the square images the model sees (default 32: 28x28 padded)")
+      ->check(between(8, 4096));
+  c->add_flag("--augment", augment_, "Random crop with padding and horizontal flip");
+  c->add_option("--epochs", epochs_, "Epochs; the schedule spans them all (default 1)")->check(between(1, 100000));
+  c->add_option("--steps", steps_, "Stop after this global optimizer step, counted from the start of training")
+      ->check(between(1, 1'000'000'000));
+  c->add_option("--batch-size", batch_size_, "Samples per micro-batch (default 64)");
+  c->add_option("--accum", accum_, "Micro-batches accumulated per optimizer step (default 1)")->check(between(1, 65536));
+  c->add_option("--optimizer", optimizer_, "sgd (Nesterov momentum) or adamw (default)")
+      ->check(CLI::IsMember({"sgd", "adamw"}));
+  c->add_option("--lr", lr_, "Peak learning rate (default 2e-3)");
+  c->add_option("--momentum", momentum_, "SGD's momentum, AdamW's beta1 (default 0.9)");
+  c->add_option("--wd", wd_, "Weight decay, on weights only (default 0.05)");
+  c->add_option("--schedule", schedule_, "constant, cosine (default) or onecycle, per step over all epochs")
+      ->check(CLI::IsMember({"constant", "cosine", "onecycle"}));
+  c->add_option("--warmup", warmup_, "Fraction of the steps spent warming up (default 0.01)");
+  c->add_option("--label-smoothing", label_smoothing_, "Cross-entropy label smoothing (default 0)");
+  c->add_flag("--no-eval", no_eval_, "Skip the test evaluation after each epoch");
+  c->add_option("--workers", workers_, "Loader threads (default 1)")->check(between(0, 64));
+  c->add_option("--seed", seed_, "Seed of the weights, the shuffle, the augmentation and dropout (default 0)");
+  c->add_option("--device", device_, "cpu, cuda or cuda:N (default: cuda:0 when usable, else cpu)");
+  c->add_option("--memory-limit", memory_limit_, "Cap the device's memory, e.g. 512MiB: a simulated device on the CPU too");
+  c->add_option("--amp", amp_, "Autocast to f16 (with loss scaling) or bf16")->check(CLI::IsMember({"f16", "bf16"}));
+  c->add_flag("--checkpoint-activations", checkpoint_activations_, "Recompute each block's activations in backward");
+  c->add_flag("--inplace-activations,!--no-inplace-activations", inplace_activations_,
+              "ReLU/ReLU6 overwrite their input, as torchvision's (default on)");
+  c->add_option("--save", save_, "Checkpoint file: written at each epoch's end, on --steps, on Ctrl-C")->check(not_empty());
+  c->add_option("--save-every", save_every_, "Also save every N optimizer steps")->check(between(1, 1'000'000'000));
+  c->add_option("--resume", resume_, "Continue the run a checkpoint stopped (same flags)")->check(not_empty());
+  c->add_option("--json", json_, "Write the run's summary as one JSON document to this file")->check(not_empty());
+}
+
+int TrainCommand::run() const {
+  train::TrainOptions o;
+  try {
+    o.model = model_;
+    o.width = width_;
+    o.cifar_stem = cifar_stem_;
+    o.num_classes = num_classes_;
+    o.checkpoint_activations = checkpoint_activations_;
+    o.inplace_activations = inplace_activations_;
+    o.data = data_;
+    o.test_data = test_data_;
+    if (image_size_) o.image_size = *image_size_;
+    o.augment = augment_;
+    o.evaluate = !no_eval_;
+    if (workers_) o.workers = *workers_;
+    if (epochs_) o.epochs = *epochs_;
+    o.steps = steps_;
+    if (!batch_size_.empty()) o.batch_size = parse_batch_size(batch_size_);
+    if (accum_) o.accum = *accum_;
+    if (!optimizer_.empty()) o.optimizer = train::parse_optimizer(optimizer_);
+    if (lr_) o.lr = *lr_;
+    if (momentum_) o.momentum = *momentum_;
+    if (wd_) o.weight_decay = *wd_;
+    if (!schedule_.empty()) o.schedule = train::parse_schedule(schedule_);
+    if (warmup_) o.warmup = *warmup_;
+    if (label_smoothing_) o.label_smoothing = *label_smoothing_;
+    if (seed_) o.seed = *seed_;
+    if (!memory_limit_.empty()) o.memory_limit = parse_size(memory_limit_);
+    if (!amp_.empty()) o.amp = parse_dtype(amp_);
+    o.save = save_;
+    if (save_every_) o.save_every = *save_every_;
+    o.resume = resume_;
+    o.json = json_;
+    train::validate(o);
+    o.device = parse_device(device_);
+  } catch (const Error& e) {
+    std::cerr << "frugal train: " << e.message() << "\n";
+    return kExitUsage;
+  }
+
+  const bool terminal = ::isatty(STDOUT_FILENO) == 1;
+  train::Progress progress(std::cout, terminal, terminal_columns());
+  train::StepInfo last_step;
+  train::TrainHooks hooks;
+  hooks.on_start = [&](const std::string& line) { std::cout << line << std::endl; };
+  hooks.on_step = [&](const train::StepInfo& s) {
+    last_step = s;
+    progress.step(step_report(s));
+  };
+  hooks.on_epoch_end = [&](const train::EpochInfo& e) { progress.end_epoch(step_report(e.last), epoch_summary(e)); };
+  hooks.on_message = [&](const std::string& line) { progress.message(line); };
+  hooks.should_stop = [] { return g_interrupted != 0; };
+
+  const SigintHandler sigint;
+  try {
+    const train::TrainResult result = train::train(o, hooks);
+    print_summary(std::cout, result);
+    if (!o.json.empty()) write_json_file(o.json, result_json(result));
+    if (result.interrupted) {
+      std::cerr << "frugal train: interrupted after step " << result.steps
+                << (result.checkpoint.empty() ? " (no --save, nothing kept)"
+                                              : "; resume with --resume " + result.checkpoint)
+                << "\n";
+      return kExitInterrupted;
+    }
+    return 0;
+  } catch (const OutOfMemoryError& e) {
+    std::cout << std::flush;
+    std::cerr << "\nfrugal train: out of memory at step " << last_step.global_step + 1 << " (batch size "
+              << o.batch_size << " on " << o.device.str() << "):\n"
+              << e.message() << "\n"
+              << "Smaller batches (--batch-size, with --accum to keep the effective batch), --checkpoint-activations "
+                 "or --amp bf16 need less. "
+              << (o.save.empty() ? "" : "The last checkpoint, " + o.save + ", is intact.") << "\n";
+    return kExitOutOfMemory;
+  } catch (const ValueError& e) {
+    std::cerr << "frugal train: " << e.message() << "\n";
+    return kExitUsage;
+  } catch (const FileError& e) {
+    std::cerr << "frugal train: " << e.message() << "\n";
+    return kExitUsage;
+  } catch (const Error& e) {
+    std::cerr << "frugal train: error: " << e.message() << "\n";
+    return kExitError;
+  }
+}
+
+}  // namespace frugal::cli

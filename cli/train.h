@@ -1,0 +1,36 @@
+// `frugal train`: trains a model from the registry on a dataset, showing progress and memory as it
+// goes, and ends with test accuracy, speed and peak memory by tag (train/trainer.h does the work).
+//   frugal train                                  # MobileNetV2, one epoch of Fashion-MNIST, the default recipe
+//   frugal train --epochs 15 --cifar-stem --augment --save run.safetensors --json run.json
+//   frugal train --resume run.safetensors --steps 2000
+// Output: on a terminal a progress line per epoch redrawn in place; otherwise plain lines.
+// Exit codes: 0 done (or stopped by --steps); 1 a runtime failure; 2 a bad flag or bad input, one
+// line naming it; 3 out of memory, with the allocator's explanation (the last checkpoint intact);
+// 130 interrupted by SIGINT (after saving a checkpoint when --save was given).
+// Not here: the loop (train/trainer.h), the display (train/progress.h).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "cli/subcommand.h"
+
+namespace frugal::cli {
+
+class TrainCommand final : public Subcommand {
+ public:
+  explicit TrainCommand(CLI::App& app);
+  int run() const override;
+
+ private:
+  std::string model_ = "mobilenet_v2", data_, test_data_, optimizer_, schedule_, device_ = "auto", memory_limit_, amp_,
+              save_, resume_, json_, batch_size_;
+  std::optional<double> width_, lr_, momentum_, wd_, warmup_, label_smoothing_;
+  std::optional<std::int64_t> num_classes_, image_size_, epochs_, steps_, accum_, save_every_;
+  std::optional<int> workers_;
+  std::optional<std::uint64_t> seed_;
+  bool cifar_stem_ = false, augment_ = false, no_eval_ = false, checkpoint_activations_ = false, inplace_activations_ = true;
+};
+
+}  // namespace frugal::cli

@@ -1,0 +1,122 @@
+// Summaries and JSON of `frugal train` and `frugal eval` (see train_output.h).
+#include "cli/train_output.h"
+
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "core/allocator.h"
+#include "core/caching_allocator.h"
+#include "core/mapped_file.h"
+
+namespace frugal::cli {
+
+namespace {
+
+std::string percent(double fraction) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f%%", 100.0 * fraction);
+  return text;
+}
+
+std::string fixed(double value, int decimals) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.*f", decimals, value);
+  return text;
+}
+
+}  // namespace
+
+int terminal_columns() {
+  winsize size{};
+  if (::ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col >= 40) return size.ws_col;
+  return 80;
+}
+
+train::StepReport step_report(const train::StepInfo& s) {
+  train::StepReport r;
+  r.epoch = s.epoch + 1;  // the display counts from 1
+  r.epochs = s.epochs;
+  r.step_in_epoch = s.step_in_epoch;
+  r.steps_in_epoch = s.steps_in_epoch;
+  r.global_step = s.global_step;
+  r.loss = s.loss;
+  r.accuracy = s.accuracy;
+  r.images_per_sec = s.images_per_sec;
+  r.allocated = s.allocated;
+  r.reserved = s.reserved;
+  r.peak = s.peak_allocated;
+  r.elapsed_epoch_seconds = s.epoch_seconds;
+  return r;
+}
+
+std::string epoch_summary(const train::EpochInfo& e) {
+  std::string line = "epoch " + std::to_string(e.last.epoch + 1) + "/" + std::to_string(e.last.epochs) + ": loss " +
+                     fixed(e.last.loss, 4) + ", train accuracy " + percent(e.last.accuracy);
+  if (e.test) line += ", test accuracy " + percent(e.test->accuracy) + " (loss " + fixed(e.test->loss, 4) + ")";
+  line += ", " + fixed(e.last.images_per_sec, 0) + " images/s, " + fixed(e.last.epoch_seconds, 1) + " s";
+  return line;
+}
+
+void print_summary(std::ostream& out, const train::TrainResult& r) {
+  out << "\n" << r.model << " (" << r.parameters << " parameters) on " << r.device << ", batch " << r.batch_size << ", "
+      << r.steps << " steps" << (r.stopped_early ? " (stopped early)" : "") << "\n";
+  if (r.test) out << "test accuracy   " << percent(r.test->accuracy) << " (" << r.test->samples << " images)\n";
+  out << "final loss      " << fixed(r.final_loss, 4) << " (training, last epoch's mean)\n";
+  out << "wall time       " << fixed(r.wall_seconds, 1) << " s, " << fixed(r.images_per_sec, 1)
+      << " training images/s\n";
+  out << "peak memory     " << format_size(r.peak_allocated_bytes) << " allocated, " << format_size(r.peak_reserved_bytes)
+      << " reserved\n";
+  out << "peak by tag    ";
+  for (int t = 0; t < kNumMemoryTags; ++t)
+    out << " " << memory_tag_name(static_cast<MemoryTag>(t)) << " "
+        << format_size(r.peak_bytes_by_tag[static_cast<std::size_t>(t)]) << (t + 1 < kNumMemoryTags ? "," : "\n");
+  if (!r.checkpoint.empty()) out << "checkpoint      " << r.checkpoint << "\n";
+  out << std::flush;
+}
+
+nlohmann::ordered_json result_json(const train::TrainResult& r) {
+  nlohmann::ordered_json by_tag = nlohmann::ordered_json::object();
+  for (int t = 0; t < kNumMemoryTags; ++t)
+    by_tag[std::string(memory_tag_name(static_cast<MemoryTag>(t)))] = r.peak_bytes_by_tag[static_cast<std::size_t>(t)];
+  return {{"model", r.model},
+          {"parameters", r.parameters},
+          {"device", r.device},
+          {"batch_size", r.batch_size},
+          {"steps", r.steps},
+          {"epochs", r.epochs},
+          {"images_per_sec", r.images_per_sec},
+          {"final_loss", r.final_loss},
+          {"test_accuracy", r.test ? nlohmann::ordered_json(r.test->accuracy) : nlohmann::ordered_json(nullptr)},
+          {"test_loss", r.test ? nlohmann::ordered_json(r.test->loss) : nlohmann::ordered_json(nullptr)},
+          {"peak_allocated_bytes", r.peak_allocated_bytes},
+          {"peak_reserved_bytes", r.peak_reserved_bytes},
+          {"peak_bytes_by_tag", by_tag},
+          {"wall_seconds", r.wall_seconds},
+          {"seed", r.seed},
+          {"interrupted", r.interrupted},
+          {"checkpoint", r.checkpoint}};
+}
+
+nlohmann::ordered_json eval_json(const train::EvalResult& r) {
+  nlohmann::ordered_json classes = nlohmann::ordered_json::array();
+  for (std::size_t c = 0; c < r.class_total.size(); ++c) {
+    const double total = static_cast<double>(r.class_total[c]);
+    classes.push_back({{"class", c},
+                       {"correct", r.class_correct[c]},
+                       {"total", r.class_total[c]},
+                       {"accuracy", total > 0 ? nlohmann::ordered_json(static_cast<double>(r.class_correct[c]) / total)
+                                              : nlohmann::ordered_json(nullptr)}});
+  }
+  return {{"accuracy", r.accuracy}, {"loss", r.loss}, {"samples", r.samples}, {"per_class", classes}};
+}
+
+void write_json_file(const std::string& path, const nlohmann::ordered_json& document) {
+  const std::string text = document.dump(2) + "\n";
+  AtomicFile file(path);
+  file.write(text.data(), text.size());
+  file.commit();
+}
+
+}  // namespace frugal::cli

@@ -1,0 +1,32 @@
+// What `frugal train` and `frugal eval` print and write: the end-of-run summary, the JSON documents,
+// the bridge from the trainer's step reports to the progress display.
+// Not here: the progress display itself (train/progress.h), the training (train/trainer.h).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <string>
+
+#include "train/progress.h"
+#include "train/trainer.h"
+
+namespace frugal::cli {
+
+int terminal_columns();  // of the terminal on stdout; 80 when it cannot tell
+
+train::StepReport step_report(const train::StepInfo& step);
+// "epoch 1/1: loss 0.4321, train accuracy 84.12%, test accuracy 87.03% (loss 0.3611), 312 images/s"
+std::string epoch_summary(const train::EpochInfo& epoch);
+// Test accuracy, wall time, images/s, peak allocated and reserved, and peak bytes by tag.
+void print_summary(std::ostream& out, const train::TrainResult& result);
+
+// The --json document of a run: model, parameters, device, batch_size, steps, epochs, images_per_sec,
+// final_loss, test_accuracy (null without a test split), test_loss, peak_allocated_bytes,
+// peak_reserved_bytes, peak_bytes_by_tag {tag: bytes}, wall_seconds, seed, interrupted, checkpoint.
+nlohmann::ordered_json result_json(const train::TrainResult& result);
+// accuracy, loss, samples, and per_class [{class, correct, total, accuracy}].
+nlohmann::ordered_json eval_json(const train::EvalResult& result);
+// The document written atomically (core/mapped_file.h AtomicFile): a failure leaves no file.
+void write_json_file(const std::string& path, const nlohmann::ordered_json& document);
+
+}  // namespace frugal::cli

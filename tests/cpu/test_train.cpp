@@ -1,0 +1,152 @@
+// The training loop's library side (train/): options and their checks, checkpoints written and read
+// back, and gradient accumulation against one large batch. What the command does end to end (resume
+// bit for bit, SIGKILL while saving, out of memory, progress output) is checked by tests/train_check.sh.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "nn/safetensors.h"
+#include "tests/cpu/temp_dir.h"
+#include "train/checkpoint.h"
+#include "train/options.h"
+#include "train/trainer.h"
+
+using namespace frugal;
+using frugal::test::TempDir;
+
+namespace {
+
+void write_be32(std::ofstream& out, std::uint32_t v) {
+  const char bytes[4] = {char(v >> 24), char(v >> 16), char(v >> 8), char(v)};
+  out.write(bytes, 4);
+}
+
+// `count` 12x12 images in IDX files named as Fashion-MNIST's (train and t10k): pixels from a fixed
+// formula, labels cycling through 10 classes, so a model has something to fit.
+void write_idx_folder(const TempDir& dir, std::uint32_t count) {
+  for (const std::string split : {"train", "t10k"}) {
+    std::ofstream images(dir / (split + "-images-idx3-ubyte"), std::ios::binary);
+    std::ofstream labels(dir / (split + "-labels-idx1-ubyte"), std::ios::binary);
+    write_be32(images, 0x803);
+    write_be32(images, count);
+    write_be32(images, 12);
+    write_be32(images, 12);
+    write_be32(labels, 0x801);
+    write_be32(labels, count);
+    for (std::uint32_t i = 0; i < count; ++i) {
+      const std::uint32_t label = i % 10;
+      for (std::uint32_t p = 0; p < 144; ++p) images.put(static_cast<char>((p * (label + 1) + 7 * i) % 256));
+      labels.put(static_cast<char>(label));
+    }
+  }
+}
+
+nn::StateDict model_after(const train::TrainOptions& options) {
+  train::train(options);
+  return train::load_checkpoint(options.save).model;
+}
+
+}  // namespace
+
+TEST_CASE("train options: each bad value is a ValueError naming its flag") {
+  const auto bad = [](auto change, const char* flag) {
+    train::TrainOptions o;
+    change(o);
+    CHECK_THROWS_WITH_AS(train::validate(o), doctest::Contains(flag), ValueError);
+  };
+  bad([](train::TrainOptions& o) { o.batch_size = 0; }, "--batch-size");
+  bad([](train::TrainOptions& o) { o.lr = -1; }, "--lr");
+  bad([](train::TrainOptions& o) { o.accum = 0; }, "--accum");
+  bad([](train::TrainOptions& o) { o.warmup = 1.0; }, "--warmup");
+  bad([](train::TrainOptions& o) { o.momentum = 1.0; }, "--momentum");
+  bad([](train::TrainOptions& o) { o.amp = DType::f32; }, "--amp");
+  bad([](train::TrainOptions& o) { o.save_every = 3; }, "--save-every needs --save");
+  CHECK_NOTHROW(train::validate(train::TrainOptions{}));
+  CHECK_THROWS_AS(train::parse_optimizer("adam"), ValueError);
+  CHECK(train::schedule_name(train::parse_schedule("onecycle")) == "onecycle");
+}
+
+TEST_CASE("train options: a resumed run must be the same run, and the difference names the flag") {
+  train::TrainOptions a, b;
+  b.lr = 0.5;
+  CHECK(train::identity_difference(train::run_identity_json(a), train::run_identity_json(a)).empty());
+  CHECK(train::identity_difference(train::run_identity_json(b), train::run_identity_json(a)) ==
+        "--lr 0.5 but the checkpoint has 0.002");
+  b = a;
+  b.workers = 7;  // how the data is loaded does not change the numbers
+  b.checkpoint_activations = true;
+  CHECK(train::identity_difference(train::run_identity_json(b), train::run_identity_json(a)).empty());
+  CHECK(train::identity_difference(train::run_identity_json(a), "{").find("not valid JSON") != std::string::npos);
+}
+
+TEST_CASE("checkpoints: every part and the position come back as saved; other files are refused") {
+  TempDir dir;
+  train::Checkpoint c;
+  c.model = {{"w", full({2, 3}, 1.5)}, {"bn.num_batches_tracked", full({}, 7, {.dtype = DType::i64})}};
+  c.optimizer = {{"state.0.step", full({}, 3, {.dtype = DType::i64})}};
+  c.schedule = {{"last_epoch", full({}, 3, {.dtype = DType::i64})}};
+  c.position = {.epoch = 1, .batch = 4, .global_step = 14, .generator = {0xFFFFFFFFFFFFFFFFull, 123},
+                .loss_sum = 0.1, .correct = 5, .samples = 64};
+  c.run_identity = train::run_identity_json({});
+  train::save_checkpoint(dir / "c.safetensors", c);
+  CHECK(train::is_checkpoint(dir / "c.safetensors"));
+  const train::Checkpoint back = train::load_checkpoint(dir / "c.safetensors");
+  REQUIRE(back.model.size() == 2);
+  CHECK(back.model[0].first == "w");
+  CHECK(back.model[0].second.to_vector<double>() == std::vector<double>(6, 1.5));
+  CHECK(back.optimizer.size() == 1);
+  CHECK(back.scaler.empty());
+  CHECK(back.position.generator == c.position.generator);  // all 64 bits of the seed
+  CHECK(back.position.global_step == 14);
+  CHECK(back.position.loss_sum == 0.1);
+  CHECK(back.run_identity == c.run_identity);
+
+  nn::write_safetensors(dir / "plain.safetensors", c.model);
+  CHECK_FALSE(train::is_checkpoint(dir / "plain.safetensors"));
+  CHECK_THROWS_WITH_AS(train::load_checkpoint(dir / "plain.safetensors"), doctest::Contains("not a frugal checkpoint"),
+                       ValueError);
+  nn::write_safetensors(dir / "damaged.safetensors", c.model,
+                        {{"format", "frugal-checkpoint"}, {"version", "1"}, {"position", "{\"epoch\": 1}"}, {"run", "{}"}});
+  CHECK_THROWS_WITH_AS(train::load_checkpoint(dir / "damaged.safetensors"),
+                       doctest::Contains("checkpoint position is damaged"), ValueError);
+  nn::write_safetensors(dir / "stray.safetensors", {{"extra", full({1}, 0.0)}},
+                        {{"format", "frugal-checkpoint"}, {"version", "1"}, {"position", "{}"}, {"run", "{}"}});
+  CHECK_THROWS_AS(train::load_checkpoint(dir / "stray.safetensors"), ValueError);
+}
+
+TEST_CASE("train: K accumulated micro-batches give the parameters of one batch K times larger") {
+  // The small CNN has no BatchNorm, so the two differ only by f32 rounding of the summed gradients.
+  TempDir dir;
+  write_idx_folder(dir, 96);
+  train::TrainOptions o;
+  o.model = "cnn";
+  o.data = dir.path;
+  o.image_size = 16;
+  o.workers = 0;
+  o.steps = 3;
+  o.optimizer = train::OptimizerKind::sgd;  // AdamW would magnify rounding in gradients near 0
+  o.lr = 1e-2;
+  o.batch_size = 32;
+  o.save = dir / "big.safetensors";
+  const nn::StateDict big = model_after(o);
+  o.batch_size = 8;
+  o.accum = 4;
+  o.save = dir / "accumulated.safetensors";
+  const nn::StateDict accumulated = model_after(o);
+  REQUIRE(big.size() == accumulated.size());
+  for (std::size_t i = 0; i < big.size(); ++i) {
+    CAPTURE(big[i].first);
+    const auto a = big[i].second.to_vector<double>(), b = accumulated[i].second.to_vector<double>();
+    double largest = 0, difference = 0;
+    for (std::size_t k = 0; k < a.size(); ++k) {
+      largest = std::max(largest, std::abs(a[k]));
+      difference = std::max(difference, std::abs(a[k] - b[k]));
+    }
+    CHECK(difference <= 1e-5 * largest);
+  }
+}

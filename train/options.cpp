@@ -1,0 +1,95 @@
+// TrainOptions' names, checks and run identity (see options.h).
+#include "train/options.h"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace frugal::train {
+
+OptimizerKind parse_optimizer(const std::string& name) {
+  if (name == "sgd") return OptimizerKind::sgd;
+  if (name == "adamw") return OptimizerKind::adamw;
+  FRUGAL_THROW(ValueError, "unknown optimizer '", name, "' (sgd or adamw)");
+}
+
+ScheduleKind parse_schedule(const std::string& name) {
+  if (name == "constant") return ScheduleKind::constant;
+  if (name == "cosine") return ScheduleKind::cosine;
+  if (name == "onecycle") return ScheduleKind::onecycle;
+  FRUGAL_THROW(ValueError, "unknown schedule '", name, "' (constant, cosine or onecycle)");
+}
+
+std::string optimizer_name(OptimizerKind kind) { return kind == OptimizerKind::sgd ? "sgd" : "adamw"; }
+
+std::string schedule_name(ScheduleKind kind) {
+  switch (kind) {
+    case ScheduleKind::constant: return "constant";
+    case ScheduleKind::cosine: return "cosine";
+    case ScheduleKind::onecycle: return "onecycle";
+  }
+  return "";
+}
+
+void validate(const TrainOptions& o) {
+  FRUGAL_CHECK_VALUE(o.epochs >= 1, "--epochs must be at least 1, got ", o.epochs);
+  FRUGAL_CHECK_VALUE(!o.steps || *o.steps >= 1, "--steps must be at least 1, got ", o.steps.value_or(0));
+  FRUGAL_CHECK_VALUE(o.batch_size >= 1, "--batch-size must be at least 1, got ", o.batch_size);
+  FRUGAL_CHECK_VALUE(o.accum >= 1, "--accum must be at least 1, got ", o.accum);
+  FRUGAL_CHECK_VALUE(std::isfinite(o.lr) && o.lr > 0, "--lr must be a positive number, got ", o.lr);
+  FRUGAL_CHECK_VALUE(o.momentum >= 0 && o.momentum < 1, "--momentum must be in [0, 1), got ", o.momentum);
+  FRUGAL_CHECK_VALUE(o.weight_decay >= 0 && std::isfinite(o.weight_decay), "--wd must be >= 0, got ", o.weight_decay);
+  FRUGAL_CHECK_VALUE(o.warmup >= 0 && o.warmup < 1, "--warmup is a fraction of all steps in [0, 1), got ", o.warmup);
+  FRUGAL_CHECK_VALUE(o.label_smoothing >= 0 && o.label_smoothing <= 1, "--label-smoothing must be in [0, 1], got ",
+                     o.label_smoothing);
+  FRUGAL_CHECK_VALUE(o.image_size >= 8 && o.image_size <= 4096, "--image-size must be in [8, 4096], got ", o.image_size);
+  FRUGAL_CHECK_VALUE(o.workers >= 0 && o.workers <= 64, "--workers must be in [0, 64], got ", o.workers);
+  FRUGAL_CHECK_VALUE(!o.width || (*o.width > 0 && *o.width <= 4), "--width must be in (0, 4], got ", o.width.value_or(0));
+  FRUGAL_CHECK_VALUE(!o.num_classes || *o.num_classes >= 2, "--num-classes must be at least 2, got ",
+                     o.num_classes.value_or(0));
+  FRUGAL_CHECK_VALUE(!o.amp || *o.amp == DType::f16 || *o.amp == DType::bf16, "--amp must be f16 or bf16");
+  FRUGAL_CHECK_VALUE(o.save_every >= 0, "--save-every must be >= 0, got ", o.save_every);
+  FRUGAL_CHECK_VALUE(o.save_every == 0 || !o.save.empty(), "--save-every needs --save FILE");
+}
+
+// Keys are the flags' names, so a difference reads as the flag to change.
+std::string run_identity_json(const TrainOptions& o) {
+  nlohmann::ordered_json j;
+  j["model"] = o.model;
+  j["width"] = o.width ? nlohmann::ordered_json(*o.width) : nlohmann::ordered_json("default");
+  j["cifar-stem"] = o.cifar_stem;
+  j["num-classes"] = o.num_classes ? nlohmann::ordered_json(*o.num_classes) : nlohmann::ordered_json("dataset");
+  j["image-size"] = o.image_size;
+  j["augment"] = o.augment;
+  j["epochs"] = o.epochs;
+  j["batch-size"] = o.batch_size;
+  j["accum"] = o.accum;
+  j["optimizer"] = optimizer_name(o.optimizer);
+  j["lr"] = o.lr;
+  j["momentum"] = o.momentum;
+  j["wd"] = o.weight_decay;
+  j["schedule"] = schedule_name(o.schedule);
+  j["warmup"] = o.warmup;
+  j["label-smoothing"] = o.label_smoothing;
+  j["seed"] = o.seed;
+  j["amp"] = o.amp ? dtype_name(*o.amp) : "off";
+  return j.dump();
+}
+
+std::string identity_difference(const std::string& ours, const std::string& checkpoint) {
+  const auto a = nlohmann::ordered_json::parse(ours);
+  nlohmann::ordered_json b;
+  try {
+    b = nlohmann::ordered_json::parse(checkpoint);
+  } catch (const nlohmann::json::exception&) {
+    return "the checkpoint's run options are not valid JSON";
+  }
+  for (const auto& [key, value] : a.items()) {
+    if (!b.contains(key)) return "--" + key + " is not recorded in the checkpoint";
+    if (b[key] != value) return "--" + key + " " + value.dump() + " but the checkpoint has " + b[key].dump();
+  }
+  return "";
+}
+
+}  // namespace frugal::train

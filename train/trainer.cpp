@@ -1,0 +1,361 @@
+// train() and evaluate() (see trainer.h). Read top to bottom: the parts a run is built from, then
+// one optimizer step, one epoch, the whole run.
+#include "train/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/allocator_registry.h"
+#include "core/caching_allocator.h"
+#include "core/error.h"
+#include "core/random.h"
+#include "data/loader.h"
+#include "data/open_dataset.h"
+#include "kernels/loss.h"
+#include "models/registry.h"
+#include "nn/amp.h"
+#include "nn/autograd.h"
+#include "nn/functional.h"
+#include "nn/grad_scaler.h"
+#include "nn/lr_schedule.h"
+#include "nn/optim.h"
+#include "train/checkpoint.h"
+
+namespace frugal::train {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// ---- the parts of a run ---------------------------------------------------------------------------
+
+// Two groups, as the usual recipes: weights (matrices and kernels, dim > 1) decayed; biases and
+// BatchNorm's scale and shift (dim 1) not, since shrinking them regularises nothing.
+std::vector<nn::ParamGroup> param_groups(const nn::Module& model, const TrainOptions& o) {
+  nn::ParamGroup decayed{.lr = o.lr, .weight_decay = o.weight_decay};
+  nn::ParamGroup undecayed{.lr = o.lr, .weight_decay = 0.0};
+  for (const Tensor& p : model.parameters()) (p.dim() > 1 ? decayed : undecayed).params.push_back(p);
+  return {decayed, undecayed};
+}
+
+std::unique_ptr<nn::Optimizer> make_optimizer(const nn::Module& model, const TrainOptions& o) {
+  if (o.optimizer == OptimizerKind::sgd)
+    return std::make_unique<nn::SGD>(param_groups(model, o), o.momentum, 0.0, /*nesterov=*/o.momentum > 0);
+  return std::make_unique<nn::AdamW>(param_groups(model, o), std::pair{o.momentum, 0.999});
+}
+
+// The lr of every optimizer step over the whole run: `warmup` of the steps rising linearly from 1%
+// of the lr, then constant or a cosine to 0; onecycle rises over `warmup` of the steps (at least
+// two) along a half cosine instead.
+std::unique_ptr<nn::LRScheduler> make_schedule(nn::Optimizer& optimizer, const TrainOptions& o, std::int64_t total_steps) {
+  constexpr double kWarmupStart = 0.01;  // warm-up starts at 1% of the lr: not 0, which would waste a step
+  if (o.schedule == ScheduleKind::onecycle) {
+    const double rise = std::max(o.warmup, 2.0 / static_cast<double>(std::max<std::int64_t>(total_steps, 3)));
+    return std::make_unique<nn::OneCycleLR>(optimizer, std::max<std::int64_t>(total_steps, 3), std::min(rise, 0.99));
+  }
+  const auto warmup_steps = static_cast<std::int64_t>(o.warmup * static_cast<double>(total_steps));
+  std::vector<std::unique_ptr<nn::LRScheduler>> parts;
+  std::vector<std::int64_t> milestones;
+  if (warmup_steps > 0) {
+    parts.push_back(std::make_unique<nn::LinearWarmup>(optimizer, kWarmupStart, warmup_steps));
+    milestones.push_back(warmup_steps);
+  }
+  if (o.schedule == ScheduleKind::cosine)
+    parts.push_back(std::make_unique<nn::CosineAnnealingLR>(optimizer, std::max<std::int64_t>(total_steps - warmup_steps, 1)));
+  else
+    parts.push_back(std::make_unique<nn::StepLR>(optimizer, std::numeric_limits<std::int64_t>::max(), 1.0));
+  return std::make_unique<nn::SequentialLR>(optimizer, std::move(parts), std::move(milestones));
+}
+
+struct Memory {
+  std::size_t allocated, reserved, peak_allocated;
+};
+
+Memory memory_now(Device device) {
+  const CachingStats s = default_caching_allocator(device).caching_stats();
+  return {static_cast<std::size_t>(s.allocated_bytes.current), static_cast<std::size_t>(s.reserved_bytes.current),
+          static_cast<std::size_t>(s.allocated_bytes.peak)};
+}
+
+// Everything one run holds, built in the order train() needs it.
+struct Run {
+  const TrainOptions& options;
+  const TrainHooks& hooks;
+  RunData inputs;  // the splits and their transforms
+  std::int64_t num_classes = 0;
+  std::shared_ptr<nn::Module> model;
+  std::unique_ptr<nn::Optimizer> optimizer;
+  std::unique_ptr<nn::LRScheduler> schedule;
+  std::unique_ptr<nn::GradScaler> scaler;
+  std::unique_ptr<data::DataLoader> loader;
+  std::int64_t batches_per_epoch = 0, steps_per_epoch = 0, total_steps = 0;
+  TrainingPosition position;
+  std::string last_checkpoint;
+  double train_seconds = 0.0;
+  std::int64_t trained_samples = 0;
+
+  Run(const TrainOptions& o, const TrainHooks& h);
+  void resume_from(const std::string& path);
+  void save(const std::string& why);
+  void message(const std::string& line) const {
+    if (hooks.on_message) hooks.on_message(line);
+  }
+};
+
+Run::Run(const TrainOptions& o, const TrainHooks& h) : options(o), hooks(h) {
+  if (o.memory_limit) set_memory_limit(o.device, *o.memory_limit);
+  manual_seed(o.seed);  // the initial weights and the dropout draws
+  inputs = open_run_data(o.data, o.test_data, o.image_size, o.augment);
+  const data::DatasetPtr& train_split = inputs.splits.train;
+  num_classes = o.num_classes.value_or(train_split->num_classes());
+  FRUGAL_CHECK_VALUE(num_classes >= train_split->num_classes(), "--num-classes ", num_classes, " but the data has ",
+                     train_split->num_classes(), " classes");
+  const models::ModelOptions model_options{.num_classes = num_classes,
+                                           .in_channels = train_split->sample_shape()[0],
+                                           .width_mult = o.width,
+                                           .cifar_stem = o.cifar_stem,
+                                           .checkpoint_activations = o.checkpoint_activations,
+                                           .inplace_activations = o.inplace_activations};
+  model = models::make_model(o.model, model_options);
+  model->to(o.device);
+  optimizer = make_optimizer(*model, o);
+  scaler = std::make_unique<nn::GradScaler>(65536.0, 2.0, 0.5, 2000, /*enabled=*/o.amp == DType::f16);
+  loader = std::make_unique<data::DataLoader>(
+      train_split, data::LoaderOptions{.batch_size = o.batch_size,
+                                        .shuffle = true,
+                                        .num_workers = o.workers,
+                                        .transforms = inputs.train_transforms,
+                                        .device = o.device,
+                                        .seed = o.seed,
+                                        .pin_memory = o.device.is_cuda()});
+  batches_per_epoch = loader->num_batches();
+  steps_per_epoch = (batches_per_epoch + o.accum - 1) / o.accum;
+  total_steps = steps_per_epoch * o.epochs;
+  schedule = make_schedule(*optimizer, o, total_steps);
+  if (!o.resume.empty()) resume_from(o.resume);
+}
+
+void Run::resume_from(const std::string& path) {
+  Checkpoint c = load_checkpoint(path);
+  const std::string difference = identity_difference(run_identity_json(options), c.run_identity);
+  FRUGAL_CHECK_VALUE(difference.empty(), path, ": not the same run: ", difference);
+  FRUGAL_CHECK_VALUE(c.position.epoch < options.epochs || (c.position.epoch == options.epochs && c.position.batch == 0),
+                     path, ": checkpoint is past the run's end");
+  FRUGAL_CHECK_VALUE(c.position.batch <= batches_per_epoch, path, ": checkpoint stopped at batch ", c.position.batch,
+                     " of an epoch of ", batches_per_epoch);
+  model->load_state_dict(c.model);
+  optimizer->load_state_dict(c.optimizer);
+  if (scaler->is_enabled()) scaler->load_state_dict(c.scaler);
+  schedule->load_state_dict(c.schedule);
+  default_generator().set_state(c.position.generator);
+  position = c.position;
+  message("resumed from " + path + " at step " + std::to_string(position.global_step) + " (epoch " +
+          std::to_string(position.epoch + 1) + ", batch " + std::to_string(position.batch) + ")");
+}
+
+void Run::save(const std::string& why) {
+  if (options.save.empty()) return;
+  position.generator = default_generator().state();
+  save_checkpoint(options.save, {model->state_dict(), optimizer->state_dict(), scaler->state_dict(),
+                                 schedule->state_dict(), position, run_identity_json(options)});
+  last_checkpoint = options.save;
+  message("checkpoint saved to " + options.save + " at step " + std::to_string(position.global_step) + " (" + why + ")");
+}
+
+// ---- one optimizer step -------------------------------------------------------------------------
+
+// Samples in loader batches [first, first + count) of an epoch (the last batch may be short).
+std::int64_t samples_in(std::int64_t first, std::int64_t count, std::int64_t batch_size, std::int64_t dataset_size) {
+  return std::min((first + count) * batch_size, dataset_size) - first * batch_size;
+}
+
+// Forward, loss and backward of `micro_batches` loader batches, then one optimizer step. Each
+// micro-batch's mean loss is weighted by its share of the step's samples, so the accumulated
+// gradient is that of the mean over all of them, as one large batch would give.
+void optimizer_step(Run& run, std::int64_t micro_batches) {
+  const TrainOptions& o = run.options;
+  const std::int64_t step_samples =
+      samples_in(run.position.batch, micro_batches, o.batch_size, run.inputs.splits.train->size());
+  for (std::int64_t m = 0; m < micro_batches; ++m) {
+    std::optional<data::Batch> batch = run.loader->next();
+    FRUGAL_CHECK(batch.has_value(), "the loader ended its epoch early");
+    const std::int64_t n = batch->inputs.size(0);
+    Tensor loss, logits;
+    {
+      std::optional<nn::AutocastGuard> autocast;
+      if (o.amp) autocast.emplace(*o.amp);
+      logits = (*run.model)(batch->inputs);
+      loss = functional::cross_entropy(logits, batch->labels, {.label_smoothing = o.label_smoothing});
+    }
+    const Tensor weighted = functional::mul(loss, static_cast<double>(n) / static_cast<double>(step_samples));
+    autograd::backward(run.scaler->scale(weighted));
+    run.position.loss_sum += loss.to(Device::cpu()).item<double>() * static_cast<double>(n);
+    run.position.correct += count_correct(autograd::detach(logits), batch->labels).to(Device::cpu()).item<std::int64_t>();
+    run.position.samples += n;
+    run.trained_samples += n;
+    ++run.position.batch;
+  }
+  run.scaler->step(*run.optimizer);
+  run.scaler->update();
+  run.optimizer->zero_grad();
+  run.schedule->step();
+  ++run.position.global_step;
+}
+
+StepInfo step_info(const Run& run, double epoch_seconds, std::int64_t epoch_samples) {
+  const TrainingPosition& p = run.position;
+  const Memory memory = memory_now(run.options.device);
+  StepInfo s;
+  s.epoch = p.epoch;
+  s.epochs = run.options.epochs;
+  s.step_in_epoch = (p.batch + run.options.accum - 1) / run.options.accum;
+  s.steps_in_epoch = run.steps_per_epoch;
+  s.global_step = p.global_step;
+  s.total_steps = run.options.steps ? std::min(*run.options.steps, run.total_steps) : run.total_steps;
+  s.loss = p.samples ? p.loss_sum / static_cast<double>(p.samples) : 0.0;
+  s.accuracy = p.samples ? static_cast<double>(p.correct) / static_cast<double>(p.samples) : 0.0;
+  s.images_per_sec = epoch_seconds > 0 ? static_cast<double>(epoch_samples) / epoch_seconds : 0.0;
+  s.epoch_seconds = epoch_seconds;
+  s.lr = run.optimizer->param_groups().front().lr;
+  s.allocated = memory.allocated;
+  s.reserved = memory.reserved;
+  s.peak_allocated = memory.peak_allocated;
+  return s;
+}
+
+// ---- one epoch, the whole run -------------------------------------------------------------------
+
+enum class EpochEnd { finished, stopped, interrupted };
+
+EpochEnd train_epoch(Run& run, StepInfo& last) {
+  const TrainOptions& o = run.options;
+  run.model->train();
+  run.loader->start_epoch(run.position.epoch, run.position.batch);
+  const auto start = Clock::now();
+  std::int64_t epoch_samples = 0;
+  while (run.position.batch < run.batches_per_epoch) {
+    const std::int64_t micro = std::min(o.accum, run.batches_per_epoch - run.position.batch);
+    const std::int64_t before = run.trained_samples;
+    optimizer_step(run, micro);
+    epoch_samples += run.trained_samples - before;
+    last = step_info(run, seconds_since(start), epoch_samples);
+    if (run.hooks.on_step) run.hooks.on_step(last);
+    const bool at_end = run.position.batch == run.batches_per_epoch;
+    if (o.steps && run.position.global_step >= *o.steps && !at_end) {
+      run.train_seconds += seconds_since(start);
+      run.save("--steps " + std::to_string(*o.steps));
+      return EpochEnd::stopped;
+    }
+    if (run.hooks.should_stop && run.hooks.should_stop()) {
+      run.train_seconds += seconds_since(start);
+      run.save("interrupted");
+      return EpochEnd::interrupted;
+    }
+    if (o.save_every > 0 && run.position.global_step % o.save_every == 0 && !at_end) run.save("--save-every");
+  }
+  run.train_seconds += seconds_since(start);
+  return EpochEnd::finished;
+}
+
+}  // namespace
+
+RunData open_run_data(const std::string& data, const std::string& test_data, std::int64_t image_size, bool augment) {
+  RunData run{data::open_dataset(data, test_data, {.image_size = image_size}), {}, {}};
+  const data::ImageStatistics stats = data::image_statistics(*run.splits.train);
+  run.train_transforms = data::training_transforms(*run.splits.train, image_size, augment, stats);
+  run.test_transforms = data::training_transforms(*run.splits.train, image_size, false, stats);
+  return run;
+}
+
+EvalResult evaluate(nn::Module& model, data::DatasetPtr dataset, const data::Compose& transforms, std::int64_t batch_size,
+                    Device device, int workers, std::int64_t num_classes) {
+  model.eval();
+  autograd::NoGradGuard no_grad;
+  data::DataLoader loader(std::move(dataset), {.batch_size = batch_size,
+                                               .num_workers = workers,
+                                               .transforms = transforms,
+                                               .device = device,
+                                               .pin_memory = device.is_cuda()});
+  EvalResult result;
+  result.class_correct.assign(static_cast<std::size_t>(num_classes), 0);
+  result.class_total.assign(static_cast<std::size_t>(num_classes), 0);
+  double loss_sum = 0.0;
+  for (data::Batch& batch : loader.epoch(0)) {
+    const Tensor logits = model(batch.inputs);
+    loss_sum += cross_entropy(logits, batch.labels, {.reduction = LossReduction::sum}).to(Device::cpu()).item<double>();
+    const Tensor predicted = logits.to(Device::cpu()).to(DType::f32);
+    const std::vector<float> values = predicted.to_vector<float>();
+    const std::vector<std::int64_t> labels = batch.labels.to(Device::cpu()).to_vector<std::int64_t>();
+    for (std::size_t row = 0; row < labels.size(); ++row) {
+      const float* first = values.data() + row * static_cast<std::size_t>(num_classes);
+      const auto best = std::max_element(first, first + num_classes) - first;  // the first maximum, as argmax
+      const auto label = static_cast<std::size_t>(labels[row]);
+      ++result.class_total[label];
+      if (best == labels[row]) ++result.class_correct[label];
+    }
+    result.samples += static_cast<std::int64_t>(labels.size());
+  }
+  std::int64_t correct = 0;
+  for (std::int64_t c : result.class_correct) correct += c;
+  if (result.samples > 0) {
+    result.accuracy = static_cast<double>(correct) / static_cast<double>(result.samples);
+    result.loss = loss_sum / static_cast<double>(result.samples);
+  }
+  return result;
+}
+
+TrainResult train(const TrainOptions& options, const TrainHooks& hooks) {
+  validate(options);
+  const auto start = Clock::now();
+  Run run(options, hooks);
+  default_caching_allocator(options.device).reset_peak_stats();
+  if (hooks.on_start)
+    hooks.on_start(options.model + ", " + std::to_string(run.model->parameter_count()) + " parameters, on " +
+                   options.device.str() + "; " + run.inputs.splits.description + "; " + std::to_string(run.steps_per_epoch) +
+                   " steps per epoch");
+  TrainResult result;
+  StepInfo last;
+  EpochEnd end = EpochEnd::finished;
+  while (run.position.epoch < options.epochs && !(options.steps && run.position.global_step >= *options.steps)) {
+    end = train_epoch(run, last);
+    if (end != EpochEnd::finished) break;
+    EpochInfo info{last, std::nullopt};
+    if (run.inputs.splits.test && options.evaluate)
+      info.test = evaluate(*run.model, run.inputs.splits.test, run.inputs.test_transforms, options.batch_size, options.device,
+                           options.workers, run.num_classes);
+    result.final_loss = last.loss;
+    result.test = info.test;
+    if (hooks.on_epoch_end) hooks.on_epoch_end(info);
+    run.position = {.epoch = run.position.epoch + 1, .global_step = run.position.global_step};
+    ++result.epochs;
+    run.save("end of epoch " + std::to_string(run.position.epoch));
+  }
+  if (end != EpochEnd::finished) {
+    result.final_loss = last.loss;
+    if (run.inputs.splits.test && options.evaluate)
+      result.test = evaluate(*run.model, run.inputs.splits.test, run.inputs.test_transforms, options.batch_size, options.device,
+                             options.workers, run.num_classes);
+  }
+  const CachingStats stats = default_caching_allocator(options.device).caching_stats();
+  const AllocatorStats tagged = default_caching_allocator(options.device).stats();
+  result.model = options.model;
+  result.parameters = run.model->parameter_count();
+  result.device = options.device.str();
+  result.batch_size = options.batch_size;
+  result.steps = run.position.global_step;
+  result.images_per_sec = run.train_seconds > 0 ? static_cast<double>(run.trained_samples) / run.train_seconds : 0.0;
+  result.peak_allocated_bytes = static_cast<std::size_t>(stats.allocated_bytes.peak);
+  result.peak_reserved_bytes = static_cast<std::size_t>(stats.reserved_bytes.peak);
+  for (int t = 0; t < kNumMemoryTags; ++t)
+    result.peak_bytes_by_tag[static_cast<std::size_t>(t)] = static_cast<std::size_t>(tagged.tag_bytes[static_cast<std::size_t>(t)].peak);
+  result.seed = options.seed;
+  result.stopped_early = end != EpochEnd::finished;
+  result.interrupted = end == EpochEnd::interrupted;
+  result.checkpoint = run.last_checkpoint;
+  result.wall_seconds = seconds_since(start);
+  return result;
+}
+
+}  // namespace frugal::train

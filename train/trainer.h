@@ -1,0 +1,103 @@
+// The training loop behind `frugal train`, and the evaluation behind `frugal eval`.
+//
+//   TrainOptions options;                      // train/options.h: defaults are the 1-epoch recipe
+//   TrainResult result = train(options, hooks);
+//
+// One run: open the data (data/open_dataset.h), build the model (models/registry.h) and put it on
+// the device, make the optimizer (weight decay on weights only) and the schedule (laid over all
+// epochs, stepped per optimizer step), then per epoch: batches from a shuffling DataLoader, forward
+// under autocast when asked, the loss scaled by each micro-batch's share of the optimizer step's
+// samples (so --accum K gives the gradient of one batch K times as large), backward, the step; a
+// test evaluation after each epoch. A checkpoint (train/checkpoint.h) is written at each epoch's
+// end, every save_every steps, when stopping early (--steps, or hooks.should_stop after SIGINT), and
+// at the end; resuming restores the model, optimizer, scaler, schedule, the default generator and
+// the loader's position, so on the CPU a resumed run gives bit-identical losses and parameters.
+// Errors escape as frugal exceptions: OutOfMemoryError (with the allocator's explanation) when the
+// device, real or simulated by memory_limit, cannot hold the run.
+// Not here: the command line, the exit codes and what is printed (cli/train.cpp).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/allocator.h"
+#include "data/dataset.h"
+#include "data/open_dataset.h"
+#include "data/transforms.h"
+#include "nn/module.h"
+#include "train/options.h"
+
+namespace frugal::train {
+
+// The state after one optimizer step, for a progress display.
+struct StepInfo {
+  std::int64_t epoch = 0, epochs = 0;                  // epoch from 0
+  std::int64_t step_in_epoch = 0, steps_in_epoch = 0;  // optimizer steps, step_in_epoch from 1
+  std::int64_t global_step = 0, total_steps = 0;
+  double loss = 0.0;             // the epoch's mean training loss so far
+  double accuracy = 0.0;         // the epoch's training accuracy so far
+  double images_per_sec = 0.0;   // this epoch's trained samples over its elapsed time
+  double epoch_seconds = 0.0;    // elapsed in this epoch (since the run started or resumed it)
+  double lr = 0.0;
+  std::size_t allocated = 0, reserved = 0, peak_allocated = 0;  // the device's caching allocator
+};
+
+struct EvalResult {
+  double accuracy = 0.0;  // fraction in [0, 1]
+  double loss = 0.0;      // mean cross-entropy (no label smoothing)
+  std::int64_t samples = 0;
+  std::vector<std::int64_t> class_correct, class_total;  // per class
+};
+
+struct EpochInfo {
+  StepInfo last;                      // the epoch's last step
+  std::optional<EvalResult> test;     // when there is a test split
+};
+
+struct TrainHooks {
+  std::function<void(const std::string&)> on_start;  // one line: model, parameters, data, device
+  std::function<void(const StepInfo&)> on_step;
+  std::function<void(const EpochInfo&)> on_epoch_end;
+  std::function<void(const std::string&)> on_message;  // "checkpoint saved to ...", "resumed at step ..."
+  std::function<bool()> should_stop;                   // checked after every optimizer step (SIGINT)
+};
+
+struct TrainResult {
+  std::string model;
+  std::int64_t parameters = 0;
+  std::string device;
+  std::int64_t batch_size = 0;
+  std::int64_t steps = 0;   // optimizer steps trained, in total since the start (resumed runs count all)
+  std::int64_t epochs = 0;  // epochs completed
+  double images_per_sec = 0.0;
+  double final_loss = 0.0;  // the last epoch's mean training loss
+  std::optional<EvalResult> test;
+  std::size_t peak_allocated_bytes = 0, peak_reserved_bytes = 0;
+  std::array<std::size_t, kNumMemoryTags> peak_bytes_by_tag{};
+  double wall_seconds = 0.0;
+  std::uint64_t seed = 0;
+  bool stopped_early = false;  // --steps or should_stop before the last epoch's end
+  bool interrupted = false;    // should_stop said so
+  std::string checkpoint;      // the last checkpoint written, "" if none
+};
+
+TrainResult train(const TrainOptions& options, const TrainHooks& hooks = {});
+
+// The data of a run: the splits of `data` (and `test_data`) and their transforms, normalised by the
+// training split's statistics (so evaluating a trained model sees what training saw).
+struct RunData {
+  data::DatasetSplits splits;
+  data::Compose train_transforms, test_transforms;  // augmentation in the first only
+};
+RunData open_run_data(const std::string& data, const std::string& test_data, std::int64_t image_size, bool augment);
+
+// Test accuracy and loss of `model` (put in eval mode, no autograd) on `dataset` with `transforms`.
+EvalResult evaluate(nn::Module& model, data::DatasetPtr dataset, const data::Compose& transforms,
+                    std::int64_t batch_size, Device device, int workers, std::int64_t num_classes);
+
+}  // namespace frugal::train
