@@ -20,9 +20,6 @@ namespace frugal::cli {
 
 namespace {
 
-constexpr int kExitError = 1;
-constexpr int kExitUsage = 2;
-
 // The model options a checkpoint's run was trained with (train/options.h run_identity_json).
 struct TrainedWith {
   std::optional<std::string> model;
@@ -102,15 +99,8 @@ int EvalCommand::run() const {
                 100.0 * result.accuracy, result.loss, static_cast<long long>(result.samples));
     if (!json_.empty()) write_json_file(json_, eval_json(result));
     return 0;
-  } catch (const FileError& e) {
-    std::cerr << "frugal eval: " << e.message() << "\n";
-    return kExitUsage;
-  } catch (const ValueError& e) {
-    std::cerr << "frugal eval: " << e.message() << "\n";
-    return kExitUsage;
   } catch (const Error& e) {
-    std::cerr << "frugal eval: error: " << e.message() << "\n";
-    return kExitError;
+    return report_error("eval", e);
   }
 }
 

@@ -5,17 +5,16 @@
 // SIGKILL, leaves nothing either: the shard is written to a file with no name until it is complete.)
 #include "cli/pack.h"
 
-#include <signal.h>
 #include <sys/stat.h>
 
 #include <CLI/CLI.hpp>
 #include <charconv>
 #include <chrono>
-#include <csignal>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
 
+#include "cli/interrupt.h"
 #include "core/caching_allocator.h"
 #include "core/error.h"
 #include "data/cifar.h"
@@ -30,36 +29,6 @@ namespace {
 
 constexpr int kExitError = 1;
 constexpr int kExitUsage = 2;
-// The signal that stopped the packing, 0 while none has.
-volatile std::sig_atomic_t interrupted = 0;
-void on_interrupt(int signal) { interrupted = signal; }
-// 128 + the signal, what a shell reports for a command a signal stopped: 130 for Ctrl-C, 143 for SIGTERM.
-int interrupted_exit_code() { return 128 + interrupted; }
-
-// The signals that ask a program to stop: a closed terminal (HUP), Ctrl-C (INT), Ctrl-\ (QUIT), kill (TERM).
-constexpr int kStopSignals[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM};
-
-// While alive, the stop signals set `interrupted` instead of ending the process. Installed without
-// SA_RESTART, so a read blocked in the kernel returns early instead of holding up the stop.
-class InterruptScope {
- public:
-  InterruptScope() {
-    interrupted = 0;
-    struct sigaction action {};
-    action.sa_handler = on_interrupt;
-    sigemptyset(&action.sa_mask);
-    for (std::size_t i = 0; i < std::size(kStopSignals); ++i) sigaction(kStopSignals[i], &action, &previous_[i]);
-  }
-  ~InterruptScope() {
-    for (std::size_t i = 0; i < std::size(kStopSignals); ++i) sigaction(kStopSignals[i], &previous_[i], nullptr);
-  }
-  InterruptScope(const InterruptScope&) = delete;
-  InterruptScope& operator=(const InterruptScope&) = delete;
-
- private:
-  struct sigaction previous_[std::size(kStopSignals)] {};
-};
-
 const char* file_kind(mode_t mode) {  // for "OUT: is a FIFO"
   return S_ISDIR(mode) ? "a folder" : S_ISLNK(mode) ? "a symbolic link" : S_ISFIFO(mode) ? "a FIFO"
          : S_ISSOCK(mode) ? "a socket" : (S_ISCHR(mode) || S_ISBLK(mode)) ? "a device" : "not a regular file";
@@ -131,7 +100,7 @@ int PackCommand::run() const {
   try {
     // From the start: building the dataset may decompress a .gz into the cache, and an interruption
     // there must not kill the process before the AtomicFile has removed its temporary file.
-    InterruptScope catch_interrupts;
+    InterruptScope catch_interrupts(/*restart_system_calls=*/false);
     const bool idx = from_ == "idx", cifar = from_.starts_with("cifar"), folder = from_ == "folder";
     check_applies(*command_, "--images", idx, from_);
     check_applies(*command_, "--labels", idx, from_);
@@ -162,7 +131,7 @@ int PackCommand::run() const {
       check_out(out_, files);  // listing decodes nothing: still before the work
       dataset = images;
     }
-    if (interrupted) {
+    if (interrupted_signal() != 0) {
       std::cerr << "frugal pack: interrupted while reading the input; nothing written to " << out_ << "\n";
       return interrupted_exit_code();
     }
@@ -178,7 +147,7 @@ int PackCommand::run() const {
 
 int PackCommand::report(const Error& error, int exit_code) const {
   // An error while interrupted is the interruption's doing (a read cut short), not the input's.
-  if (interrupted) {
+  if (interrupted_signal() != 0) {
     std::cerr << "frugal pack: interrupted; nothing written to " << out_ << "\n";
     return interrupted_exit_code();
   }
@@ -191,11 +160,11 @@ int PackCommand::write(const data::Dataset& dataset) const {
   std::int64_t records = 0;
   {
     data::ShardWriter writer(out_, dataset.sample_shape(), dataset.sample_dtype(), DType::i64, dataset.num_classes());
-    for (; records < dataset.size() && !interrupted; ++records) {
+    for (; records < dataset.size() && interrupted_signal() == 0; ++records) {
       const data::Sample sample = dataset.get(records);
       writer.add(sample.input, sample.label);
     }
-    if (interrupted) {  // the writer's destructor removes its temporary file
+    if (interrupted_signal() != 0) {  // the writer's destructor removes its temporary file
       std::cerr << "frugal pack: interrupted after " << records << " of " << dataset.size() << " records; nothing written to "
                 << out_ << "\n";
       return interrupted_exit_code();

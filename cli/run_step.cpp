@@ -17,9 +17,6 @@ namespace frugal::cli {
 
 namespace {
 
-constexpr int kExitError = 1;
-constexpr int kExitUsage = 2;
-
 // A ValueError whose message starts with the file's name (the library's own messages name what is
 // wrong but not always which file it came from).
 template <typename Fn>
@@ -102,18 +99,8 @@ int RunStepCommand::run() const {
     const nn::StateDict results = models::run_step(*model, batch.x, batch.y, mode, dtype, device);
     nn::write_safetensors(out_, results, {{"model", model_}, {"mode", mode_}, {"dtype", dtype_}});
     return 0;
-  } catch (const FileError& e) {
-    std::cerr << "frugal run-step: " << e.message() << "\n";
-    return kExitUsage;
-  } catch (const ValueError& e) {
-    std::cerr << "frugal run-step: " << e.message() << "\n";
-    return kExitUsage;
-  } catch (const ShapeError& e) {
-    std::cerr << "frugal run-step: " << e.message() << "\n";
-    return kExitUsage;
-  } catch (const Error& e) {  // out of memory, a write that failed
-    std::cerr << "frugal run-step: error: " << e.message() << "\n";
-    return kExitError;
+  } catch (const Error& e) {
+    return report_error("run-step", e);
   }
 }
 

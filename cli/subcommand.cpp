@@ -2,7 +2,11 @@
 #include "cli/subcommand.h"
 
 #include <CLI/CLI.hpp>
+#include <iostream>
 #include <string>
+
+#include "core/error.h"
+#include "core/mapped_file.h"
 
 namespace frugal::cli {
 
@@ -20,6 +24,16 @@ CLI::Validator between(std::int64_t low, std::int64_t high) {
 CLI::Validator not_empty() {
   return CLI::Validator([](std::string& text) { return text.empty() ? std::string("must not be empty") : std::string(); },
                         "");
+}
+
+int report_error(const std::string& command, const Error& error) {
+  constexpr int kExitError = 1, kExitUsage = 2;
+  const bool bad_input = dynamic_cast<const WriteError*>(&error) == nullptr &&
+                         (dynamic_cast<const ValueError*>(&error) || dynamic_cast<const ShapeError*>(&error) ||
+                          dynamic_cast<const DTypeError*>(&error) || dynamic_cast<const IndexError*>(&error) ||
+                          dynamic_cast<const FileError*>(&error));
+  std::cerr << "frugal " << command << ": " << (bad_input ? "" : "error: ") << error.message() << "\n";
+  return bad_input ? kExitUsage : kExitError;
 }
 
 bool Subcommand::parsed() const { return command_->parsed(); }

@@ -5,6 +5,11 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+
+namespace frugal {
+class Error;
+}
 
 namespace CLI {
 class App;
@@ -18,6 +23,12 @@ namespace frugal::cli {
 CLI::Validator between(std::int64_t low, std::int64_t high);
 // A CLI11 check that an option's value is not "" (a path that names nothing).
 CLI::Validator not_empty();
+
+// Prints a frugal error that ended subcommand `command` as one line on stderr and returns the exit
+// code: 2 for bad input ("frugal NAME: message": a ValueError, ShapeError, DTypeError, IndexError, or
+// a FileError reading an input), 1 for a failure while running ("frugal NAME: error: message": a
+// WriteError such as a full disk, a library error, anything else).
+int report_error(const std::string& command, const Error& error);
 
 class Subcommand {
  public:

@@ -5,11 +5,12 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
-#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "cli/interrupt.h"
 #include "cli/train_output.h"
 #include "core/caching_allocator.h"
 #include "core/cuda_status.h"
@@ -23,33 +24,7 @@ namespace frugal::cli {
 
 namespace {
 
-constexpr int kExitError = 1;
-constexpr int kExitUsage = 2;
 constexpr int kExitOutOfMemory = 3;
-constexpr int kExitInterrupted = 130;  // 128 + SIGINT, what shells report for a run stopped by Ctrl-C
-
-// Set by the SIGINT handler, read after every optimizer step. The first SIGINT asks the run to stop
-// at the next step boundary (saving a checkpoint); the handler then restores the default action,
-// so a second Ctrl-C ends the process at once.
-volatile std::sig_atomic_t g_interrupted = 0;
-
-extern "C" void on_sigint(int) {
-  g_interrupted = 1;
-  std::signal(SIGINT, SIG_DFL);
-}
-
-// Installs on_sigint for the run's lifetime and restores the previous handler after.
-class SigintHandler {
- public:
-  SigintHandler() : previous_(std::signal(SIGINT, on_sigint)) { g_interrupted = 0; }
-  ~SigintHandler() { std::signal(SIGINT, previous_); }
-  SigintHandler(const SigintHandler&) = delete;
-  SigintHandler& operator=(const SigintHandler&) = delete;
-
- private:
-  void (*previous_)(int);
-};
-
 std::int64_t parse_batch_size(const std::string& text) {
   std::size_t used = 0;
   long long value = 0;
@@ -74,6 +49,12 @@ Device parse_device(const std::string& text) {
 
 TrainCommand::TrainCommand(CLI::App& app)
     : Subcommand(app.add_subcommand("train", "Train a model on a dataset: progress, memory by tag, checkpoints")) {
+  const train::TrainOptions defaults;  // the help shows the defaults train/options.h holds
+  const auto number = [](double value) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%g", value);
+    return std::string(text);
+  };
   CLI::App* c = command_;
   c->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a flag given twice: the last wins
   c->add_option("--model", model_, "Model: " + models::model_names())->check(not_empty());
@@ -83,26 +64,26 @@ TrainCommand::TrainCommand(CLI::App& app)
       ->check(between(2, 1'000'000));
   c->add_option("--data", data_, "Training data: an IDX or CIFAR folder, a shard, an image folder (default: Debian's Fashion-MNIST)");
   c->add_option("--test-data", test_data_, "Test split (default: the one found beside --data)");
-  c->add_option("--image-size", image_size_, "Side of the square images the model sees (default 32: 28x28 padded)")
+  c->add_option("--image-size", image_size_, "Side of the square images the model sees (default " + std::to_string(defaults.image_size) + ": Fashion-MNIST's 28x28 padded)")
       ->check(between(8, 4096));
   c->add_flag("--augment", augment_, "Random crop with padding and horizontal flip");
-  c->add_option("--epochs", epochs_, "Epochs; the schedule spans them all (default 1)")->check(between(1, 100000));
+  c->add_option("--epochs", epochs_, "Epochs; the schedule spans them all (default " + std::to_string(defaults.epochs) + ")")->check(between(1, 100000));
   c->add_option("--steps", steps_, "Stop after this global optimizer step, counted from the start of training")
       ->check(between(1, 1'000'000'000));
-  c->add_option("--batch-size", batch_size_, "Samples per micro-batch (default 64)");
-  c->add_option("--accum", accum_, "Micro-batches accumulated per optimizer step (default 1)")->check(between(1, 65536));
-  c->add_option("--optimizer", optimizer_, "sgd (Nesterov momentum) or adamw (default)")
+  c->add_option("--batch-size", batch_size_, "Samples per micro-batch (default " + std::to_string(defaults.batch_size) + ")");
+  c->add_option("--accum", accum_, "Micro-batches accumulated per optimizer step (default " + std::to_string(defaults.accum) + ")")->check(between(1, 65536));
+  c->add_option("--optimizer", optimizer_, "sgd (Nesterov momentum) or adamw (default " + train::optimizer_name(defaults.optimizer) + ")")
       ->check(CLI::IsMember({"sgd", "adamw"}));
-  c->add_option("--lr", lr_, "Peak learning rate (default 2e-3)");
-  c->add_option("--momentum", momentum_, "SGD's momentum, AdamW's beta1 (default 0.9)");
-  c->add_option("--wd", wd_, "Weight decay, on weights only (default 0.05)");
-  c->add_option("--schedule", schedule_, "constant, cosine (default) or onecycle, per step over all epochs")
+  c->add_option("--lr", lr_, "Peak learning rate (default " + number(defaults.lr) + ")");
+  c->add_option("--momentum", momentum_, "SGD's momentum, AdamW's beta1 (default " + number(defaults.momentum) + ")");
+  c->add_option("--wd", wd_, "Weight decay, on weights only (default " + number(defaults.weight_decay) + ")");
+  c->add_option("--schedule", schedule_, "constant, cosine or onecycle, per step over all epochs (default " + train::schedule_name(defaults.schedule) + ")")
       ->check(CLI::IsMember({"constant", "cosine", "onecycle"}));
-  c->add_option("--warmup", warmup_, "Fraction of the steps spent warming up (default 0.01)");
-  c->add_option("--label-smoothing", label_smoothing_, "Cross-entropy label smoothing (default 0)");
+  c->add_option("--warmup", warmup_, "Fraction of the steps spent warming up (default " + number(defaults.warmup) + ")");
+  c->add_option("--label-smoothing", label_smoothing_, "Cross-entropy label smoothing (default " + number(defaults.label_smoothing) + ")");
   c->add_flag("--no-eval", no_eval_, "Skip the test evaluation after each epoch");
-  c->add_option("--workers", workers_, "Loader threads (default 1)")->check(between(0, 64));
-  c->add_option("--seed", seed_, "Seed of the weights, the shuffle, the augmentation and dropout (default 0)");
+  c->add_option("--workers", workers_, "Loader threads (default " + std::to_string(defaults.workers) + ")")->check(between(0, 64));
+  c->add_option("--seed", seed_, "Seed of the weights, the shuffle, the augmentation and dropout (default " + std::to_string(defaults.seed) + ")");
   c->add_option("--device", device_, "cpu, cuda or cuda:N (default: cuda:0 when usable, else cpu)");
   c->add_option("--memory-limit", memory_limit_, "Cap the device's memory, e.g. 512MiB: a simulated device on the CPU too");
   c->add_option("--amp", amp_, "Autocast to f16 (with loss scaling) or bf16")->check(CLI::IsMember({"f16", "bf16"}));
@@ -151,8 +132,7 @@ int TrainCommand::run() const {
     train::validate(o);
     o.device = parse_device(device_);
   } catch (const Error& e) {
-    std::cerr << "frugal train: " << e.message() << "\n";
-    return kExitUsage;
+    return report_error("train", e);
   }
 
   const bool terminal = ::isatty(STDOUT_FILENO) == 1;
@@ -166,19 +146,19 @@ int TrainCommand::run() const {
   };
   hooks.on_epoch_end = [&](const train::EpochInfo& e) { progress.end_epoch(step_report(e.last), epoch_summary(e)); };
   hooks.on_message = [&](const std::string& line) { progress.message(line); };
-  hooks.should_stop = [] { return g_interrupted != 0; };
+  hooks.should_stop = [] { return interrupted_signal() != 0; };
 
-  const SigintHandler sigint;
+  const InterruptScope stop_signals(/*restart_system_calls=*/true);  // loader reads must not fail with EINTR
   try {
     const train::TrainResult result = train::train(o, hooks);
     print_summary(std::cout, result);
     if (!o.json.empty()) write_json_file(o.json, result_json(result));
     if (result.interrupted) {
-      std::cerr << "frugal train: interrupted after step " << result.steps
+      std::cerr << "frugal train: stopped by " << ::strsignal(interrupted_signal()) << " after step " << result.steps
                 << (result.checkpoint.empty() ? " (no --save, nothing kept)"
                                               : "; resume with --resume " + result.checkpoint)
                 << "\n";
-      return kExitInterrupted;
+      return interrupted_exit_code();
     }
     return 0;
   } catch (const OutOfMemoryError& e) {
@@ -190,15 +170,8 @@ int TrainCommand::run() const {
                  "or --amp bf16 need less. "
               << (o.save.empty() ? "" : "The last checkpoint, " + o.save + ", is intact.") << "\n";
     return kExitOutOfMemory;
-  } catch (const ValueError& e) {
-    std::cerr << "frugal train: " << e.message() << "\n";
-    return kExitUsage;
-  } catch (const FileError& e) {
-    std::cerr << "frugal train: " << e.message() << "\n";
-    return kExitUsage;
   } catch (const Error& e) {
-    std::cerr << "frugal train: error: " << e.message() << "\n";
-    return kExitError;
+    return report_error("train", e);
   }
 }
 

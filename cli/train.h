@@ -6,7 +6,8 @@
 // Output: on a terminal a progress line per epoch redrawn in place; otherwise plain lines.
 // Exit codes: 0 done (or stopped by --steps); 1 a runtime failure; 2 a bad flag or bad input, one
 // line naming it; 3 out of memory, with the allocator's explanation (the last checkpoint intact);
-// 130 interrupted by SIGINT (after saving a checkpoint when --save was given).
+// 128 + the signal when SIGINT, SIGTERM, SIGHUP or SIGQUIT stopped it at a step boundary (130 for
+// Ctrl-C), after saving a checkpoint when --save was given (cli/interrupt.h).
 // Not here: the loop (train/trainer.h), the display (train/progress.h).
 #pragma once
 

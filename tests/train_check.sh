@@ -48,8 +48,8 @@ case $check in
     expect_exit 2 "$frugal" train --data "$dir/absent"
     expect_one_line_error "$dir/absent"
     if ! "$frugal" info --json | python3 -c 'import json,sys; sys.exit(0 if json.load(sys.stdin)["cuda"]["usable"] else 1)'; then
-      expect_exit 2 "$frugal" train --data "$dir" --device cuda:0
-      expect_one_line_error "^frugal train: cuda:0 is not usable"
+      expect_exit 1 "$frugal" train --data "$dir" --device cuda:0  # as run-step: the machine's lack, not the flag's
+      expect_one_line_error "^frugal train: error: cuda:0 is not usable"
     fi
     # A plain state dict is not a checkpoint to resume from.
     "$frugal" train --data "$dir" --model cnn --steps 1 --save "$dir/c.safetensors" >/dev/null
@@ -129,7 +129,7 @@ PY
     grep -q "test accuracy" "$dir/tty" || fail "no summary on a terminal"
     ;;
   train_interrupted)
-    # SIGINT: a checkpoint at the next step boundary, exit 130, and the run resumes from it.
+    # SIGINT: a checkpoint at the next step boundary, exit 130, and the run resumes from it; SIGTERM: 143.
     make_subset "$dir" 3200 32
     "$frugal" train --data "$dir" --model cnn --batch-size 8 --save "$dir/c.safetensors" >"$dir/out" 2>"$dir/err" &
     pid=$!
@@ -137,10 +137,18 @@ PY
     kill -INT "$pid"
     set +e; wait "$pid"; code=$?; set -e
     [ "$code" -eq 130 ] || fail "interrupted run exited $code: $(cat "$dir/err")"
-    grep -q "^frugal train: interrupted after step [0-9]*; resume with --resume $dir/c.safetensors$" "$dir/err" ||
+    grep -q "^frugal train: stopped by Interrupt after step [0-9]*; resume with --resume $dir/c.safetensors$" "$dir/err" ||
       fail "no resume hint: $(cat "$dir/err")"
     "$frugal" train --data "$dir" --model cnn --batch-size 8 --resume "$dir/c.safetensors" --steps 401 >/dev/null ||
       fail "the interrupted run's checkpoint does not resume"
+    "$frugal" train --data "$dir" --model cnn --batch-size 8 --no-eval >"$dir/out2" 2>"$dir/err" &
+    pid=$!
+    for _ in $(seq 500); do grep -q "epoch 1/1" "$dir/out2" 2>/dev/null && break; sleep 0.02; done
+    kill -TERM "$pid"
+    set +e; wait "$pid"; code=$?; set -e
+    [ "$code" -eq 143 ] || fail "terminated run exited $code: $(cat "$dir/err")"
+    grep -q "^frugal train: stopped by Terminated after step [0-9]* (no --save, nothing kept)$" "$dir/err" ||
+      fail "SIGTERM message: $(cat "$dir/err")"
     ;;
   eval_checkpoint)
     make_subset "$dir" 640 200
