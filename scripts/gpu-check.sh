@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one prepared script for a lent GPU machine: builds with CUDA, runs the GPU suite with
 # FRUGAL_REQUIRE_GPU=1 (a missing device fails), the CPU suite, `frugal info`, the benchmarks and
-# samples on the GPU, and last the GPU suite's kernels under compute-sanitizer's memcheck (cut off
+# samples on the GPU, one epoch of `frugal train` (and with FRUGAL_LONG_RUN=1 the 15-epoch run), and last the GPU suite's kernels under compute-sanitizer's memcheck (cut off
 # by a timeout so the whole run stays inside 8 minutes), writing every log to the folder given as
 # its argument. Run scripts/gpu-prepare.sh here first and carry .gpu-deps; cuDNN and NCCL come from
 # the Python wheels (nvidia-cudnn-cu13, nvidia-nccl-cu13) installed there.
@@ -60,6 +60,19 @@ record bench_ops_gpu build-gpu/bin/frugal bench ops --json --device cuda:0
 record tensor_tour build-gpu/bin/01_tensor_tour
 record caching_allocator_sample build-gpu/bin/02_caching_allocator "$out/allocator_trace.json"
 record convolution_sample build-gpu/bin/03_convolution
+
+step "training on the GPU"
+# Fashion-MNIST as gpu-prepare.sh staged it; the long run (15 epochs, CIFAR stem, augmentation) only
+# when FRUGAL_LONG_RUN=1, since it takes minutes of the session's device time.
+fashion="$root/.gpu-deps/usr/share/datasets/fashion-mnist"
+[ -d "$fashion" ] || fashion=/usr/share/datasets/fashion-mnist
+record train_gpu build-gpu/bin/frugal train --device cuda:0 --data "$fashion" --json "$out/train_gpu.json"
+record bench_train_gpu build-gpu/bin/frugal bench train --json --device cuda:0
+record training_sample build-gpu/bin/07_training
+if [ "${FRUGAL_LONG_RUN:-0}" = 1 ]; then
+  record train_long build-gpu/bin/frugal train --device cuda:0 --data "$fashion" --epochs 15 --cifar-stem --augment \
+    --json "$out/train_long.json"
+fi
 
 step "compute-sanitizer memcheck over the GPU suite (timeout ${FRUGAL_MEMCHECK_SECONDS:=150} s)"
 # Out-of-bounds and misaligned device accesses, in frugal's kernels and in what it passes to
