@@ -2,12 +2,15 @@
 // measured for frugal and for its peers (memcpy, a naive loop, cuBLAS, ...) in the same run, so
 // their ratio means something on a noisy machine. With --json the report is one object:
 //   {"bench": NAME, "device": "...", "threads": N,
-//    "results": [{"case": "...", "impl": "...", "value": X, "unit": "...", "higher_is_better": true}, ...]}
+//    "results": [{"case": "...", "impl": "...", "value": X, "unit": "...", "higher_is_better": true}, ...],
+//    "notes": ["why a peer or a row is absent", ...]}          (only when there are notes)
 // Not here: pass/fail thresholds. Targets compare ratios from one report (docs/benchmarks.md).
 #pragma once
 
+#include <filesystem>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/device.h"
@@ -25,12 +28,20 @@ struct Result {
 struct Options {
   Device device;
   bool quick = false;  // small sizes and few repeats: for tests of the harness, not for numbers
+  int threads = 1;     // the CPU threads frugal runs on (already set), and that a peer process gets
+};
+
+// What a benchmark returns: its results, and one line for each peer or row it had to leave out.
+struct Report {
+  std::vector<Result> results;
+  std::vector<std::string> notes;
+  Report(std::vector<Result> r = {}, std::vector<std::string> n = {}) : results(std::move(r)), notes(std::move(n)) {}
 };
 
 struct Benchmark {
   std::string name;
   std::string description;
-  std::function<std::vector<Result>(const Options&)> run;
+  std::function<Report(const Options&)> run;
 };
 
 const std::vector<Benchmark>& all_benchmarks();
@@ -41,5 +52,21 @@ const std::vector<Benchmark>& all_benchmarks();
 double median_seconds(const std::function<void()>& fn, const std::function<void()>& sync, int min_runs, double min_seconds);
 // The middle value (the upper of the two middle ones for an even count); an Error for no values.
 double median(std::vector<double> values);
+
+// The median seconds of each of `runs`, taken in turn (runs[0], runs[1], ..., runs[0], ...) so that
+// all of them see the same drift of a shared machine: one warm-up round, then rounds until both
+// `min_runs` rounds and `min_seconds` of measuring have passed. Each run times itself and returns
+// its seconds (a peer process times its own work, without the pipe to it).
+std::vector<double> alternating_median_seconds(const std::vector<std::function<double()>>& runs, int min_runs,
+                                               double min_seconds);
+
+// A fresh folder under the system's temporary directory, removed with everything in it.
+struct TempDir {
+  std::filesystem::path path;
+  explicit TempDir(const std::string& prefix);  // the folder is named PREFIX-XXXXXX
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+};
 
 }  // namespace frugal::bench

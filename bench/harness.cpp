@@ -1,7 +1,11 @@
-// The timing helper and the registry of benchmarks (see bench.h).
+// The timing helpers and the registry of benchmarks (see bench.h).
+#include <stdlib.h>  // mkdtemp
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstddef>
+#include <cstring>
 #include <utility>
 
 #include "bench/bench.h"
@@ -13,6 +17,7 @@ std::vector<Result> tensor_benchmark(const Options& options);  // bench/tensor_b
 std::vector<Result> ops_benchmark(const Options& options);     // bench/ops_bench.cpp
 std::vector<Result> alloc_benchmark(const Options& options);   // bench/alloc_bench.cpp
 std::vector<Result> loader_benchmark(const Options& options);  // bench/loader_bench.cpp
+Report train_benchmark(const Options& options);                // bench/train_bench.cpp
 
 const std::vector<Benchmark>& all_benchmarks() {
   static const std::vector<Benchmark> benchmarks = {
@@ -29,6 +34,10 @@ const std::vector<Benchmark>& all_benchmarks() {
        "the DataLoader streaming a generated multi-GB shard against raw read(), Fashion-MNIST samples/s, and peak "
        "RSS streaming against InMemoryDataset",
        loader_benchmark},
+      {"train",
+       "MobileNetV2 training steps and eval forwards on a batch of 64 1x32x32 images (standard and CIFAR stem): "
+       "images/s, peak memory and saved activations per sample, beside PyTorch when /usr/bin/python3 has it",
+       train_benchmark},
   };
   return benchmarks;
 }
@@ -53,6 +62,32 @@ double median(std::vector<double> values) {
   FRUGAL_CHECK(!values.empty(), "median of no values");
   std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2), values.end());
   return values[values.size() / 2];
+}
+
+std::vector<double> alternating_median_seconds(const std::vector<std::function<double()>>& runs, int min_runs,
+                                               double min_seconds) {
+  using Clock = std::chrono::steady_clock;
+  for (const auto& run : runs) run();  // warm-up, as in median_seconds
+  std::vector<std::vector<double>> times(runs.size());
+  const auto start = Clock::now();
+  for (int round = 0; round < min_runs || std::chrono::duration<double>(Clock::now() - start).count() < min_seconds;
+       ++round)
+    for (std::size_t i = 0; i < runs.size(); ++i) times[i].push_back(runs[i]());
+  std::vector<double> medians;
+  for (auto& t : times) medians.push_back(median(std::move(t)));
+  return medians;
+}
+
+TempDir::TempDir(const std::string& prefix) {
+  std::string pattern = (std::filesystem::temp_directory_path() / (prefix + "-XXXXXX")).string();
+  FRUGAL_CHECK(::mkdtemp(pattern.data()) != nullptr, "bench: cannot create a folder in ",
+               std::filesystem::temp_directory_path().string(), ": ", std::strerror(errno));
+  path = pattern;
+}
+
+TempDir::~TempDir() {
+  std::error_code ignored;
+  std::filesystem::remove_all(path, ignored);
 }
 
 }  // namespace frugal::bench

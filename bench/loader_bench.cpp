@@ -61,21 +61,6 @@ constexpr double kMB = 1e6;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-// A fresh folder under the system's temporary directory, removed with everything in it.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "frugal-loader-bench-XXXXXX").string();
-    FRUGAL_CHECK(::mkdtemp(pattern.data()) != nullptr, "bench loader: cannot create a folder in ",
-                 fs::temp_directory_path().string(), ": ", std::strerror(errno));
-    path = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path, ignored);
-  }
-};
-
 // Writes a shard of about `bytes`: each record a fixed pattern stamped with its index, labels i % 10.
 std::string write_shard(const fs::path& folder, double bytes) {
   const std::string path = (folder / "large.shard").string();
@@ -195,7 +180,7 @@ void fashion_mnist_cases(const Sizes& sizes, const fs::path& temp, std::vector<R
 
 std::vector<Result> loader_benchmark(const Options& options) {
   const Sizes& sizes = options.quick ? kQuickSizes : kFullSizes;
-  const TempDir temp;
+  const TempDir temp("frugal-loader-bench");
   const std::string shard = write_shard(temp.path, sizes.shard_bytes);
   const double shard_mb = static_cast<double>(fs::file_size(shard)) / kMB;
   std::vector<Result> results;

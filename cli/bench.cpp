@@ -7,6 +7,7 @@
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <omp.h>
 
 #include "bench/bench.h"
 #include "cli/info.h"
@@ -18,20 +19,24 @@ namespace frugal::cli {
 namespace {
 
 constexpr int kExitUsage = 2;
+// More threads than any machine frugal runs on has cores: a larger --threads is a typo, not a request.
+constexpr int kMaxThreads = 1024;
 
-void print_json(const std::string& name, const std::string& device, const std::vector<bench::Result>& results) {
-  nlohmann::ordered_json report = {{"bench", name}, {"device", device}, {"threads", cpu_threads()}};
-  report["results"] = nlohmann::ordered_json::array();
-  for (const auto& r : results)
-    report["results"].push_back({{"case", r.case_name}, {"impl", r.impl}, {"value", r.value}, {"unit", r.unit},
-                                 {"higher_is_better", r.higher_is_better}});
-  std::cout << report.dump() << "\n";
+void print_json(const std::string& name, const std::string& device, int threads, const bench::Report& report) {
+  nlohmann::ordered_json out = {{"bench", name}, {"device", device}, {"threads", threads}};
+  out["results"] = nlohmann::ordered_json::array();
+  for (const auto& r : report.results)
+    out["results"].push_back({{"case", r.case_name}, {"impl", r.impl}, {"value", r.value}, {"unit", r.unit},
+                              {"higher_is_better", r.higher_is_better}});
+  if (!report.notes.empty()) out["notes"] = report.notes;
+  std::cout << out.dump() << "\n";
 }
 
 // Each row after a case's first also says how it compares with that first impl (frugal's own), when
 // both are in the same unit.
-void print_table(const std::string& name, const std::string& device, const std::vector<bench::Result>& results) {
-  std::cout << "benchmark " << name << " on " << device << ", " << cpu_threads() << " CPU threads\n";
+void print_table(const std::string& name, const std::string& device, int threads,
+                 const std::vector<bench::Result>& results) {
+  std::cout << "benchmark " << name << " on " << device << ", " << threads << " CPU threads\n";
   std::size_t case_width = 0;
   for (const auto& r : results) case_width = std::max(case_width, r.case_name.size() + 2);
   std::map<std::string, const bench::Result*> first_of_case;
@@ -54,7 +59,10 @@ BenchCommand::BenchCommand(CLI::App& app)
     : Subcommand(app.add_subcommand("bench", "Run a benchmark: frugal and its peers measured in the same run")) {
   command_->add_option("name", name_, "Benchmark to run (frugal bench --list shows them)");
   command_->add_option("--device", device_, "cpu or cuda:N (default: cuda:0 when usable, else cpu)");
-  command_->add_flag("--json", json_, "Print one JSON object: {bench, device, threads, results: [...]}");
+  command_->add_flag("--json", json_, "Print one JSON object: {bench, device, threads, results: [...], notes (when any)}");
+  command_
+      ->add_option("--threads", threads_, "CPU threads for frugal and for a peer process (default: the current count)")
+      ->check(between(1, kMaxThreads));
   command_->add_flag("--quick", quick_, "Tiny sizes and few repeats: checks the harness, numbers mean nothing");
   command_->add_flag("--list", list_, "List the benchmarks");
 }
@@ -78,6 +86,8 @@ int BenchCommand::run() const {
   }
   bench::Options options;
   options.quick = quick_;
+  if (threads_ > 0) omp_set_num_threads(threads_);
+  options.threads = cpu_threads();
   try {  // a device that is not there is bad input, said before anything runs
     options.device = device_.empty() ? (cuda_available() ? Device::cuda(0) : Device::cpu()) : Device::parse(device_);
     check_device_usable(options.device);
@@ -85,13 +95,14 @@ int BenchCommand::run() const {
     std::cerr << "frugal bench: --device " << device_ << ": " << e.message() << "\n";
     return kExitUsage;
   }
-  const std::vector<bench::Result> results = found->run(options);
+  const bench::Report report = found->run(options);
+  for (const std::string& note : report.notes) std::cerr << "frugal bench " << name_ << ": " << note << "\n";
   std::string device = options.device.str();
   if (options.device.is_cuda()) device += " (" + cuda_device_info(options.device.index()).name + ")";
   if (json_)
-    print_json(name_, device, results);
+    print_json(name_, device, options.threads, report);
   else
-    print_table(name_, device, results);
+    print_table(name_, device, options.threads, report.results);
   return 0;
 }
 

@@ -12,12 +12,13 @@ namespace frugal::cli {
 class BenchCommand final : public Subcommand {
  public:
   explicit BenchCommand(CLI::App& app);  // adds the subcommand and its options to `app`
-  // Exit codes: 0 measured (or listed), 2 bad input: an unknown benchmark, or a --device that is not
-  // there (one line "frugal bench: ..." on stderr).
+  // Exit codes: 0 measured (or listed), 2 bad input: an unknown benchmark, a --device that is not
+  // there, a --threads out of range (CLI11's parse error; one line "frugal bench: ..." on stderr).
   int run() const override;
 
  private:
   std::string name_, device_;
+  int threads_ = 0;  // 0: not given, frugal's current OpenMP thread count stands
   bool json_ = false, quick_ = false, list_ = false;
 };
 

@@ -143,6 +143,46 @@ if os.path.exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"
     assert set(cases["fashion_mnist"]) == {"loader", "no_workers"}, cases
 PY
     ;;
+  bench_train_json)
+    # PyTorch's rows are there exactly when /usr/bin/python3 can import torch, and a note says why not.
+    expect_exit 0 "$frugal" bench train --json --quick --device cpu --threads 1
+    if [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import torch, torchvision' 2>/dev/null; then torch=1; else torch=0; fi
+    check_bench_report train <<PY
+assert report["threads"] == 1, report
+with_torch = $torch == 1
+notes = report.get("notes", [])
+assert all(isinstance(n, str) for n in notes) and len(notes) == 1, notes
+assert notes[0].startswith("pytorch has no peak" if with_torch else "pytorch left out: "), notes
+speed_impls = {"frugal", "pytorch"} if with_torch else {"frugal"}
+for stem in ("mobilenet_v2", "mobilenet_v2_cifar"):
+    for kind in ("_b64", "_b64_eval"):
+        assert set(cases[stem + kind]) == speed_impls, (stem + kind, cases[stem + kind])
+        assert all(r["unit"] == "img/s" and r["higher_is_better"] for r in cases[stem + kind].values())
+        peak = cases[stem + kind + "_peak"]
+        assert set(peak) == {"frugal"} and peak["frugal"]["unit"] == "MiB" and not peak["frugal"]["higher_is_better"], peak
+for suffix in ("", "_cifar"):
+    saved = cases["activation_bytes_per_sample" + suffix]
+    assert set(saved) == speed_impls and all(r["unit"] == "MiB/sample" for r in saved.values()), saved
+assert len(cases) == 10, sorted(cases)
+PY
+    grep -q "^frugal bench train: pytorch " <<<"$err" || fail "the note is not on stderr: $err"
+    # Without torch (an import that fails, as on a machine without python3-torch): frugal's rows and one note.
+    dir=$(mktemp -d)
+    trap 'rm -rf "$dir"' EXIT
+    echo 'raise ImportError("no torch here")' >"$dir/torch.py"
+    expect_exit 0 env PYTHONPATH="$dir" "$frugal" bench train --json --quick --device cpu --threads 1
+    python3 - "$out" <<'PY' || fail "bench train without torch: $out"
+import json, sys
+report = json.loads(sys.argv[1])
+assert report["notes"] == ["pytorch left out: /usr/bin/python3 cannot import torch: no torch here"], report["notes"]
+assert {r["impl"] for r in report["results"]} == {"frugal"} and len(report["results"]) == 10, report["results"]
+PY
+    for threads in 0 -3 many 100000; do
+      expect_exit 2 "$frugal" bench train --quick --device cpu --threads "$threads"
+      [ "$(wc -l <<<"$err")" -eq 1 ] || fail "--threads $threads: expected a one-line error, got: $err"
+      grep -q -- "--threads" <<<"$err" || fail "--threads $threads not named: $err"
+    done
+    ;;
   pack_inspect_idx)
     dir=$(mktemp -d)
     trap 'rm -rf "$dir"' EXIT

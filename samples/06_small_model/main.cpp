@@ -19,14 +19,12 @@
 #include "core/random.h"
 #include "models/mobilenet_v2.h"
 #include "models/registry.h"
-#include "nn/autograd.h"
-#include "nn/functional.h"
+#include "models/step_memory.h"
 #include "nn/layers.h"
 #include "nn/optim.h"
 #include "kernels/cpu_runtime.h"
 
 using namespace frugal;
-namespace F = frugal::functional;
 
 namespace {
 
@@ -37,12 +35,9 @@ std::int64_t tag_now(Device device, MemoryTag tag) {
 }
 
 struct Measured {
-  std::int64_t parameters = 0;        // learnable values
-  std::int64_t state_bytes = 0;       // parameters and buffers (tag param)
-  std::int64_t grad_bytes = 0;        // the .grad tensors after backward
-  std::int64_t optimizer_bytes = 0;   // SGD's momentum buffers after the first step
-  std::int64_t activation_bytes = 0;  // alive at the end of the forward (tag activation)
-  std::int64_t step_peak = 0;         // most bytes alive during the step, everything counted
+  std::int64_t parameters = 0;   // learnable values
+  std::int64_t state_bytes = 0;  // parameters and buffers (tag param)
+  models::StepMemory step;       // activations saved for backward, gradients, momentum, the step's peak
 };
 
 // One SGD step (momentum 0.9) of `model` on a batch of random images.
@@ -50,23 +45,8 @@ Measured train_one_step(nn::Module& model, Device device, std::int64_t batch, st
   Generator generator(6);
   const Tensor images = normal({batch, channels, side, side}, 0.0, 1.0, {}, &generator).to(device);
   const Tensor labels = zeros({batch}, {.dtype = DType::i64}).to(device);
-  Measured m;
-  m.parameters = model.parameter_count();
-  m.state_bytes = tag_now(device, MemoryTag::param);
   nn::SGD optimizer(model.parameters(), 0.01, 0.9);
-  Allocator& allocator = allocator_for(device);
-  allocator.reset_peak_stats();
-  const std::int64_t activations_before = tag_now(device, MemoryTag::activation);
-  {
-    const Tensor loss = F::cross_entropy(model(images), labels);
-    m.activation_bytes = tag_now(device, MemoryTag::activation) - activations_before;
-    autograd::backward(loss);
-  }
-  for (const Tensor& p : model.parameters()) m.grad_bytes += static_cast<std::int64_t>(autograd::grad(p).nbytes());
-  optimizer.step();
-  m.optimizer_bytes = tag_now(device, MemoryTag::optimizer);
-  m.step_peak = allocator.stats().requested_bytes.peak;
-  return m;
+  return {model.parameter_count(), tag_now(device, MemoryTag::param), models::training_step(model, optimizer, images, labels)};
 }
 
 void compare_models(Device device, std::int64_t side, std::int64_t batch) {
@@ -80,8 +60,9 @@ void compare_models(Device device, std::int64_t side, std::int64_t batch) {
     model->to(device);
     const Measured m = train_one_step(*model, device, batch, 3, side);
     std::printf("   %-13s %11lld %8.2f MiB %7.2f MiB %7.2f MiB %11.2f MiB %7.1f MiB\n", name,
-                static_cast<long long>(m.parameters), m.state_bytes / kMiB, m.grad_bytes / kMiB,
-                m.optimizer_bytes / kMiB, m.activation_bytes / kMiB / static_cast<double>(batch), m.step_peak / kMiB);
+                static_cast<long long>(m.parameters), m.state_bytes / kMiB, m.step.grad_bytes / kMiB,
+                m.step.optimizer_bytes / kMiB, m.step.activation_bytes / kMiB / static_cast<double>(batch),
+                m.step.peak_bytes / kMiB);
   }
 }
 
@@ -129,7 +110,7 @@ void saved_against_minimum(Device device) {
     models::MobileNetV2 model({.num_classes = kClasses, .in_channels = 1, .cifar_stem = cifar, .generator = &generator});
     model.to(device);
     const Measured m = train_one_step(model, device, kBatch, 1, kSide);
-    const double measured = static_cast<double>(m.activation_bytes) / kBatch;
+    const double measured = static_cast<double>(m.step.activation_bytes) / kBatch;
     const double minimum = analytic_minimum_per_sample(model, kSide);
     const Extras extras = extras_per_sample(model, kBatch, kClasses);
     const double unexplained = measured - minimum - extras.batch_statistics - extras.head;

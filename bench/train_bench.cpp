@@ -1,0 +1,256 @@
+// `frugal bench train`: MobileNetV2 (models/registry.h, 10 classes, one input channel) on a batch of
+// 64 1x32x32 f32 images, with the standard stem and the CIFAR stem, frugal beside PyTorch.
+//   case                                impls            unit        what
+//   mobilenet_v2[_cifar]_b64            frugal, pytorch  img/s       training steps: forward (train mode),
+//                                                                    mean cross-entropy, backward, SGD with
+//                                                                    momentum 0.9, zero_grad
+//   mobilenet_v2[_cifar]_b64_peak       frugal           MiB         the most bytes alive during a step
+//   mobilenet_v2[_cifar]_b64_eval       frugal, pytorch  img/s       forwards in eval mode, no autograd
+//   mobilenet_v2[_cifar]_b64_eval_peak  frugal           MiB         the most bytes alive during one
+//   activation_bytes_per_sample[_cifar] frugal, pytorch  MiB/sample  what a training forward keeps for
+//                                                                    backward, per sample
+// frugal's bytes come from the allocator's books (models/step_memory.h: tag `activation`, and the
+// peak of requested bytes, everything alive counted: weights, momentum, the batch). PyTorch's saved
+// bytes come from its saved-tensor hooks (bench/pytorch_train_peer.py says how they are counted).
+// PyTorch gets no peak rows: its CPU allocator keeps no statistics (torch.cuda.max_memory_allocated is
+// for CUDA only), and the process's RSS counts the interpreter and the libraries, not tensors.
+//
+// The PyTorch peer is one long-lived /usr/bin/python3 process running bench/pytorch_train_peer.py,
+// started once and asked for one timed step at a time, so that frugal's and PyTorch's steps alternate
+// (alternating_median_seconds) under the same load. It gets frugal's weights and batch through
+// safetensors files in a temporary folder and frugal's thread count (torch.set_num_threads). Without
+// python3 or torch, or on a device other than the CPU (Debian's torch has no CUDA), the pytorch rows
+// are absent and a note says why.
+// Not here: the model (models/mobilenet_v2.h), speed targets (docs/benchmarks.md).
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench/bench.h"
+#include "core/allocator_registry.h"
+#include "core/cuda_status.h"
+#include "core/error.h"
+#include "core/random.h"
+#include "models/registry.h"
+#include "models/step_memory.h"
+#include "nn/autograd.h"
+#include "nn/optim.h"
+#include "nn/safetensors.h"
+
+extern char** environ;
+
+namespace frugal::bench {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Sizes {
+  std::int64_t batch;
+  int min_runs;        // timed rounds of each case, frugal and PyTorch in turn
+  double min_seconds;  // and rounds until this long has passed, for the cases of short steps
+};
+// Full: at least 7 rounds and 3 s of each case keep the whole run near 2 minutes on 2 cores (the
+// CIFAR stem's training steps take most of it). Quick: a batch of 4 (BatchNorm needs more than one
+// value per channel at the 1x1 last feature map) and one round.
+constexpr Sizes kFullSizes{64, 7, 3.0};
+constexpr Sizes kQuickSizes{4, 1, 0.0};
+
+constexpr std::int64_t kSide = 32, kClasses = 10;
+constexpr std::uint64_t kSeed = 6;  // the weights and the batch
+constexpr double kMiB = 1024.0 * 1024.0;
+constexpr const char* kPython = "/usr/bin/python3";  // Debian's, where python3-torch installs
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// ---- the PyTorch peer process
+
+// Note [A peer that ends]: writing to the pipe of a peer that has ended raises SIGPIPE, which would
+// end frugal too; while a peer runs, SIGPIPE is ignored, so the write fails with EPIPE instead and
+// the next read reports the peer gone.
+class Peer {
+ public:
+  // Starts the peer; nullptr with `why` filled in when it cannot run here.
+  static std::unique_ptr<Peer> start(int threads, std::string& why) {
+    if (::access(kPython, X_OK) != 0) {
+      why = std::string(kPython) + " not found";
+      return nullptr;
+    }
+    auto peer = std::unique_ptr<Peer>(new Peer(threads));
+    const std::string hello = peer->read_line();
+    if (hello.rfind("ready ", 0) == 0) return peer;
+    if (hello.rfind("unavailable ", 0) == 0)
+      why = kPython + (" cannot import torch: " + hello.substr(12));
+    else
+      why = std::string(FRUGAL_TRAIN_PEER) + (hello.empty() ? " ended before it was ready" : " said '" + hello + "'");
+    return nullptr;
+  }
+
+  // One request line, one reply line; an Error for a reply "error ..." or a peer that ended.
+  std::string ask(const std::string& request) {
+    const std::string line = request + "\n";
+    const bool sent = ::write(to_peer_, line.data(), line.size()) == static_cast<ssize_t>(line.size());
+    const std::string reply = read_line();
+    FRUGAL_CHECK(sent && !reply.empty() && reply.rfind("error ", 0) != 0, "bench train: the PyTorch peer failed on '",
+                 request, "': ", reply.empty() ? "it ended" : reply);
+    return reply;
+  }
+
+  ~Peer() {
+    ::close(to_peer_);  // the peer ends at the end of its input
+    ::close(from_peer_);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    ::sigaction(SIGPIPE, &old_sigpipe_, nullptr);
+  }
+  Peer(const Peer&) = delete;
+  Peer& operator=(const Peer&) = delete;
+
+ private:
+  explicit Peer(int threads) {
+    int in[2], out[2];
+    FRUGAL_CHECK(::pipe(in) == 0 && ::pipe(out) == 0, "bench train: pipe failed: ", std::strerror(errno));
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, in[0], STDIN_FILENO);
+    posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+    for (int fd : {in[0], in[1], out[0], out[1]}) posix_spawn_file_actions_addclose(&actions, fd);
+    std::string script = FRUGAL_TRAIN_PEER, python = kPython, flag = "--threads", count = std::to_string(threads);
+    char* argv[] = {python.data(), script.data(), flag.data(), count.data(), nullptr};
+    const int failed = ::posix_spawn(&pid_, kPython, &actions, nullptr, argv, environ);
+    posix_spawn_file_actions_destroy(&actions);
+    ::close(in[0]);
+    ::close(out[1]);
+    if (failed != 0) {
+      ::close(in[1]);
+      ::close(out[0]);
+      FRUGAL_THROW(Error, "bench train: cannot start ", kPython, ": ", std::strerror(failed));
+    }
+    to_peer_ = in[1];
+    from_peer_ = out[0];
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    ::sigaction(SIGPIPE, &ignore, &old_sigpipe_);  // Note [A peer that ends]
+  }
+
+  // The next line the peer prints, without its newline; "" when the peer has ended.
+  std::string read_line() {
+    std::string line;
+    char c = 0;
+    while (::read(from_peer_, &c, 1) == 1 && c != '\n') line += c;
+    return line;
+  }
+
+  pid_t pid_ = -1;
+  int to_peer_ = -1, from_peer_ = -1;
+  struct sigaction old_sigpipe_ {};
+};
+
+// ---- the cases
+
+struct Stem {
+  std::string name;  // the cases' prefix, and the peer's key for its model
+  bool cifar;
+};
+
+double per_second(const Sizes& sizes, double seconds) { return static_cast<double>(sizes.batch) / seconds; }
+
+// Timed rounds of `frugal_run` and, with a peer, of the peer's `request`; the rows of `case_name`.
+void speed_case(const std::string& case_name, const Sizes& sizes, const std::function<double()>& frugal_run,
+                Peer* peer, const std::string& request, std::vector<Result>& results) {
+  std::vector<std::function<double()>> runs = {frugal_run};
+  if (peer) runs.push_back([&] { return std::stod(peer->ask(request)); });
+  const std::vector<double> seconds = alternating_median_seconds(runs, sizes.min_runs, sizes.min_seconds);
+  results.push_back({case_name, "frugal", per_second(sizes, seconds[0]), "img/s", true});
+  if (peer) results.push_back({case_name, "pytorch", per_second(sizes, seconds[1]), "img/s", true});
+}
+
+// Every case of one stem: frugal's model, batch and optimizer, and the same in the peer.
+void stem_cases(const Stem& stem, const Options& options, const Sizes& sizes, Peer* peer, const TempDir& temp,
+                std::vector<Result>& results) {
+  const Device device = options.device;
+  Generator generator(kSeed);
+  const auto model = models::make_model(
+      "mobilenet_v2", {.num_classes = kClasses, .in_channels = 1, .cifar_stem = stem.cifar, .generator = &generator});
+  const Tensor images = normal({sizes.batch, 1, kSide, kSide}, 0.0, 1.0, {}, &generator);
+  const Tensor labels = randint(0, kClasses, {sizes.batch}, {.dtype = DType::i64}, &generator);
+  if (peer) {  // the same weights and batch, before frugal's steps change them
+    const std::string weights = (temp.path / (stem.name + ".weights.safetensors")).string();
+    const std::string batch = (temp.path / (stem.name + ".batch.safetensors")).string();
+    nn::write_safetensors(weights, model->state_dict());
+    nn::write_safetensors(batch, {{"images", images}, {"labels", labels}});
+    peer->ask("load " + stem.name + " " + (stem.cifar ? "1 " : "0 ") + weights + " " + batch);
+  }
+  model->to(device);
+  const Tensor x = images.to(device), y = labels.to(device);
+  const auto sync = [&] {
+    if (device.is_cuda()) cuda_synchronize(device.index());
+  };
+  Allocator& allocator = allocator_for(device);
+
+  model->train();
+  nn::SGD optimizer(model->parameters(), 0.01, 0.9);
+  models::StepMemory step;
+  speed_case(stem.name + "_b64", sizes, [&] {
+    const auto start = Clock::now();
+    step = models::training_step(*model, optimizer, x, y);
+    sync();
+    return seconds_since(start);
+  }, peer, "train " + stem.name, results);
+  results.push_back({stem.name + "_b64_peak", "frugal", static_cast<double>(step.peak_bytes) / kMiB, "MiB", false});
+
+  model->eval();
+  std::int64_t eval_peak = 0;
+  speed_case(stem.name + "_b64_eval", sizes, [&] {
+    const auto start = Clock::now();
+    allocator.reset_peak_stats();
+    {
+      const autograd::NoGradGuard no_grad;
+      (*model)(x);
+    }
+    sync();
+    eval_peak = allocator.stats().requested_bytes.peak;
+    return seconds_since(start);
+  }, peer, "eval " + stem.name, results);
+  results.push_back({stem.name + "_b64_eval_peak", "frugal", static_cast<double>(eval_peak) / kMiB, "MiB", false});
+
+  // The saved bytes of the last training step above; PyTorch's from one more forward of its own.
+  const std::string saved_case = stem.cifar ? "activation_bytes_per_sample_cifar" : "activation_bytes_per_sample";
+  const auto per_sample = [&](double bytes) { return bytes / static_cast<double>(sizes.batch) / kMiB; };
+  results.push_back({saved_case, "frugal", per_sample(static_cast<double>(step.activation_bytes)), "MiB/sample", false});
+  if (peer)
+    results.push_back({saved_case, "pytorch", per_sample(std::stod(peer->ask("saved " + stem.name))), "MiB/sample", false});
+}
+
+}  // namespace
+
+Report train_benchmark(const Options& options) {
+  const Sizes& sizes = options.quick ? kQuickSizes : kFullSizes;
+  Report report;
+  std::string why;
+  std::unique_ptr<Peer> peer;
+  if (options.device.is_cpu())
+    peer = Peer::start(options.threads, why);
+  else
+    why = "Debian's torch runs on the CPU only, and these rows are " + options.device.str();
+  if (peer)
+    report.notes.push_back(
+        "pytorch has no peak MiB rows: its CPU allocator keeps no statistics of live bytes (only CUDA's does)");
+  else
+    report.notes.push_back("pytorch left out: " + why);
+  const TempDir temp("frugal-train-bench");
+  for (const Stem& stem : {Stem{"mobilenet_v2", false}, Stem{"mobilenet_v2_cifar", true}})
+    stem_cases(stem, options, sizes, peer.get(), temp, report.results);
+  return report;
+}
+
+}  // namespace frugal::bench
