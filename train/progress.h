@@ -1,10 +1,11 @@
 // The progress display of `frugal train`: what one epoch is doing, on one line.
 //
 // On a terminal: one live line, redrawn in place ('\r', the line, then ESC[K to clear what a longer
-// line left) at most kRedrawInterval apart, fitted to the terminal's columns: epoch, a bar, step,
-// loss, accuracy, ETA of the epoch, memory allocated/reserved, then images/s and the memory peak when
-// they fit. At the epoch's end the line is drawn one last time, finished with '\n', and the caller's
-// summary follows on a line of its own.
+// line left) at most kRedrawInterval apart, fitted to the terminal's columns:
+//   epoch 1/3 [########......] 250/1000 loss 0.5000 acc 75.00% eta 2:30 mem 3.00 MiB/8.00 MiB peak 5.00 MiB 1234 img/s
+// (memory allocated/reserved, then the peak). When the line is too wide, images/s gives way first,
+// then the peak, then the bar; the rest is cut at the edge. At the epoch's end the line is drawn one
+// last time, finished with '\n', and the caller's summary follows on a line of its own.
 // Elsewhere (a log file, a pipe, CI): plain lines with no control character at all, one each time
 // the epoch passes another tenth, never closer than kPlainMinInterval apart, and at least every
 // kPlainMaxInterval while the epoch lasts; then the summary.

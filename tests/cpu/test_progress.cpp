@@ -90,7 +90,7 @@ TEST_CASE("progress: on a terminal, one line redrawn in place at most four times
   for (const std::string& line : lines) CHECK(line.size() <= 119);
 }
 
-TEST_CASE("progress: the live line fits the terminal, giving up the bar, speed and peak first") {
+TEST_CASE("progress: the live line fits the terminal: images/s, then the peak, then the bar give way") {
   const StepReport r = report_at(250, 0.2);  // a quarter done after 50 s: 150 s to go
   CHECK(format_progress(r, 200) == "epoch 1/3 [########......................] 250/1000 loss 0.5000 acc 75.00% eta 2:30 "
                                    "mem 3.00 MiB/8.00 MiB peak 5.00 MiB 1234 img/s");
