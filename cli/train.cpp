@@ -59,6 +59,7 @@ TrainCommand::TrainCommand(CLI::App& app)
   c->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a flag given twice: the last wins
   c->add_option("--model", model_, "Model: " + models::model_names())->check(not_empty());
   c->add_option("--width", width_, "MobileNetV2's width multiplier (default 1.0)");
+  c->add_option("--dropout", dropout_, "MobileNetV2's classifier dropout probability (default 0.2, torchvision's)");
   c->add_flag("--cifar-stem", cifar_stem_, "MobileNetV2's stem for 32x32 inputs (stride 1 twice: 12x the compute)");
   c->add_option("--num-classes", num_classes_, "Classes of the classifier (default: the dataset's)")
       ->check(between(2, 1'000'000));
@@ -101,6 +102,7 @@ int TrainCommand::run() const {
   try {
     o.model = model_;
     o.width = width_;
+    o.dropout = dropout_;
     o.cifar_stem = cifar_stem_;
     o.num_classes = num_classes_;
     o.checkpoint_activations = checkpoint_activations_;

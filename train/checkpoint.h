@@ -24,7 +24,7 @@ struct TrainingPosition {
   std::int64_t epoch = 0;        // the epoch in progress, from 0
   std::int64_t batch = 0;        // loader batches of that epoch already trained on
   std::int64_t global_step = 0;  // optimizer steps since the start of training
-  GeneratorState generator;      // the default generator's state (dropout draws from it)
+  GeneratorState generator{};    // the default generator's state (dropout draws from it)
   // The epoch's running sums, so a resumed epoch reports the same loss and accuracy.
   double loss_sum = 0.0;         // sum over trained samples of their loss
   std::int64_t correct = 0;      // trained samples whose argmax was their label

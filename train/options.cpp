@@ -46,6 +46,8 @@ void validate(const TrainOptions& o) {
   FRUGAL_CHECK_VALUE(o.image_size >= 8 && o.image_size <= 4096, "--image-size must be in [8, 4096], got ", o.image_size);
   FRUGAL_CHECK_VALUE(o.workers >= 0 && o.workers <= 64, "--workers must be in [0, 64], got ", o.workers);
   FRUGAL_CHECK_VALUE(!o.width || (*o.width > 0 && *o.width <= 4), "--width must be in (0, 4], got ", o.width.value_or(0));
+  FRUGAL_CHECK_VALUE(!o.dropout || (*o.dropout >= 0 && *o.dropout < 1), "--dropout must be in [0, 1), got ",
+                     o.dropout.value_or(0));
   FRUGAL_CHECK_VALUE(!o.num_classes || *o.num_classes >= 2, "--num-classes must be at least 2, got ",
                      o.num_classes.value_or(0));
   FRUGAL_CHECK_VALUE(!o.amp || *o.amp == DType::f16 || *o.amp == DType::bf16, "--amp must be f16 or bf16");
@@ -58,6 +60,7 @@ std::string run_identity_json(const TrainOptions& o) {
   nlohmann::ordered_json j;
   j["model"] = o.model;
   j["width"] = o.width ? nlohmann::ordered_json(*o.width) : nlohmann::ordered_json("default");
+  j["dropout"] = o.dropout ? nlohmann::ordered_json(*o.dropout) : nlohmann::ordered_json("default");
   j["cifar-stem"] = o.cifar_stem;
   j["num-classes"] = o.num_classes ? nlohmann::ordered_json(*o.num_classes) : nlohmann::ordered_json("dataset");
   j["image-size"] = o.image_size;

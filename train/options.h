@@ -30,6 +30,7 @@ struct TrainOptions {
   // The model (models/registry.h).
   std::string model = "mobilenet_v2";
   std::optional<double> width;               // MobileNetV2's width multiplier
+  std::optional<double> dropout;             // MobileNetV2's classifier dropout (torchvision: 0.2)
   bool cifar_stem = false;                   // MobileNetV2's stride-1 stem for 32x32 inputs
   std::optional<std::int64_t> num_classes;   // default: the dataset's
   bool checkpoint_activations = false;       // recompute each block's activations in backward

@@ -34,8 +34,8 @@ double seconds_since(Clock::time_point start) { return std::chrono::duration<dou
 // Two groups, as the usual recipes: weights (matrices and kernels, dim > 1) decayed; biases and
 // BatchNorm's scale and shift (dim 1) not, since shrinking them regularises nothing.
 std::vector<nn::ParamGroup> param_groups(const nn::Module& model, const TrainOptions& o) {
-  nn::ParamGroup decayed{.lr = o.lr, .weight_decay = o.weight_decay};
-  nn::ParamGroup undecayed{.lr = o.lr, .weight_decay = 0.0};
+  nn::ParamGroup decayed{.params = {}, .lr = o.lr, .weight_decay = o.weight_decay};
+  nn::ParamGroup undecayed{.params = {}, .lr = o.lr, .weight_decay = 0.0};
   for (const Tensor& p : model.parameters()) (p.dim() > 1 ? decayed : undecayed).params.push_back(p);
   return {decayed, undecayed};
 }
@@ -115,6 +115,7 @@ Run::Run(const TrainOptions& o, const TrainHooks& h) : options(o), hooks(h) {
   const models::ModelOptions model_options{.num_classes = num_classes,
                                            .in_channels = train_split->sample_shape()[0],
                                            .width_mult = o.width,
+                                           .dropout = o.dropout,
                                            .cifar_stem = o.cifar_stem,
                                            .checkpoint_activations = o.checkpoint_activations,
                                            .inplace_activations = o.inplace_activations};
@@ -225,6 +226,19 @@ StepInfo step_info(const Run& run, double epoch_seconds, std::int64_t epoch_samp
   return s;
 }
 
+// "mobilenet_v2, 2236106 parameters, on cpu; Fashion-MNIST (...): 60000 train and 10000 test samples of
+// [1, 28, 28]; 938 steps per epoch": the data's own description up to its details.
+std::string start_line(const Run& run) {
+  const data::DatasetSplits& splits = run.inputs.splits;
+  const std::string& description = splits.description;
+  std::string line = run.options.model + ", " + std::to_string(run.model->parameter_count()) + " parameters, on " +
+                     run.options.device.str() + "; " + description.substr(0, description.find(": ")) + ": " +
+                     std::to_string(splits.train->size()) + " train";
+  if (splits.test) line += " and " + std::to_string(splits.test->size()) + " test";
+  return line + " samples of " + shape_str(splits.train->sample_shape()) + "; " + std::to_string(run.steps_per_epoch) +
+         " steps per epoch";
+}
+
 // ---- one epoch, the whole run -------------------------------------------------------------------
 
 enum class EpochEnd { finished, stopped, interrupted };
@@ -311,10 +325,7 @@ TrainResult train(const TrainOptions& options, const TrainHooks& hooks) {
   const auto start = Clock::now();
   Run run(options, hooks);
   default_caching_allocator(options.device).reset_peak_stats();
-  if (hooks.on_start)
-    hooks.on_start(options.model + ", " + std::to_string(run.model->parameter_count()) + " parameters, on " +
-                   options.device.str() + "; " + run.inputs.splits.description + "; " + std::to_string(run.steps_per_epoch) +
-                   " steps per epoch");
+  if (hooks.on_start) hooks.on_start(start_line(run));
   TrainResult result;
   StepInfo last;
   EpochEnd end = EpochEnd::finished;
