@@ -26,6 +26,19 @@ for split, n in (("train", n_train), ("t10k", n_test)):
 PY
 }
 
+# signal_after_progress SIGNAL ARGS...: runs `frugal train ARGS` (stdout in $dir/out, stderr in
+# $dir/err), sends it SIGNAL once its first progress line is out, and prints its exit code.
+signal_after_progress() {
+  local signal=$1 pid code
+  shift
+  "$frugal" train "$@" >"$dir/out" 2>"$dir/err" &
+  pid=$!
+  for _ in $(seq 500); do grep -q "epoch 1/1" "$dir/out" 2>/dev/null && break; sleep 0.02; done
+  kill -"$signal" "$pid"
+  set +e; wait "$pid"; code=$?; set -e
+  echo "$code"
+}
+
 # json_field FILE KEY: one field of a JSON document.
 json_field() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2"; }
 
@@ -131,21 +144,13 @@ PY
   train_interrupted)
     # SIGINT: a checkpoint at the next step boundary, exit 130, and the run resumes from it; SIGTERM: 143.
     make_subset "$dir" 3200 32
-    "$frugal" train --data "$dir" --model cnn --batch-size 8 --save "$dir/c.safetensors" >"$dir/out" 2>"$dir/err" &
-    pid=$!
-    for _ in $(seq 500); do grep -q "epoch 1/1" "$dir/out" 2>/dev/null && break; sleep 0.02; done
-    kill -INT "$pid"
-    set +e; wait "$pid"; code=$?; set -e
+    code=$(signal_after_progress INT --data "$dir" --model cnn --batch-size 8 --save "$dir/c.safetensors")
     [ "$code" -eq 130 ] || fail "interrupted run exited $code: $(cat "$dir/err")"
     grep -q "^frugal train: stopped by Interrupt after step [0-9]*; resume with --resume $dir/c.safetensors$" "$dir/err" ||
       fail "no resume hint: $(cat "$dir/err")"
     "$frugal" train --data "$dir" --model cnn --batch-size 8 --resume "$dir/c.safetensors" --steps 401 >/dev/null ||
       fail "the interrupted run's checkpoint does not resume"
-    "$frugal" train --data "$dir" --model cnn --batch-size 8 --no-eval >"$dir/out2" 2>"$dir/err" &
-    pid=$!
-    for _ in $(seq 500); do grep -q "epoch 1/1" "$dir/out2" 2>/dev/null && break; sleep 0.02; done
-    kill -TERM "$pid"
-    set +e; wait "$pid"; code=$?; set -e
+    code=$(signal_after_progress TERM --data "$dir" --model cnn --batch-size 8 --no-eval)
     [ "$code" -eq 143 ] || fail "terminated run exited $code: $(cat "$dir/err")"
     grep -q "^frugal train: stopped by Terminated after step [0-9]* (no --save, nothing kept)$" "$dir/err" ||
       fail "SIGTERM message: $(cat "$dir/err")"

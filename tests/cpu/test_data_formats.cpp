@@ -33,14 +33,15 @@
 #include "data/mapped_file.h"
 #include "data/shard.h"
 #include "tests/cpu/temp_dir.h"
+#include "tests/cpu/test_files.h"
 #include "tests/skip.h"
 
 using namespace frugal;
 using namespace frugal::data;
 namespace fs = std::filesystem;
-using Bytes = std::vector<std::uint8_t>;
 
 using frugal::test::TempDir;
+using namespace frugal::test;  // write_bytes, read_bytes, write_gz, idx_u8
 
 namespace {
 
@@ -49,22 +50,6 @@ std::vector<std::string> files_in(const std::string& folder) {  // the names in 
   for (const auto& entry : fs::directory_iterator(folder)) names.push_back(entry.path().filename().string());
   std::ranges::sort(names);
   return names;
-}
-
-void write_bytes(const std::string& path, const Bytes& bytes) {
-  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), std::ssize(bytes));
-}
-
-Bytes read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return Bytes(std::istreambuf_iterator<char>(in), {});
-}
-
-void write_gz(const std::string& path, const Bytes& bytes) {
-  gzFile file = gzopen(path.c_str(), "wb");
-  REQUIRE(file != nullptr);
-  REQUIRE(gzwrite(file, bytes.data(), static_cast<unsigned>(bytes.size())) == static_cast<int>(bytes.size()));
-  REQUIRE(gzclose(file) == Z_OK);
 }
 
 template <typename T>

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "data/image_folder.h"
 #include "data/mapped_file.h"
+#include "tests/cpu/test_files.h"
 #include "tests/skip.h"
 
 #define STB_IMAGE_WRITE_IMPLEMENTATION
@@ -19,6 +20,9 @@
 using namespace frugal;
 using frugal::data::ImageFolder;
 namespace fs = std::filesystem;
+
+using frugal::test::read_bytes;
+using frugal::test::write_bytes;
 
 namespace {
 
@@ -38,16 +42,6 @@ void write_image(const std::string& file, int w, int h, int channels, const std:
                  : ext == ".png" ? stbi_write_png(file.c_str(), w, h, channels, pixels.data(), w * channels)
                                  : stbi_write_jpg(file.c_str(), w, h, channels, pixels.data(), 90);
   REQUIRE(ok != 0);
-}
-
-void write_bytes(const std::string& file, const std::vector<std::uint8_t>& bytes) {
-  fs::create_directories(fs::path(file).parent_path());
-  std::ofstream(file, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-}
-
-std::vector<std::uint8_t> read_bytes(const std::string& file) {
-  std::ifstream in(file, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
 std::vector<int> values(const Tensor& t) { return t.to_vector<int>(); }

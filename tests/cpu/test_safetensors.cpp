@@ -15,25 +15,17 @@
 #include "nn/layers.h"
 #include "nn/safetensors.h"
 #include "tests/cpu/temp_dir.h"
+#include "tests/cpu/test_files.h"
 #include "tests/skip.h"
 
 using namespace frugal;
 using namespace frugal::nn;
 namespace fs = std::filesystem;
-using Bytes = std::vector<std::uint8_t>;
 
 using frugal::test::TempDir;
+using namespace frugal::test;  // write_bytes, read_bytes, write_gz, idx_u8
 
 namespace {
-
-void write_bytes(const std::string& path, const Bytes& bytes) {
-  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), std::ssize(bytes));
-}
-
-Bytes read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return Bytes(std::istreambuf_iterator<char>(in), {});
-}
 
 // A file: N as 8 little-endian bytes (`length`, when given, instead of the header's size), the
 // header text as given (no padding added), then `data`.

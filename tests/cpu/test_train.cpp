@@ -6,12 +6,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include "nn/safetensors.h"
 #include "tests/cpu/temp_dir.h"
+#include "tests/cpu/test_files.h"
 #include "train/checkpoint.h"
 #include "train/options.h"
 #include "train/trainer.h"
@@ -21,28 +21,18 @@ using frugal::test::TempDir;
 
 namespace {
 
-void write_be32(std::ofstream& out, std::uint32_t v) {
-  const char bytes[4] = {char(v >> 24), char(v >> 16), char(v >> 8), char(v)};
-  out.write(bytes, 4);
-}
-
 // `count` 12x12 images in IDX files named as Fashion-MNIST's (train and t10k): pixels from a fixed
 // formula, labels cycling through 10 classes, so a model has something to fit.
 void write_idx_folder(const TempDir& dir, std::uint32_t count) {
+  test::Bytes images, labels;
+  for (std::uint32_t i = 0; i < count; ++i) {
+    const std::uint32_t label = i % 10;
+    for (std::uint32_t p = 0; p < 144; ++p) images.push_back(static_cast<std::uint8_t>((p * (label + 1) + 7 * i) % 256));
+    labels.push_back(static_cast<std::uint8_t>(label));
+  }
   for (const std::string split : {"train", "t10k"}) {
-    std::ofstream images(dir / (split + "-images-idx3-ubyte"), std::ios::binary);
-    std::ofstream labels(dir / (split + "-labels-idx1-ubyte"), std::ios::binary);
-    write_be32(images, 0x803);
-    write_be32(images, count);
-    write_be32(images, 12);
-    write_be32(images, 12);
-    write_be32(labels, 0x801);
-    write_be32(labels, count);
-    for (std::uint32_t i = 0; i < count; ++i) {
-      const std::uint32_t label = i % 10;
-      for (std::uint32_t p = 0; p < 144; ++p) images.put(static_cast<char>((p * (label + 1) + 7 * i) % 256));
-      labels.put(static_cast<char>(label));
-    }
+    test::write_bytes(dir / (split + "-images-idx3-ubyte"), test::idx_u8({count, 12, 12}, images));
+    test::write_bytes(dir / (split + "-labels-idx1-ubyte"), test::idx_u8({count}, labels));
   }
 }
 

@@ -20,6 +20,7 @@
 #include "data/shard.h"
 #include "data/transforms.h"
 #include "tests/cpu/temp_dir.h"
+#include "tests/cpu/test_files.h"
 #include "tests/skip.h"
 
 #include <stb/stb_image_write.h>  // declarations: test_image_folder.cpp compiles the implementation
@@ -27,30 +28,10 @@
 using namespace frugal;
 using namespace frugal::data;
 namespace fs = std::filesystem;
-using Bytes = std::vector<std::uint8_t>;
 using frugal::test::TempDir;
+using namespace frugal::test;  // write_bytes, read_bytes, write_gz, idx_u8
 
 namespace {
-
-void write_bytes(const std::string& path, const Bytes& bytes) {
-  fs::create_directories(fs::path(path).parent_path());
-  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), std::ssize(bytes));
-}
-
-void write_gz(const std::string& path, const Bytes& bytes) {
-  gzFile file = gzopen(path.c_str(), "wb");
-  REQUIRE(file != nullptr);
-  REQUIRE(gzwrite(file, bytes.data(), static_cast<unsigned>(bytes.size())) == static_cast<int>(bytes.size()));
-  REQUIRE(gzclose(file) == Z_OK);
-}
-
-Bytes idx_u8(const std::vector<std::uint32_t>& dims, const Bytes& values) {  // an IDX file of u8 elements
-  Bytes bytes = {0, 0, 0x08, static_cast<std::uint8_t>(dims.size())};
-  for (const std::uint32_t dim : dims)
-    for (int shift = 24; shift >= 0; shift -= 8) bytes.push_back(static_cast<std::uint8_t>(dim >> shift));
-  bytes.insert(bytes.end(), values.begin(), values.end());
-  return bytes;
-}
 
 // `labels.size()` images of side x side with pixel (i, y, x) = 10 * i + y + x, and their labels, as
 // PREFIX-images-idx3-ubyte and PREFIX-labels-idx1-ubyte in `folder` (gzipped with `gz`).
