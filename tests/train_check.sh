@@ -68,7 +68,7 @@ case $check in
     "$frugal" train --data "$dir" --model cnn --steps 1 --save "$dir/c.safetensors" >/dev/null
     "$frugal" train --data "$dir" --model cnn --steps 1 --lr 0.5 --resume "$dir/c.safetensors" >/dev/null 2>"$dir/err" &&
       fail "resuming with another --lr was accepted"
-    grep -q "^frugal train: $dir/c.safetensors: not the same run: --lr 0.5 but the checkpoint has 0.002$" "$dir/err" ||
+    grep -q "^frugal train: $dir/c.safetensors: not the same run: --lr 0.5 but the checkpoint has 0.01$" "$dir/err" ||
       fail "mismatched resume: $(cat "$dir/err")"
     ;;
   train_cnn_learns)

@@ -50,7 +50,7 @@ struct TrainOptions {
   std::int64_t batch_size = 64;
   std::int64_t accum = 1;                    // micro-batches of batch_size per optimizer step
   OptimizerKind optimizer = OptimizerKind::adamw;
-  double lr = 2e-3;
+  double lr = 1e-2;
   double momentum = 0.9;                     // SGD's momentum; AdamW's beta1
   double weight_decay = 0.05;                // on weights only: biases and norm parameters are not decayed
   ScheduleKind schedule = ScheduleKind::cosine;

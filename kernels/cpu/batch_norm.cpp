@@ -14,9 +14,23 @@ void batch_norm_statistics(DType dtype, const void* x, const BatchNormShape& sha
   visit_floating(dtype, "batch norm", [&]<typename T, typename C>() {
     const T* in = static_cast<const T*>(x);
     parallel_for(shape.channels, shape.channels * shape.per_channel(), [&](std::int64_t c) {
+      // Per plane (one sample's channel c) two passes, its sum and then the squared deviations from
+      // its mean, merged into the channel's statistics with Chan's formula: as accurate as Welford's
+      // element-by-element update, without its division per element (which made this loop 12% of a
+      // MobileNetV2 training step).
+      const auto count = static_cast<double>(shape.spatial);
       Welford stats;
-      for (std::int64_t n = 0; n < shape.batch; ++n)
-        for (std::int64_t s = 0; s < shape.spatial; ++s) stats.add(convert<double>(in[shape.offset(n, c, s)]));
+      for (std::int64_t n = 0; n < shape.batch; ++n) {
+        double sum = 0.0;
+        for (std::int64_t s = 0; s < shape.spatial; ++s) sum += convert<double>(in[shape.offset(n, c, s)]);
+        const double mean = sum / count;
+        double m2 = 0.0;
+        for (std::int64_t s = 0; s < shape.spatial; ++s) {
+          const double deviation = convert<double>(in[shape.offset(n, c, s)]) - mean;
+          m2 += deviation * deviation;
+        }
+        stats.merge(Welford{count, mean, m2});
+      }
       batch_norm::finish_statistics(stats, c, momentum, eps, static_cast<C*>(save_mean), static_cast<C*>(save_invstd),
                                     static_cast<C*>(running_mean), static_cast<C*>(running_var));
     });

@@ -24,6 +24,7 @@ void sgd_step(DType dtype, const TensorList& list, const SgdConfig& config) {
 }
 
 void adamw_step(DType dtype, const TensorList& list, const AdamWConfig& config) {
+  const optimizer::AdamWCorrections corrections = optimizer::adamw_corrections(config);
   visit_floating(dtype, "optimizer steps", [&]<typename T, typename C>() {
     for (int t = 0; t < list.count; ++t) {
       T* p = static_cast<T*>(list.params[t]);
@@ -32,7 +33,7 @@ void adamw_step(DType dtype, const TensorList& list, const AdamWConfig& config) 
       T* v = static_cast<T*>(list.state2[t]);
       parallel_for(list.sizes[t], list.sizes[t], [&](std::int64_t i) {
         C param = convert<C>(p[i]), mi = convert<C>(m[i]), vi = convert<C>(v[i]);
-        optimizer::adamw<C>(param, convert<C>(g[i]), mi, vi, config);
+        optimizer::adamw<C>(param, convert<C>(g[i]), mi, vi, config, corrections);
         p[i] = convert<T>(param);
         m[i] = convert<T>(mi);
         v[i] = convert<T>(vi);

@@ -29,7 +29,7 @@ __global__ void sgd_kernel(TensorList list, SgdConfig config) {
 }
 
 template <typename T, typename C>
-__global__ void adamw_kernel(TensorList list, AdamWConfig config) {
+__global__ void adamw_kernel(TensorList list, AdamWConfig config, optimizer::AdamWCorrections corrections) {
   const int t = blockIdx.y;
   T* p = static_cast<T*>(list.params[t]);
   const T* g = static_cast<const T*>(list.grads[t]);
@@ -37,7 +37,7 @@ __global__ void adamw_kernel(TensorList list, AdamWConfig config) {
   T* v = static_cast<T*>(list.state2[t]);
   for (std::int64_t i = grid_thread(); i < list.sizes[t]; i += grid_threads()) {
     C param = convert<C>(p[i]), mi = convert<C>(m[i]), vi = convert<C>(v[i]);
-    optimizer::adamw<C>(param, convert<C>(g[i]), mi, vi, config);
+    optimizer::adamw<C>(param, convert<C>(g[i]), mi, vi, config, corrections);
     p[i] = convert<T>(param);
     m[i] = convert<T>(mi);
     v[i] = convert<T>(vi);
@@ -59,7 +59,8 @@ void adamw_step(DType dtype, const TensorList& list, const AdamWConfig& config) 
   if (list.count == 0) return;
   const dim3 grid(kBlocksPerTensor, static_cast<unsigned>(list.count));
   visit_floating(dtype, "optimizer steps", [&]<typename T, typename C>() {
-    FRUGAL_LAUNCH(grid, kGridBlockThreads, 0, nullptr, adamw_kernel<T, C>)(list, config);
+    FRUGAL_LAUNCH(grid, kGridBlockThreads, 0, nullptr, adamw_kernel<T, C>)(list, config,
+                                                                             optimizer::adamw_corrections(config));
   });
   FRUGAL_CUDA_CHECK_LAUNCH();
 }

@@ -66,7 +66,7 @@ TEST_CASE("train options: a resumed run must be the same run, and the difference
   b.lr = 0.5;
   CHECK(train::identity_difference(train::run_identity_json(a), train::run_identity_json(a)).empty());
   CHECK(train::identity_difference(train::run_identity_json(b), train::run_identity_json(a)) ==
-        "--lr 0.5 but the checkpoint has 0.002");
+        "--lr 0.5 but the checkpoint has 0.01");
   b = a;
   b.workers = 7;  // how the data is loaded does not change the numbers
   b.checkpoint_activations = true;
