@@ -33,7 +33,7 @@ signal_after_progress() {
   shift
   "$frugal" train "$@" >"$dir/out" 2>"$dir/err" &
   pid=$!
-  for _ in $(seq 500); do grep -q "epoch 1/1" "$dir/out" 2>/dev/null && break; sleep 0.02; done
+  for _ in $(seq 1500); do grep -q "^epoch 1/20 " "$dir/out" 2>/dev/null && break; sleep 0.02; done
   kill -"$signal" "$pid"
   set +e; wait "$pid"; code=$?; set -e
   echo "$code"
@@ -144,13 +144,15 @@ PY
   train_interrupted)
     # SIGINT: a checkpoint at the next step boundary, exit 130, and the run resumes from it; SIGTERM: 143.
     make_subset "$dir" 3200 32
-    code=$(signal_after_progress INT --data "$dir" --model cnn --batch-size 8 --save "$dir/c.safetensors")
+    # 20 epochs of 400 steps: far more than a fast build finishes before the first progress line.
+    long=(--data "$dir" --model cnn --batch-size 8 --epochs 20)
+    code=$(signal_after_progress INT "${long[@]}" --save "$dir/c.safetensors")
     [ "$code" -eq 130 ] || fail "interrupted run exited $code: $(cat "$dir/err")"
     grep -q "^frugal train: stopped by Interrupt after step [0-9]*; resume with --resume $dir/c.safetensors$" "$dir/err" ||
       fail "no resume hint: $(cat "$dir/err")"
-    "$frugal" train --data "$dir" --model cnn --batch-size 8 --resume "$dir/c.safetensors" --steps 401 >/dev/null ||
+    "$frugal" train "${long[@]}" --resume "$dir/c.safetensors" --steps 401 >/dev/null ||
       fail "the interrupted run's checkpoint does not resume"
-    code=$(signal_after_progress TERM --data "$dir" --model cnn --batch-size 8 --no-eval)
+    code=$(signal_after_progress TERM "${long[@]}" --no-eval)
     [ "$code" -eq 143 ] || fail "terminated run exited $code: $(cat "$dir/err")"
     grep -q "^frugal train: stopped by Terminated after step [0-9]* (no --save, nothing kept)$" "$dir/err" ||
       fail "SIGTERM message: $(cat "$dir/err")"
