@@ -63,7 +63,7 @@ std::vector<double> alternating_median_seconds(const std::vector<std::function<d
 // A fresh folder under the system's temporary directory, removed with everything in it.
 struct TempDir {
   std::filesystem::path path;
-  explicit TempDir(const std::string& prefix);  // the folder is named PREFIX-XXXXXX
+  explicit TempDir(const std::string& prefix);  // the folder: PREFIX, a dash, six random characters (mkdtemp)
   ~TempDir();
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;

@@ -79,7 +79,7 @@ std::vector<double> alternating_median_seconds(const std::vector<std::function<d
 }
 
 TempDir::TempDir(const std::string& prefix) {
-  std::string pattern = (std::filesystem::temp_directory_path() / (prefix + "-XXXXXX")).string();
+  std::string pattern = (std::filesystem::temp_directory_path() / (prefix + "-XXXXXX")).string();  // mkdtemp fills in the X
   FRUGAL_CHECK(::mkdtemp(pattern.data()) != nullptr, "bench: cannot create a folder in ",
                std::filesystem::temp_directory_path().string(), ": ", std::strerror(errno));
   path = pattern;
