@@ -10,6 +10,34 @@
 
 namespace frugal::nn {
 
+// ---- module call observers ----------------------------------------------------------------------
+
+namespace {
+thread_local std::vector<ModuleCallObserver*> t_observers;  // innermost last
+
+// Tells every observer that `module`'s call ended, however it ended.
+struct CallEnd {
+  const Module& module;
+  const Tensor* output = nullptr;
+  ~CallEnd() {
+    for (auto it = t_observers.rbegin(); it != t_observers.rend(); ++it) (*it)->after_call(module, output);
+  }
+};
+}  // namespace
+
+ModuleCallObserverScope::ModuleCallObserverScope(ModuleCallObserver& observer) { t_observers.push_back(&observer); }
+ModuleCallObserverScope::~ModuleCallObserverScope() { t_observers.pop_back(); }
+
+Tensor Module::operator()(const Tensor& x) {
+  if (t_observers.empty()) return forward(x);
+  for (auto it = t_observers.rbegin(); it != t_observers.rend(); ++it) (*it)->before_call(*this);
+  Tensor y;  // declared first, so it outlives `end`, which reads it
+  CallEnd end{*this};
+  y = forward(x);
+  end.output = &y;
+  return y;
+}
+
 namespace {
 
 std::string join(const std::string& prefix, const std::string& name) { return prefix.empty() ? name : prefix + "." + name; }

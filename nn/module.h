@@ -33,6 +33,29 @@
 
 namespace frugal::nn {
 
+class Module;
+
+// Sees every module call made through Module::operator() on this thread: how memory reports (the
+// planner, the leak detector, the timeline) tell which layer an allocation belongs to. Calls nest:
+// a block's call encloses its layers' calls. after_call runs on the way out whether forward
+// returned (output set) or threw (output nullptr), so an observer's stack stays balanced.
+class ModuleCallObserver {
+ public:
+  virtual ~ModuleCallObserver() = default;
+  virtual void before_call(const Module& module) = 0;
+  virtual void after_call(const Module& module, const Tensor* output) = 0;
+};
+
+// Adds an observer for this thread's module calls while the scope lives. Scopes nest; every
+// observer in force sees every call, the innermost first.
+class ModuleCallObserverScope {
+ public:
+  explicit ModuleCallObserverScope(ModuleCallObserver& observer);
+  ~ModuleCallObserverScope();
+  ModuleCallObserverScope(const ModuleCallObserverScope&) = delete;
+  ModuleCallObserverScope& operator=(const ModuleCallObserverScope&) = delete;
+};
+
 // Named tensors in order; the same type as StateDict.
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
@@ -49,7 +72,8 @@ class Module {
   Module& operator=(const Module&) = delete;
 
   virtual Tensor forward(const Tensor& x) = 0;
-  Tensor operator()(const Tensor& x) { return forward(x); }
+  // forward(x), seen by this thread's ModuleCallObservers. Layers call their children this way.
+  Tensor operator()(const Tensor& x);
 
   // The class's name ("Conv2d"), for memory reports and error messages.
   const std::string& type_name() const { return type_name_; }

@@ -499,3 +499,29 @@ TEST_CASE("nn modules: gradcheck through Conv2d, BatchNorm2d, ReLU6, MaxPool2d a
   for (const Tensor& p : net.parameters()) inputs.push_back(p);  // perturbed in place: the module's own tensors
   autograd::gradcheck([&net](const std::vector<Tensor>& in) { return net(in[0]); }, inputs);
 }
+
+namespace {
+// Writes "+Type" when a call starts and "-Type" (or "!Type" when forward threw) when it ends.
+struct CallLog : ModuleCallObserver {
+  std::string log;
+  void before_call(const Module& m) override { log += "+" + m.type_name() + " "; }
+  void after_call(const Module& m, const Tensor* out) override { log += (out ? "-" : "!") + m.type_name() + " "; }
+};
+}  // namespace
+
+TEST_CASE("module call observers see nested calls in order, and calls that throw") {
+  auto net = std::make_shared<Sequential>(
+      std::initializer_list<std::shared_ptr<Module>>{std::make_shared<Linear>(3, 2), std::make_shared<ReLU>()});
+  CallLog outer, inner;
+  {
+    ModuleCallObserverScope outer_scope(outer);
+    {
+      ModuleCallObserverScope inner_scope(inner);
+      (*net)(zeros({4, 3}));
+    }
+    CHECK_THROWS_AS((*net)(zeros({4, 5})), ShapeError);  // Linear expects 3 features
+  }
+  (*net)(zeros({1, 3}));  // no observer in force: nothing is logged
+  CHECK(inner.log == "+Sequential +Linear -Linear +ReLU -ReLU -Sequential ");
+  CHECK(outer.log == inner.log + "+Sequential +Linear !Linear !Sequential ");
+}
