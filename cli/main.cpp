@@ -8,6 +8,7 @@
 #include "cli/alloc_replay.h"
 #include "cli/bench.h"
 #include "cli/eval.h"
+#include "cli/plan.h"
 #include "cli/info.h"
 #include "cli/inspect.h"
 #include "cli/pack.h"
@@ -36,12 +37,13 @@ int main(int argc, char** argv) {
   frugal::cli::InfoCommand info(app);
   frugal::cli::TrainCommand train(app);
   frugal::cli::EvalCommand eval(app);
+  frugal::cli::PlanCommand plan(app);
   frugal::cli::BenchCommand bench(app);
   frugal::cli::AllocReplayCommand alloc_replay(app);
   frugal::cli::PackCommand pack(app);
   frugal::cli::InspectCommand inspect(app);
   frugal::cli::RunStepCommand run_step(app);
-  const frugal::cli::Subcommand* const modules[] = {&info, &train, &eval, &bench, &alloc_replay, &pack, &inspect, &run_step};
+  const frugal::cli::Subcommand* const modules[] = {&info, &train, &eval, &plan, &bench, &alloc_replay, &pack, &inspect, &run_step};
 
   try {
     app.parse(argc, argv);
@@ -52,7 +54,7 @@ int main(int argc, char** argv) {
   }
 
   if (app.get_subcommands().empty()) {
-    std::cerr << "frugal: name a subcommand: info, train, eval, bench, alloc-replay, pack, inspect or run-step (see 'frugal --help')\n";
+    std::cerr << "frugal: name a subcommand: info, train, eval, plan, bench, alloc-replay, pack, inspect or run-step (see 'frugal --help')\n";
     return kExitUsage;
   }
 

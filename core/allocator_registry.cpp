@@ -27,7 +27,6 @@ namespace frugal {
 
 namespace {
 
-constexpr int kNumDeviceTypes = 2;  // DeviceType::CPU, DeviceType::CUDA
 
 struct Slot {
   std::atomic<Allocator*> serving{nullptr};          // what allocator_for returns
@@ -70,6 +69,8 @@ std::unique_ptr<Backing> default_backing(Device device) {
   switch (device.type()) {
     case DeviceType::CPU:
       return std::make_unique<HostBacking>();
+    case DeviceType::Meta:  // addresses without memory; limits and statistics work as on any device
+      return std::make_unique<SimulatedBacking>(Device::meta());
     case DeviceType::CUDA:
       check_device_usable(device);  // CUDA usable, and the index among the visible devices
 #if FRUGAL_WITH_CUDA

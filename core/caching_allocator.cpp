@@ -841,6 +841,11 @@ void CachingAllocator::record(AllocEvent::Kind kind, std::uintptr_t address, std
   history_next_ = (history_next_ + 1) % history_capacity_;
 }
 
+std::size_t CachingAllocator::history_size() const {
+  std::lock_guard lock(mutex_);
+  return history_.size();
+}
+
 std::vector<AllocEvent> CachingAllocator::history() const {
   std::lock_guard lock(mutex_);
   if (history_.size() < history_capacity_) return history_;

@@ -160,6 +160,8 @@ class CachingAllocator final : public Allocator {
   // Recording into a ring buffer of the last `max_events` events (0 stops and clears).
   void record_history(std::size_t max_events);
   std::vector<AllocEvent> history() const;
+  // Events recorded so far, up to max_events: an index into history() for marking where a phase starts.
+  std::size_t history_size() const;
   // The history as a replayable trace ("+ ID BYTES STREAM TAG" / "- ID", see memory/alloc_trace.h),
   // and as Chrome trace-event JSON that Perfetto and chrome://tracing open.
   void write_trace(std::ostream& out) const;

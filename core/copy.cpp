@@ -20,6 +20,8 @@ void copy_elements(const Tensor& dst, const Tensor& src) {
   switch (dst.device().type()) {
     case DeviceType::CPU:
       return cpu::copy_strided(dst.data_ptr(), dst.dtype(), dst.layout(), src.data_ptr(), src.dtype(), src.layout());
+    case DeviceType::Meta:
+      return;
     case DeviceType::CUDA:
 #if FRUGAL_WITH_CUDA
       cuda::set_current_device(dst.device().index());
@@ -35,6 +37,8 @@ void fill_elements(const Tensor& dst, double value) {
   switch (dst.device().type()) {
     case DeviceType::CPU:
       return cpu::fill_strided(dst.data_ptr(), dst.dtype(), dst.layout(), value);
+    case DeviceType::Meta:
+      return;
     case DeviceType::CUDA:
 #if FRUGAL_WITH_CUDA
       cuda::set_current_device(dst.device().index());
@@ -51,6 +55,8 @@ void random_fill(const Tensor& dst, const RandomSpec& spec) {
   switch (dst.device().type()) {
     case DeviceType::CPU:
       return cpu::random_fill(dst.data_ptr(), dst.dtype(), dst.numel(), spec);
+    case DeviceType::Meta:
+      return;
     case DeviceType::CUDA:
 #if FRUGAL_WITH_CUDA
       cuda::set_current_device(dst.device().index());
@@ -62,7 +68,8 @@ void random_fill(const Tensor& dst, const RandomSpec& spec) {
 }
 
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, std::size_t bytes) {
-  if (bytes == 0) return;
+  if (bytes == 0 || dst_device.is_meta()) return;  // to meta: nothing to write
+  if (src_device.is_meta()) throw_meta_has_no_data("copy");
   if (dst_device.is_cpu() && src_device.is_cpu()) {
     std::memcpy(dst, src, bytes);
     return;

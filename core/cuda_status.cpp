@@ -1,5 +1,5 @@
 // cuda_status and friends (see cuda_status.h): forwards to core/cuda/ when CUDA is compiled in,
-// otherwise answers "not compiled in"; and throw_no_cuda (core/dispatch.h).
+// otherwise answers "not compiled in"; and the dispatch errors of core/dispatch.h.
 #include "core/cuda_status.h"
 
 #include "core/dispatch.h"
@@ -13,6 +13,10 @@ namespace frugal {
 
 void throw_no_cuda(const char* op) {
   FRUGAL_THROW(DeviceError, op, ": CUDA tensors need a build with CUDA (this one has FRUGAL_CUDA=OFF)");
+}
+
+void throw_meta_has_no_data(const char* op) {
+  FRUGAL_THROW(DeviceError, op, ": a meta tensor has a shape but no data to read (the meta device only plans memory)");
 }
 
 const CudaStatus& cuda_status() {

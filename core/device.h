@@ -1,4 +1,7 @@
-// Device: where a tensor's bytes live (the CPU, or one CUDA GPU by index).
+// Device: where a tensor's bytes live (the CPU, or one CUDA GPU by index), or the meta device, where
+// they do not live at all: a meta tensor has a shape, a dtype and an allocation counted by the meta
+// allocator (fake addresses, no memory), and every op on it computes shapes and allocates its
+// outputs exactly as on the CPU but runs no kernel. The memory planner runs models there.
 // Not here: whether CUDA is usable at run time (core/cuda_status.h) or how memory is obtained
 // (core/allocator.h).
 #pragma once
@@ -11,23 +14,26 @@
 
 namespace frugal {
 
-enum class DeviceType : std::uint8_t { CPU, CUDA };
+enum class DeviceType : std::uint8_t { CPU, CUDA, Meta };
+inline constexpr int kNumDeviceTypes = 3;  // for tables indexed by DeviceType
 
 class Device {
  public:
   constexpr Device() = default;  // the CPU
-  constexpr Device(DeviceType type, int index) : type_(type), index_(type == DeviceType::CPU ? 0 : index) {}
+  constexpr Device(DeviceType type, int index) : type_(type), index_(type == DeviceType::CUDA ? index : 0) {}
 
   static constexpr Device cpu() { return Device(); }
   static constexpr Device cuda(int index = 0) { return Device(DeviceType::CUDA, index); }
-  // Parses "cpu", "cuda" (index 0) and "cuda:N"; throws ValueError on anything else.
+  static constexpr Device meta() { return Device(DeviceType::Meta, 0); }
+  // Parses "cpu", "cuda" (index 0), "cuda:N" and "meta"; throws ValueError on anything else.
   static Device parse(std::string_view text);
 
   constexpr DeviceType type() const { return type_; }
   constexpr int index() const { return index_; }
   constexpr bool is_cpu() const { return type_ == DeviceType::CPU; }
   constexpr bool is_cuda() const { return type_ == DeviceType::CUDA; }
-  std::string str() const;  // "cpu", "cuda:0"
+  constexpr bool is_meta() const { return type_ == DeviceType::Meta; }
+  std::string str() const;  // "cpu", "cuda:0", "meta"
 
   constexpr bool operator==(const Device&) const = default;
 

@@ -7,6 +7,7 @@
 //     throw_no_cuda("op");
 //   #endif
 // core's own dispatch sites (copy.cpp, stream.cpp) and every op in kernels/ use it.
+// A meta tensor (core/device.h) takes the `case DeviceType::Meta:` branch, which does no work.
 // Not here: any dispatch table; a plain switch per op reads better than a registry.
 #pragma once
 
@@ -14,5 +15,9 @@ namespace frugal {
 
 // DeviceError naming `op`. Defined in every build, so callers need no guard around the declaration.
 [[noreturn]] void throw_no_cuda(const char* op);
+
+// A meta tensor has no bytes to read: ops on meta tensors allocate their outputs and return
+// (`case DeviceType::Meta: break;`), but nothing can copy a meta tensor's values to another device.
+[[noreturn]] void throw_meta_has_no_data(const char* op);
 
 }  // namespace frugal

@@ -24,6 +24,7 @@ Stream side_stream(Device device, int slot) {
                      kSideStreams - 1);
   switch (device.type()) {
     case DeviceType::CPU:
+    case DeviceType::Meta:
       return {};
     case DeviceType::CUDA: {
 #if FRUGAL_WITH_CUDA
@@ -45,7 +46,8 @@ Stream side_stream(Device device, int slot) {
 void synchronize_stream(Device device, Stream stream) {
   switch (device.type()) {
     case DeviceType::CPU:
-      return;  // host work is done when its call returns
+    case DeviceType::Meta:
+      return;  // host work is done when its call returns; meta work is none
     case DeviceType::CUDA:
 #if FRUGAL_WITH_CUDA
       return cuda::synchronize_stream(device.index(), stream);
@@ -58,7 +60,8 @@ void synchronize_stream(Device device, Stream stream) {
 
 void copy_bytes_async(void* dst, Device dst_device, const void* src, Device src_device, std::size_t bytes,
                       Stream stream) {
-  if (bytes == 0) return;
+  if (bytes == 0 || dst_device.is_meta()) return;
+  if (src_device.is_meta()) throw_meta_has_no_data("copy");
   if (dst_device.is_cpu() && src_device.is_cpu()) {
     std::memcpy(dst, src, bytes);
     return;
@@ -72,7 +75,7 @@ void copy_bytes_async(void* dst, Device dst_device, const void* src, Device src_
 }
 
 void record_stream(const Tensor& tensor, Stream stream) {
-  if (tensor.device().is_cpu() || tensor.nbytes() == 0) return;
+  if (!tensor.device().is_cuda() || tensor.nbytes() == 0) return;
   auto* caching = dynamic_cast<CachingAllocator*>(&allocator_for(tensor.device()));
   if (caching == nullptr) return;  // an allocator without a cache frees at once (cudaFree waits for the device)
   caching->record_stream(tensor.storage()->data(), stream);

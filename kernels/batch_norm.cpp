@@ -140,6 +140,7 @@ BatchNormOutput batch_norm_train(const Tensor& x, const Tensor& weight, const Te
       cpu::batch_norm_normalize(dtype, f.x.data_ptr(), f.shape, out.save_mean.data_ptr(), out.save_invstd.data_ptr(),
                                 ptr(f.weight), ptr(f.bias), fuse_relu6, out.output.data_ptr());
       break;
+    case DeviceType::Meta: break;
     case DeviceType::CUDA:
 #if FRUGAL_WITH_CUDA
       if (g_impl == BatchNormImpl::cudnn) {
@@ -187,6 +188,7 @@ Tensor batch_norm_eval(const Tensor& x, const Tensor& weight, const Tensor& bias
                                 batch_norm_invstd(running_var, eps).data_ptr(), ptr(f.weight), ptr(f.bias), fuse_relu6,
                                 f.output.data_ptr());
       break;
+    case DeviceType::Meta: break;
     case DeviceType::CUDA:
 #if FRUGAL_WITH_CUDA
       if (g_impl == BatchNormImpl::cudnn) {
@@ -234,6 +236,7 @@ BatchNormGrads batch_norm_backward(const Tensor& grad_output, const Tensor& x, c
                                        invstd.data_ptr(), ptr(w), ptr(sum_dy), ptr(sum_dy_xhat), training,
                                        grads.input.data_ptr());
         break;
+      case DeviceType::Meta: break;
       case DeviceType::CUDA:
 #if FRUGAL_WITH_CUDA
         if (g_impl == BatchNormImpl::cudnn && training) {

@@ -46,8 +46,8 @@ std::size_t default_workspace_limit() {
 }
 // Function-local statics, so the environment is read at the first convolution (where a bad value
 // can be thrown to a caller) rather than during static initialisation.
-std::array<ConvImpl, 2>& impls() {  // by DeviceType
-  static std::array<ConvImpl, 2> impl = {ConvImpl::native, cuda_default()};
+std::array<ConvImpl, kNumDeviceTypes>& impls() {  // by DeviceType
+  static std::array<ConvImpl, kNumDeviceTypes> impl = {ConvImpl::native, cuda_default(), ConvImpl::native};
   return impl;
 }
 std::size_t& workspace_limit() {
@@ -134,11 +134,24 @@ struct NativeKernels {
   decltype(&cpu::depthwise_backward_weight) depthwise_backward_weight;
 };
 
+// A kernel of the same signature as F that does nothing: the meta device's.
+template <typename F>
+struct DoNothing;
+template <typename... Args>
+struct DoNothing<void (*)(Args...)> {
+  static void run(Args...) {}
+};
+
 const NativeKernels& native_kernels(Device device, const char* op) {
   static const NativeKernels on_cpu{cpu::im2col, cpu::col2im, cpu::depthwise_forward, cpu::depthwise_backward_input,
                                     cpu::depthwise_backward_weight};
+  static const NativeKernels on_meta{
+      DoNothing<decltype(&cpu::im2col)>::run, DoNothing<decltype(&cpu::col2im)>::run,
+      DoNothing<decltype(&cpu::depthwise_forward)>::run, DoNothing<decltype(&cpu::depthwise_backward_input)>::run,
+      DoNothing<decltype(&cpu::depthwise_backward_weight)>::run};
   switch (device.type()) {
     case DeviceType::CPU: return on_cpu;
+    case DeviceType::Meta: return on_meta;
     case DeviceType::CUDA: {
 #if FRUGAL_WITH_CUDA
       static const NativeKernels on_cuda{cuda::im2col, cuda::col2im, cuda::depthwise_forward,

@@ -21,6 +21,7 @@ Tensor apply(const Tensor& input, GeneratorState draw, double p, const char* op)
   if (in.numel() == 0) return out;
   switch (in.device().type()) {
     case DeviceType::CPU: cpu::dropout_apply(in.dtype(), in.data_ptr(), out.data_ptr(), in.numel(), spec); break;
+    case DeviceType::Meta: break;
     case DeviceType::CUDA:
 #if FRUGAL_WITH_CUDA
       cuda::dropout_apply(in.dtype(), in.data_ptr(), out.data_ptr(), in.numel(), spec);

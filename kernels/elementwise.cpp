@@ -37,6 +37,7 @@ void run_unary(UnaryOp op, double a, double b, const Tensor& out, const Tensor& 
   switch (out.device().type()) {
     case DeviceType::CPU:
       return cpu::unary(op, a, b, out.dtype(), out.data_ptr(), out.layout(), x.data_ptr(), x.layout());
+    case DeviceType::Meta: return;
     case DeviceType::CUDA:
 #if FRUGAL_WITH_CUDA
       return cuda::unary(op, a, b, out.dtype(), out.data_ptr(), out.layout(), x.data_ptr(), x.layout());
@@ -52,6 +53,7 @@ void run_binary(BinaryOp op, const Tensor& out, const Tensor& xs, const Tensor& 
     case DeviceType::CPU:
       return cpu::binary(op, out.dtype(), out.data_ptr(), out.layout(), xs.data_ptr(), xs.layout(), ys.data_ptr(),
                          ys.layout());
+    case DeviceType::Meta: return;
     case DeviceType::CUDA:
 #if FRUGAL_WITH_CUDA
       return cuda::binary(op, out.dtype(), out.data_ptr(), out.layout(), xs.data_ptr(), xs.layout(), ys.data_ptr(),
@@ -120,6 +122,7 @@ Tensor where(const Tensor& condition, const Tensor& x, const Tensor& y) {
       cpu::where(out.dtype(), out.data_ptr(), out.layout(), cs.data<bool>(), cs.layout(), xs.data_ptr(), xs.layout(),
                  ys.data_ptr(), ys.layout());
       break;
+    case DeviceType::Meta: break;
     case DeviceType::CUDA:
 #if FRUGAL_WITH_CUDA
       cuda::where(out.dtype(), out.data_ptr(), out.layout(), cs.data<bool>(), cs.layout(), xs.data_ptr(), xs.layout(),

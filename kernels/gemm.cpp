@@ -31,7 +31,7 @@ GemmImpl parse_gemm_impl(std::string_view name) {
 }
 
 namespace {
-std::array<GemmImpl, 2> g_impl = {GemmImpl::library, GemmImpl::library};  // by DeviceType
+std::array<GemmImpl, kNumDeviceTypes> g_impl = {GemmImpl::library, GemmImpl::library, GemmImpl::library};  // by DeviceType
 }
 
 void set_gemm_impl(DeviceType device, GemmImpl impl) {
@@ -85,6 +85,8 @@ void gemm_2d(const Tensor& a, const Tensor& b, double alpha, double beta, const 
     case DeviceType::CPU:
       return cpu::gemm(impl, c.dtype(), oa.trans, ob.trans, m, n, k, alpha, oa.data.data_ptr(), ob.data.data_ptr(), beta,
                        c.data_ptr());
+    case DeviceType::Meta:
+      return;
     case DeviceType::CUDA:
 #if FRUGAL_WITH_CUDA
       if (impl == GemmImpl::library)

@@ -62,6 +62,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const CrossEnt
   std::int64_t bad_row = -1;
   switch (x.device().type()) {
     case DeviceType::CPU: bad_row = cpu::cross_entropy_rows(x.dtype(), args, out.data_ptr()); break;
+    case DeviceType::Meta: break;
     case DeviceType::CUDA:
 #if FRUGAL_WITH_CUDA
       bad_row = cuda::cross_entropy_rows(x.dtype(), args, out.data_ptr());
@@ -95,6 +96,8 @@ Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, con
   switch (x.device().type()) {
     case DeviceType::CPU:
       bad_row = cpu::cross_entropy_backward_rows(x.dtype(), args, grad_loss.data_ptr(), grad_stride, grad_logits.data_ptr());
+      break;
+    case DeviceType::Meta:
       break;
     case DeviceType::CUDA:
 #if FRUGAL_WITH_CUDA

@@ -64,6 +64,7 @@ void sgd_step(std::span<const Tensor> params, std::span<const Tensor> grads, std
       [&](const TensorList& list) {
         switch (device.type()) {
           case DeviceType::CPU: return cpu::sgd_step(dtype, list, config);
+          case DeviceType::Meta: return;
           case DeviceType::CUDA:
 #if FRUGAL_WITH_CUDA
             return cuda::sgd_step(dtype, list, config);
@@ -99,6 +100,7 @@ void adamw_step(std::span<const Tensor> params, std::span<const Tensor> grads, s
       [&](const TensorList& list) {
         switch (device.type()) {
           case DeviceType::CPU: return cpu::adamw_step(dtype, list, config);
+          case DeviceType::Meta: return;
           case DeviceType::CUDA:
 #if FRUGAL_WITH_CUDA
             return cuda::adamw_step(dtype, list, config);

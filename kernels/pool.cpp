@@ -101,6 +101,7 @@ void forward(PoolKind kind, const Tensor& x, const PoolGeometry& g, const Tensor
   switch (x.device().type()) {
     case DeviceType::CPU:
       return cpu::pool2d(kind, x.dtype(), x.data_ptr(), image_layout(x), g, out.data_ptr(), index_data);
+    case DeviceType::Meta: return;
     case DeviceType::CUDA:
 #if FRUGAL_WITH_CUDA
       return cuda::pool2d(kind, x.dtype(), x.data_ptr(), image_layout(x), g, out.data_ptr(), index_data);
@@ -121,6 +122,7 @@ Tensor backward(PoolKind kind, const Tensor& grad_output, const Tensor* indices,
     case DeviceType::CPU:
       cpu::pool2d_backward(kind, grad_output.dtype(), grad_output.data_ptr(), index_data, g, grad_input.data_ptr());
       return grad_input;
+    case DeviceType::Meta: return grad_input;
     case DeviceType::CUDA:
 #if FRUGAL_WITH_CUDA
       cuda::pool2d_backward(kind, grad_output.dtype(), grad_output.data_ptr(), index_data, g, grad_input.data_ptr());

@@ -60,6 +60,7 @@ void run(Reduction op, const Plan& p, std::int64_t correction, const Tensor& out
     case DeviceType::CPU:
       return cpu::reduce(op, p.view.dtype(), p.view.data_ptr(), p.view.layout(), p.outer, p.inner, correction,
                          out.data_ptr(), index_data);
+    case DeviceType::Meta: return;
     case DeviceType::CUDA:
 #if FRUGAL_WITH_CUDA
       return cuda::reduce(op, p.view.dtype(), p.view.data_ptr(), p.view.layout(), p.outer, p.inner, correction,

@@ -45,6 +45,7 @@ Tensor forward(const Tensor& x, std::int64_t dim, bool log, const char* op) {
   if (count > 0) {
     switch (x.device().type()) {
       case DeviceType::CPU: cpu::softmax_rows(x.dtype(), log, rows.data_ptr(), y.data_ptr(), count, cols); break;
+      case DeviceType::Meta: break;
       case DeviceType::CUDA:
 #if FRUGAL_WITH_CUDA
         cuda::softmax_rows(x.dtype(), log, rows.data_ptr(), y.data_ptr(), count, cols);
@@ -72,6 +73,7 @@ Tensor backward(const Tensor& grad, const Tensor& y, std::int64_t dim, bool log,
       case DeviceType::CPU:
         cpu::softmax_backward_rows(y.dtype(), log, g_rows.data_ptr(), y_rows.data_ptr(), dx.data_ptr(), count, cols);
         break;
+      case DeviceType::Meta: break;
       case DeviceType::CUDA:
 #if FRUGAL_WITH_CUDA
         cuda::softmax_backward_rows(y.dtype(), log, g_rows.data_ptr(), y_rows.data_ptr(), dx.data_ptr(), count, cols);

@@ -157,6 +157,36 @@ PY
     grep -q "^frugal train: stopped by Terminated after step [0-9]* (no --save, nothing kept)$" "$dir/err" ||
       fail "SIGTERM message: $(cat "$dir/err")"
     ;;
+  plan_arguments)
+    for bad in "--batch-size 0" "--model vgg16" "--amp f8" "--optimizer adam" "--depth -1" "--image-size 4" "--batch-size 1"; do
+      # shellcheck disable=SC2086
+      expect_exit 2 "$frugal" plan $bad
+      expect_one_line_error "^frugal( plan)?: "
+    done
+    expect_exit 2 "$frugal" plan --batch-size 1  # BatchNorm over one value per channel, said as training would
+    expect_one_line_error "^frugal plan: batch_norm_train: expected more than 1 value per channel"
+    expect_exit 1 "$frugal" plan --model cnn --json "$dir/absent/plan.json"
+    expect_one_line_error "^frugal plan: .*$dir/absent/plan.json"
+    "$frugal" plan --model cnn --batch-size 8 --json "$dir/plan.json" >"$dir/out"
+    grep -q "^cnn, batch 1 x 8 of 32x32, adamw: predicted peak .* allocated (in backward)" "$dir/out" || fail "no headline: $(head -1 "$dir/out")"
+    python3 - "$dir/plan.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+assert [x["name"] for x in p["phases"]] == ["init", "forward", "backward", "optimizer step"], p["phases"]
+assert p["peak_bytes"] == max(x["peak_bytes"] for x in p["phases"]), p
+assert p["peak_bytes_by_tag"]["optimizer"] == sum(l["optimizer_bytes"] for l in p["layers"]), p
+PY
+    ;;
+  plan_matches_train)
+    # The planner's predicted peak against the peak a short run measures, for each model and the
+    # mitigations that change what the forward saves (docs/memory-guide.md has the larger table).
+    make_subset "$dir" 320 32
+    python3 "$(dirname "$0")/../scripts/plan-vs-train.py" "$frugal" "$dir" \
+      "--model cnn --batch-size 16" "--model cnn --batch-size 64" \
+      "--model mobilenet_v2 --width 0.5 --batch-size 32" "--model mobilenet_v2 --width 0.5 --batch-size 32 --checkpoint-activations" \
+      "--model mobilenet_v2 --width 0.5 --batch-size 32 --amp bf16" "--model mobilenet_v2 --width 0.5 --cifar-stem --batch-size 8" \
+      "--model resnet18 --batch-size 8 --optimizer sgd"
+    ;;
   eval_checkpoint)
     make_subset "$dir" 640 200
     "$frugal" train --data "$dir" --model cnn --batch-size 16 --save "$dir/c.safetensors" --json "$dir/run.json" >/dev/null

@@ -40,11 +40,25 @@ std::vector<nn::ParamGroup> param_groups(const nn::Module& model, const TrainOpt
   return {decayed, undecayed};
 }
 
+}  // namespace
+
+models::ModelOptions model_options(const TrainOptions& o, std::int64_t in_channels, std::int64_t num_classes) {
+  return {.num_classes = num_classes,
+          .in_channels = in_channels,
+          .width_mult = o.width,
+          .dropout = o.dropout,
+          .cifar_stem = o.cifar_stem,
+          .checkpoint_activations = o.checkpoint_activations,
+          .inplace_activations = o.inplace_activations};
+}
+
 std::unique_ptr<nn::Optimizer> make_optimizer(const nn::Module& model, const TrainOptions& o) {
   if (o.optimizer == OptimizerKind::sgd)
     return std::make_unique<nn::SGD>(param_groups(model, o), o.momentum, 0.0, /*nesterov=*/o.momentum > 0);
   return std::make_unique<nn::AdamW>(param_groups(model, o), std::pair{o.momentum, 0.999});
 }
+
+namespace {
 
 // The lr of every optimizer step over the whole run: `warmup` of the steps rising linearly from 1%
 // of the lr, then constant or a cosine to 0; onecycle rises over `warmup` of the steps (at least
@@ -112,14 +126,7 @@ Run::Run(const TrainOptions& o, const TrainHooks& h) : options(o), hooks(h) {
   num_classes = o.num_classes.value_or(train_split->num_classes());
   FRUGAL_CHECK_VALUE(num_classes >= train_split->num_classes(), "--num-classes ", num_classes, " but the data has ",
                      train_split->num_classes(), " classes");
-  const models::ModelOptions model_options{.num_classes = num_classes,
-                                           .in_channels = train_split->sample_shape()[0],
-                                           .width_mult = o.width,
-                                           .dropout = o.dropout,
-                                           .cifar_stem = o.cifar_stem,
-                                           .checkpoint_activations = o.checkpoint_activations,
-                                           .inplace_activations = o.inplace_activations};
-  model = models::make_model(o.model, model_options);
+  model = models::make_model(o.model, model_options(o, train_split->sample_shape()[0], num_classes));
   model->to(o.device);
   optimizer = make_optimizer(*model, o);
   scaler = std::make_unique<nn::GradScaler>(65536.0, 2.0, 0.5, 2000, /*enabled=*/o.amp == DType::f16);

@@ -29,7 +29,9 @@
 #include "data/dataset.h"
 #include "data/open_dataset.h"
 #include "data/transforms.h"
+#include "models/registry.h"
 #include "nn/module.h"
+#include "nn/optim.h"
 #include "train/options.h"
 
 namespace frugal::train {
@@ -87,6 +89,12 @@ struct TrainResult {
 };
 
 TrainResult train(const TrainOptions& options, const TrainHooks& hooks = {});
+
+// The parts a run is made of, shared with the memory planner (train/planner.h) so that what it
+// predicts is built exactly as what trains: the model's options, and the optimizer over two
+// parameter groups (weights decayed; biases and norm parameters not).
+models::ModelOptions model_options(const TrainOptions& options, std::int64_t in_channels, std::int64_t num_classes);
+std::unique_ptr<nn::Optimizer> make_optimizer(const nn::Module& model, const TrainOptions& options);
 
 // The data of a run: the splits of `data` (and `test_data`) and their transforms, normalised by the
 // training split's statistics (so evaluating a trained model sees what training saw).

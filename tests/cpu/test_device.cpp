@@ -17,7 +17,7 @@ TEST_CASE("Device parses and prints cpu, cuda and cuda:N") {
   CHECK(Device::cuda(1).str() == "cuda:1");
   CHECK(Device::cpu().str() == "cpu");
   for (const char* bad : {"gpu", "cuda:", "cuda:-1", "cuda:1x", "CPU", ""})
-    CHECK_THROWS_WITH_AS(Device::parse(bad), doctest::Contains("expected cpu, cuda or cuda:N"), ValueError);
+    CHECK_THROWS_WITH_AS(Device::parse(bad), doctest::Contains("expected cpu, cuda, cuda:N or meta"), ValueError);
 }
 
 TEST_CASE("DType sizes and names") {

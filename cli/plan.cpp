@@ -1,0 +1,165 @@
+// `frugal plan` (see plan.h): flags into TrainOptions, train::plan_memory, then tables and JSON.
+#include "cli/plan.h"
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "cli/train_output.h"
+#include "core/caching_allocator.h"
+#include "core/error.h"
+#include "models/registry.h"
+#include "train/planner.h"
+
+namespace frugal::cli {
+
+namespace {
+
+std::string size(std::int64_t bytes) { return bytes < 0 ? "-" + format_size(static_cast<std::size_t>(-bytes)) : format_size(static_cast<std::size_t>(bytes)); }
+
+// The first `depth` dot-separated parts of a layer's name (all of it for depth 0).
+std::string group_of(const std::string& name, int depth) {
+  if (depth <= 0) return name;
+  std::size_t end = 0;
+  for (int part = 0; part < depth; ++part) {
+    end = name.find('.', end == 0 && part == 0 ? 0 : end + 1);
+    if (end == std::string::npos) return name;
+  }
+  return name.substr(0, end);
+}
+
+// Layers summed into groups of `depth` name parts, in the order they first appear.
+std::vector<train::LayerPlan> grouped(const std::vector<train::LayerPlan>& layers, int depth) {
+  std::vector<train::LayerPlan> groups;
+  std::map<std::string, std::size_t> index;
+  for (const train::LayerPlan& l : layers) {
+    const std::string name = group_of(l.name, depth);
+    auto [it, fresh] = index.emplace(name, groups.size());
+    if (fresh) groups.push_back({.name = name, .type = name == l.name ? l.type : ""});
+    train::LayerPlan& g = groups[it->second];
+    g.param_bytes += l.param_bytes;
+    g.grad_bytes += l.grad_bytes;
+    g.optimizer_bytes += l.optimizer_bytes;
+    g.saved_bytes += l.saved_bytes;
+    g.workspace_bytes = std::max(g.workspace_bytes, l.workspace_bytes);
+  }
+  return groups;
+}
+
+void print_plan(const train::TrainOptions& o, const train::MemoryPlan& plan, int depth) {
+  std::printf("%s, batch %lld x %lld of %lldx%lld, %s%s%s: predicted peak %s allocated (in %s), %s reserved\n",
+              o.model.c_str(), static_cast<long long>(o.accum), static_cast<long long>(o.batch_size),
+              static_cast<long long>(o.image_size), static_cast<long long>(o.image_size),
+              train::optimizer_name(o.optimizer).c_str(), o.amp ? (", autocast " + std::string(dtype_name(*o.amp))).c_str() : "",
+              o.checkpoint_activations ? ", checkpointed blocks" : "", size(plan.peak_bytes).c_str(),
+              plan.peak_phase.c_str(), size(plan.peak_reserved_bytes).c_str());
+  std::printf("\n%-16s %12s %12s %12s\n", "phase", "start", "peak", "end");
+  for (const train::PhasePlan& p : plan.phases)
+    std::printf("%-16s %12s %12s %12s\n", p.name.c_str(), size(p.start_bytes).c_str(), size(p.peak_bytes).c_str(),
+                size(p.end_bytes).c_str());
+  std::printf("\n%-28s %-22s %11s %11s %11s %11s %11s\n", "layer", "type", "params", "grads", "optimizer", "saved", "workspace");
+  train::LayerPlan total{.name = "total"};
+  for (const train::LayerPlan& l : grouped(plan.layers, depth)) {
+    std::printf("%-28s %-22s %11s %11s %11s %11s %11s\n", l.name.c_str(), l.type.c_str(), size(l.param_bytes).c_str(),
+                size(l.grad_bytes).c_str(), size(l.optimizer_bytes).c_str(), size(l.saved_bytes).c_str(),
+                size(l.workspace_bytes).c_str());
+    total.param_bytes += l.param_bytes;
+    total.grad_bytes += l.grad_bytes;
+    total.optimizer_bytes += l.optimizer_bytes;
+    total.saved_bytes += l.saved_bytes;
+    total.workspace_bytes = std::max(total.workspace_bytes, l.workspace_bytes);
+  }
+  std::printf("%-28s %-22s %11s %11s %11s %11s %11s\n", "total", "", size(total.param_bytes).c_str(),
+              size(total.grad_bytes).c_str(), size(total.optimizer_bytes).c_str(), size(total.saved_bytes).c_str(),
+              size(total.workspace_bytes).c_str());
+  std::string tags;
+  for (const auto& [tag, bytes] : plan.peak_by_tag) {
+    if (bytes == 0) continue;
+    if (!tags.empty()) tags += ", ";
+    tags += tag + " " + size(bytes);
+  }
+  std::printf("\nat the peak: %s (the loader's batches: %s)\n", tags.c_str(), size(plan.data_bytes).c_str());
+}
+
+nlohmann::json plan_json(const train::TrainOptions& o, const train::MemoryPlan& plan) {
+  nlohmann::json j{{"model", o.model},
+                   {"batch_size", o.batch_size},
+                   {"accum", o.accum},
+                   {"image_size", o.image_size},
+                   {"optimizer", train::optimizer_name(o.optimizer)},
+                   {"amp", o.amp ? nlohmann::json(std::string(dtype_name(*o.amp))) : nlohmann::json(nullptr)},
+                   {"checkpoint_activations", o.checkpoint_activations},
+                   {"inplace_activations", o.inplace_activations},
+                   {"peak_bytes", plan.peak_bytes},
+                   {"peak_reserved_bytes", plan.peak_reserved_bytes},
+                   {"peak_phase", plan.peak_phase},
+                   {"peak_layer", plan.peak_layer_index >= 0 ? nlohmann::json(plan.layers[static_cast<std::size_t>(plan.peak_layer_index)].name) : nlohmann::json(nullptr)},
+                   {"data_bytes", plan.data_bytes}};
+  for (const auto& [tag, bytes] : plan.peak_by_tag) j["peak_bytes_by_tag"][tag] = bytes;
+  for (const train::PhasePlan& p : plan.phases)
+    j["phases"].push_back({{"name", p.name}, {"start_bytes", p.start_bytes}, {"peak_bytes", p.peak_bytes},
+                           {"end_bytes", p.end_bytes}, {"peak_reserved_bytes", p.peak_reserved_bytes}});
+  for (const train::LayerPlan& l : plan.layers)
+    j["layers"].push_back({{"name", l.name}, {"type", l.type}, {"param_bytes", l.param_bytes},
+                           {"grad_bytes", l.grad_bytes}, {"optimizer_bytes", l.optimizer_bytes},
+                           {"saved_bytes", l.saved_bytes}, {"workspace_bytes", l.workspace_bytes}});
+  return j;
+}
+
+}  // namespace
+
+PlanCommand::PlanCommand(CLI::App& app)
+    : Subcommand(app.add_subcommand("plan", "Predict a training run's memory per phase and layer, without running it")) {
+  const train::TrainOptions defaults;
+  CLI::App* c = command_;
+  c->add_option("--model", model_, "Model: " + models::model_names())->check(not_empty());
+  c->add_option("--width", width_, "MobileNetV2's width multiplier (default 1.0)");
+  c->add_flag("--cifar-stem", cifar_stem_, "MobileNetV2's stem for 32x32 inputs");
+  c->add_option("--in-channels", in_channels_, "Channels of the input images (default 1, Fashion-MNIST's)")->check(between(1, 4096));
+  c->add_option("--num-classes", num_classes_, "Classes of the classifier (default 10)")->check(between(2, 1'000'000));
+  c->add_option("--image-size", image_size_, "Side of the square images (default " + std::to_string(defaults.image_size) + ")")
+      ->check(between(8, 4096));
+  c->add_option("--batch-size", batch_size_, "Samples per micro-batch (default " + std::to_string(defaults.batch_size) + ")")
+      ->check(between(1, 1 << 20));
+  c->add_option("--accum", accum_, "Micro-batches per optimizer step (default 1)")->check(between(1, 65536));
+  c->add_option("--optimizer", optimizer_, "sgd or adamw (default " + train::optimizer_name(defaults.optimizer) + ")")
+      ->check(CLI::IsMember({"sgd", "adamw"}));
+  c->add_option("--momentum", momentum_, "SGD's momentum (0: no momentum buffers)");
+  c->add_option("--amp", amp_, "Autocast to f16 or bf16")->check(CLI::IsMember({"f16", "bf16"}));
+  c->add_flag("--checkpoint-activations", checkpoint_activations_, "Recompute each block's activations in backward");
+  c->add_flag("--inplace-activations,!--no-inplace-activations", inplace_activations_,
+              "ReLU/ReLU6 overwrite their input (default on)");
+  c->add_option("--workers", workers_, "Loader threads, each holding prefetched batches (default " + std::to_string(defaults.workers) + ")")
+      ->check(between(0, 64));
+  c->add_option("--depth", depth_, "Group the layer table by the first N parts of the names (default 2; 0: every layer)")
+      ->check(between(0, 64));
+  c->add_option("--json", json_, "Write the plan as one JSON document to this file")->check(not_empty());
+}
+
+int PlanCommand::run() const {
+  try {
+    train::TrainOptions o;
+    o.model = model_;
+    o.width = width_;
+    o.cifar_stem = cifar_stem_;
+    o.checkpoint_activations = checkpoint_activations_;
+    o.inplace_activations = inplace_activations_;
+    if (image_size_) o.image_size = *image_size_;
+    if (batch_size_) o.batch_size = *batch_size_;
+    if (accum_) o.accum = *accum_;
+    if (workers_) o.workers = *workers_;
+    if (!optimizer_.empty()) o.optimizer = train::parse_optimizer(optimizer_);
+    if (momentum_) o.momentum = *momentum_;
+    if (!amp_.empty()) o.amp = parse_dtype(amp_);
+    models::model_info(o.model);  // an unknown model is a bad flag, said before any work
+    const train::MemoryPlan plan = train::plan_memory(o, {.in_channels = in_channels_, .num_classes = num_classes_});
+    print_plan(o, plan, depth_);
+    if (!json_.empty()) write_json_file(json_, plan_json(o, plan));
+    return 0;
+  } catch (const Error& e) {
+    return report_error("plan", e);
+  }
+}
+
+}  // namespace frugal::cli

@@ -1,0 +1,35 @@
+// `frugal plan`: the memory a training run will need, predicted before it runs, per phase and per
+// layer (train/planner.h runs the model on the meta device: shapes only, no data, no memory).
+//   frugal plan                                        # MobileNetV2, batch 64 of 1x32x32, AdamW
+//   frugal plan --model resnet18 --batch-size 128 --amp bf16 --checkpoint-activations --json plan.json
+// The flags that shape memory are `frugal train`'s, with the same defaults; --in-channels and
+// --num-classes stand in for the data (default Fashion-MNIST's 1 and 10). --depth groups the layer
+// table by the first N parts of the names (default 2: "features.3"; 0 lists every layer).
+// Exit codes: 0; 1 a runtime failure; 2 a bad flag, one line naming it.
+// Not here: the planner (train/planner.h).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "cli/subcommand.h"
+
+namespace frugal::cli {
+
+class PlanCommand final : public Subcommand {
+ public:
+  explicit PlanCommand(CLI::App& app);
+  int run() const override;
+
+ private:
+  std::string model_ = "mobilenet_v2", optimizer_, amp_, json_;
+  std::optional<double> width_, momentum_;
+  std::optional<std::int64_t> batch_size_, accum_, image_size_;
+  std::int64_t in_channels_ = 1, num_classes_ = 10;
+  std::optional<int> workers_;
+  int depth_ = 2;
+  bool cifar_stem_ = false, checkpoint_activations_ = false, inplace_activations_ = true;
+};
+
+}  // namespace frugal::cli

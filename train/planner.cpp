@@ -1,0 +1,239 @@
+// plan_memory (see planner.h). Read top to bottom: marking phases and layers while the run goes on
+// the meta device, the run itself, then reading the allocator's record back into a plan.
+#include "train/planner.h"
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <unordered_map>
+
+#include "core/allocator_registry.h"
+#include "core/caching_allocator.h"
+#include "core/error.h"
+#include "core/random.h"
+#include "data/loader.h"
+#include "models/registry.h"
+#include "nn/amp.h"
+#include "nn/autograd.h"
+#include "nn/functional.h"
+#include "train/trainer.h"
+
+namespace frugal::train {
+
+namespace {
+
+// Room for every event of two steps of a large model (ResNet-50 at batch 256 records about 40 000).
+constexpr std::size_t kMaxEvents = std::size_t{1} << 22;
+constexpr int kPlannedSteps = 2;  // the first makes the optimizer's state; the second is every later step
+
+// A point in the allocator's record: a phase starts, or a layer's forward starts or ends.
+struct Mark {
+  enum class Kind : std::uint8_t { phase, enter, exit };
+  std::size_t event = 0;  // history index of the first event after the mark
+  Kind kind = Kind::phase;
+  int index = 0;  // the phase (into kPhases) or the layer (into MemoryPlan::layers)
+};
+
+constexpr std::array<const char*, 4> kPhases = {"init", "forward", "backward", "optimizer step"};
+enum Phase : int { kInit, kForward, kBackward, kOptimizer };
+
+// Marks the calls of leaf modules (those without children) while `recording` is set.
+class LayerMarks final : public nn::ModuleCallObserver {
+ public:
+  LayerMarks(const CachingAllocator& allocator, std::vector<Mark>& marks, const std::unordered_map<const nn::Module*, int>& leaves)
+      : allocator_(allocator), marks_(marks), leaves_(leaves) {}
+  bool recording = false;
+
+  void before_call(const nn::Module& module) override { mark(module, Mark::Kind::enter); }
+  void after_call(const nn::Module& module, const Tensor*) override { mark(module, Mark::Kind::exit); }
+
+ private:
+  void mark(const nn::Module& module, Mark::Kind kind) {
+    const auto it = leaves_.find(&module);
+    if (recording && it != leaves_.end()) marks_.push_back({allocator_.history_size(), kind, it->second});
+  }
+  const CachingAllocator& allocator_;
+  std::vector<Mark>& marks_;
+  const std::unordered_map<const nn::Module*, int>& leaves_;
+};
+
+// The model's leaf modules as plan rows (names, types, parameter bytes), and a look-up from module to row.
+std::vector<LayerPlan> leaf_layers(const nn::Module& model, const TrainOptions& o,
+                                   std::unordered_map<const nn::Module*, int>& index) {
+  const std::int64_t state_copies = o.optimizer == OptimizerKind::adamw ? 2 : (o.momentum > 0 ? 1 : 0);
+  std::vector<LayerPlan> layers;
+  for (const auto& [name, module] : model.named_modules()) {
+    if (!module->named_children().empty()) continue;
+    LayerPlan layer{.name = name, .type = module->type_name()};
+    for (const Tensor& p : module->parameters()) layer.param_bytes += static_cast<std::int64_t>(p.nbytes());
+    layer.grad_bytes = layer.param_bytes;  // gradients have their parameters' shapes and dtypes
+    layer.optimizer_bytes = layer.param_bytes * state_copies;
+    index[module] = static_cast<int>(layers.size());
+    layers.push_back(std::move(layer));
+  }
+  return layers;
+}
+
+// ---- the run on the meta device ---------------------------------------------------------------------
+
+struct Recorded {
+  std::vector<LayerPlan> layers;
+  std::vector<Mark> marks;
+  std::vector<AllocEvent> events;
+  std::int64_t baseline = 0;  // allocated on the meta device before the plan began
+  std::int64_t data_bytes = 0;
+};
+
+// Forward, loss and backward of one micro-batch, as train/trainer.cpp's optimizer_step runs them.
+// `record_layers`: mark this forward's layer calls (not the recomputations in backward).
+void micro_batch(nn::Module& model, const TrainOptions& o, const Tensor& images, const Tensor& labels,
+                 std::vector<Mark>& marks, const CachingAllocator& meta, LayerMarks& layer_marks, bool record_layers) {
+  marks.push_back({meta.history_size(), Mark::Kind::phase, kForward});
+  layer_marks.recording = record_layers;
+  Tensor loss;
+  {
+    std::optional<nn::AutocastGuard> autocast;
+    if (o.amp) autocast.emplace(*o.amp);
+    const Tensor logits = model(images);
+    loss = functional::cross_entropy(logits, labels, {.label_smoothing = o.label_smoothing});
+  }
+  layer_marks.recording = false;
+  marks.push_back({meta.history_size(), Mark::Kind::phase, kBackward});
+  autograd::backward(functional::mul(loss, 1.0 / static_cast<double>(o.accum)));
+}
+
+Recorded run_on_meta(const TrainOptions& o, const PlanShape& shape) {
+  CachingAllocator& meta = default_caching_allocator(Device::meta());
+  meta.empty_cache();
+  meta.reset_peak_stats();
+  Recorded r;
+  r.baseline = meta.caching_stats().allocated_bytes.current;
+  meta.record_history(kMaxEvents);
+  r.marks.push_back({0, Mark::Kind::phase, kInit});
+
+  Generator generator(o.seed);  // the initial weights do not matter here; the default generator is left alone
+  models::ModelOptions model_options_ = model_options(o, shape.in_channels, shape.num_classes);
+  model_options_.generator = &generator;
+  const std::shared_ptr<nn::Module> model = models::make_model(o.model, model_options_);
+  std::unordered_map<const nn::Module*, int> leaves;
+  r.layers = leaf_layers(*model, o, leaves);
+  model->to(Device::meta());
+  model->train();
+  const std::unique_ptr<nn::Optimizer> optimizer = make_optimizer(*model, o);
+
+  std::vector<Tensor> batches;  // images and labels of every batch the loader holds at once
+  {
+    MemoryTagScope tag(MemoryTag::data);
+    for (std::int64_t b = 0; b < loader_batches_alive(o.workers); ++b) {
+      batches.push_back(empty({o.batch_size, shape.in_channels, o.image_size, o.image_size}, {.device = Device::meta()}));
+      batches.push_back(empty({o.batch_size}, {.dtype = DType::i64, .device = Device::meta()}));
+    }
+  }
+  for (const Tensor& t : batches) r.data_bytes += static_cast<std::int64_t>(t.nbytes());
+
+  LayerMarks layer_marks(meta, r.marks, leaves);
+  nn::ModuleCallObserverScope observing(layer_marks);
+  for (int step = 0; step < kPlannedSteps; ++step) {
+    for (std::int64_t m = 0; m < o.accum; ++m)  // the layers of one forward of the steady step are recorded
+      micro_batch(*model, o, batches[0], batches[1], r.marks, meta, layer_marks, step == kPlannedSteps - 1 && m == 0);
+    r.marks.push_back({meta.history_size(), Mark::Kind::phase, kOptimizer});
+    optimizer->step();
+    optimizer->zero_grad();
+  }
+  r.events = meta.history();
+  meta.record_history(0);
+  FRUGAL_CHECK(r.events.size() < kMaxEvents, "plan_memory: the run made more than ", kMaxEvents,
+               " allocator events, more than the record holds");
+  return r;
+}
+
+// ---- reading the record -------------------------------------------------------------------------
+
+// Walks the events in order, knowing at each one the phase and the innermost recorded layer.
+MemoryPlan read_plan(Recorded r) {
+  MemoryPlan plan;
+  plan.layers = std::move(r.layers);
+  plan.data_bytes = r.data_bytes;
+  plan.phases.resize(kPhases.size());
+  for (std::size_t p = 0; p < kPhases.size(); ++p) plan.phases[p].name = kPhases[p];
+  std::vector<bool> phase_seen(kPhases.size(), false);
+
+  std::array<std::int64_t, kNumMemoryTags> tag_bytes{}, tag_bytes_at_peak{};
+  struct Made {
+    int layer;
+    std::int64_t bytes;
+  };
+  std::unordered_map<std::uintptr_t, Made> made_by;            // live blocks the recorded forward's layers made
+  std::unordered_map<std::uintptr_t, std::int64_t> workspace;  // live workspace blocks of recorded layers
+  std::vector<std::int64_t> layer_workspace(plan.layers.size(), 0);
+  std::vector<int> stack;  // recorded layers whose forward is running
+  int phase = kInit;
+  std::int64_t allocated = 0, reserved = 0;
+  std::size_t next_mark = 0;
+  auto apply_marks = [&](std::size_t event) {
+    for (; next_mark < r.marks.size() && r.marks[next_mark].event <= event; ++next_mark) {
+      const Mark& mark = r.marks[next_mark];
+      if (mark.kind == Mark::Kind::phase) {
+        // The recorded forward ends: what its layers made and is still alive is what they saved for backward.
+        for (const auto& [address, made] : made_by) plan.layers[static_cast<std::size_t>(made.layer)].saved_bytes += made.bytes;
+        made_by.clear();
+        phase = mark.index;
+        PhasePlan& p = plan.phases[static_cast<std::size_t>(phase)];
+        if (!phase_seen[static_cast<std::size_t>(phase)]) p.start_bytes = allocated;
+        phase_seen[static_cast<std::size_t>(phase)] = true;
+      } else if (mark.kind == Mark::Kind::enter) {
+        stack.push_back(mark.index);
+      } else if (!stack.empty()) {
+        stack.pop_back();
+      }
+    }
+  };
+  for (std::size_t i = 0; i < r.events.size(); ++i) {
+    apply_marks(i);
+    const AllocEvent& e = r.events[i];
+    const bool alloc = e.kind == AllocEvent::Kind::alloc, free = e.kind == AllocEvent::Kind::free;
+    if (alloc || free) tag_bytes[static_cast<std::size_t>(e.tag)] += (alloc ? 1 : -1) * static_cast<std::int64_t>(e.requested);
+    if (alloc && !stack.empty()) made_by[e.address] = {stack.back(), static_cast<std::int64_t>(e.bytes)};
+    if (free) made_by.erase(e.address);
+    if (alloc && !stack.empty() && e.tag == MemoryTag::workspace) {
+      workspace[e.address] = static_cast<std::int64_t>(e.bytes);
+      std::int64_t live = 0;
+      for (const auto& [address, bytes] : workspace) live += bytes;
+      std::int64_t& most = layer_workspace[static_cast<std::size_t>(stack.back())];
+      most = std::max(most, live);
+    }
+    if (free) workspace.erase(e.address);
+    allocated = static_cast<std::int64_t>(e.allocated_total) - r.baseline;
+    reserved = static_cast<std::int64_t>(e.reserved_total);
+    PhasePlan& p = plan.phases[static_cast<std::size_t>(phase)];
+    p.end_bytes = allocated;
+    p.peak_bytes = std::max(p.peak_bytes, allocated);
+    p.peak_reserved_bytes = std::max(p.peak_reserved_bytes, reserved);
+    plan.peak_reserved_bytes = std::max(plan.peak_reserved_bytes, reserved);
+    if (allocated > plan.peak_bytes) {
+      plan.peak_bytes = allocated;
+      plan.peak_phase = kPhases[static_cast<std::size_t>(phase)];
+      plan.peak_layer_index = stack.empty() ? -1 : stack.back();
+      tag_bytes_at_peak = tag_bytes;
+    }
+  }
+  for (std::size_t l = 0; l < plan.layers.size(); ++l) plan.layers[l].workspace_bytes = layer_workspace[l];
+  for (int t = 0; t < kNumMemoryTags; ++t)
+    plan.peak_by_tag.emplace_back(std::string(memory_tag_name(static_cast<MemoryTag>(t))), tag_bytes_at_peak[static_cast<std::size_t>(t)]);
+  return plan;
+}
+
+}  // namespace
+
+std::int64_t loader_batches_alive(int workers) {
+  return static_cast<std::int64_t>(workers) * data::LoaderOptions{}.prefetch + 1;
+}
+
+MemoryPlan plan_memory(const TrainOptions& o, const PlanShape& shape) {
+  FRUGAL_CHECK_VALUE(o.batch_size >= 1 && o.accum >= 1 && o.image_size >= 1 && o.workers >= 0,
+                     "plan_memory: batch size, accumulation and image size must be positive, workers not negative");
+  FRUGAL_CHECK_VALUE(shape.in_channels >= 1 && shape.num_classes >= 1, "plan_memory: the input needs a channel and a class");
+  return read_plan(run_on_meta(o, shape));
+}
+
+}  // namespace frugal::train

@@ -1,0 +1,67 @@
+// The memory planner: what a training run will hold in memory, predicted before it runs.
+//
+// It does not estimate. It builds the run's model and optimizer exactly as `frugal train` does
+// (train/trainer.h), moves them to the meta device (core/device.h: shapes and a caching allocator
+// with fake addresses, no memory, no kernels), and runs two optimizer steps there: the first makes
+// the optimizer's state, the second is what every later step looks like. The meta allocator records
+// every allocation and free with its tag (core/caching_allocator.h: record_history); the plan is
+// read off that record, so the allocator's rounding is in it too. What it cannot see: memory a
+// kernel or library takes outside frugal's allocator (cuDNN's and cuBLAS's own workspaces on a GPU).
+//
+// Per layer (leaf modules, dotted names as in the state dict): bytes of parameters, gradients and
+// optimizer state, the activation bytes it left alive at the end of the forward (what backward
+// needs from it), and the most workspace it held at once. Per phase: what was allocated when it
+// started and ended and the most at any moment in it.
+// Not here: choosing a configuration under a budget, formatting (cli/plan.cpp).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "train/options.h"
+
+namespace frugal::train {
+
+struct PlanShape {
+  std::int64_t in_channels = 1;  // of the input images (Fashion-MNIST: 1)
+  std::int64_t num_classes = 10;
+};
+
+struct LayerPlan {
+  std::string name = {};  // "features.3.conv.1"
+  std::string type = {};  // "BatchNorm2d"
+  std::int64_t param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0;
+  std::int64_t saved_bytes = 0;      // made by this layer's forward, still alive when the forward ends
+  std::int64_t workspace_bytes = 0;  // the most workspace-tagged bytes alive during its forward calls
+};
+
+struct PhasePlan {
+  std::string name = {};  // init, forward, backward, optimizer step
+  std::int64_t start_bytes = 0, end_bytes = 0, peak_bytes = 0;  // allocated (block sizes)
+  std::int64_t peak_reserved_bytes = 0;
+};
+
+struct MemoryPlan {
+  std::vector<LayerPlan> layers;
+  std::vector<PhasePlan> phases;
+  std::int64_t data_bytes = 0;         // the loader's batches alive at once (images and labels)
+  std::int64_t peak_bytes = 0;         // the most allocated at any moment: the figure to compare
+  std::int64_t peak_reserved_bytes = 0;
+  std::string peak_phase;              // where the peak happened
+  std::int64_t peak_layer_index = -1;  // the layer running at the peak (index into layers), -1 if none
+  // Tagged bytes alive at the peak (requested sizes, by MemoryTag).
+  std::vector<std::pair<std::string, std::int64_t>> peak_by_tag;
+};
+
+// The loader's batches that can be alive at once: each worker's prefetched batches plus the one
+// being trained on (data/loader.h, Note [Bounded, ordered prefetching]).
+std::int64_t loader_batches_alive(int workers);
+
+// Plans `options` (model, its options, batch size, accumulation, optimizer, autocast, image size,
+// workers) for inputs of `shape`. Other options (data path, epochs, device) are ignored: the plan is
+// of one run's memory on any device. Throws what building or running the model throws (a ValueError
+// for a batch of 1 under BatchNorm, a ShapeError for an image too small for the model).
+MemoryPlan plan_memory(const TrainOptions& options, const PlanShape& shape = {});
+
+}  // namespace frugal::train
