@@ -165,7 +165,7 @@ PY
     done
     expect_exit 2 "$frugal" plan --batch-size 1  # BatchNorm over one value per channel, said as training would
     expect_one_line_error "^frugal plan: batch_norm_train: expected more than 1 value per channel"
-    expect_exit 1 "$frugal" plan --model cnn --json "$dir/absent/plan.json"
+    expect_exit 2 "$frugal" plan --model cnn --json "$dir/absent/plan.json"  # a bad flag, as for train
     expect_one_line_error "^frugal plan: .*$dir/absent/plan.json"
     "$frugal" plan --model cnn --batch-size 8 --json "$dir/plan.json" >"$dir/out"
     grep -q "^cnn, batch 1 x 8 of 32x32, adamw: predicted peak .* allocated (in backward)" "$dir/out" || fail "no headline: $(head -1 "$dir/out")"
