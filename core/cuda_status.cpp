@@ -29,6 +29,7 @@ const CudaStatus& cuda_status() {
 }
 
 void check_device_usable(Device device) {
+  FRUGAL_CHECK_VALUE(!device.is_meta(), "the meta device has shapes but no data: nothing can run on it (frugal plan uses it to predict memory)");
   if (!device.is_cuda()) return;
   const int index = device.index();
   FRUGAL_CHECK_DEVICE(cuda_available(), "cuda:", index, " is not usable: ", cuda_status().reason);

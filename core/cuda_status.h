@@ -35,8 +35,9 @@ struct CudaDeviceInfo {
 };
 CudaDeviceInfo cuda_device_info(int index);  // DeviceError if CUDA is not usable
 
-// Nothing for the CPU; for cuda:N a DeviceError saying why it cannot be used (CUDA not usable, and
-// why; or no device N, and how many there are).
+// Whether a command can compute on `device`: nothing for the CPU; for cuda:N a DeviceError saying
+// why it cannot be used (CUDA not usable, and why; or no device N, and how many there are); for the
+// meta device a ValueError, since it holds no data to compute with.
 void check_device_usable(Device device);
 
 // A library's version as "major.minor.patch": what the shared library reports at run time

@@ -51,7 +51,7 @@ case $check in
     make_subset "$dir" 64 32
     for bad in "--batch-size 0" "--batch-size 12x" "--lr -1" "--epochs 0" "--optimizer adam" "--schedule linear" \
                "--amp f32" "--memory-limit lots" "--warmup 1.5" "--model vgg16" "--save-every 5" \
-               "--data $dir/absent" "--resume $dir/absent.safetensors" "--width 0.5 --model resnet18"; do
+               "--data $dir/absent" "--resume $dir/absent.safetensors" "--width 0.5 --model resnet18" "--device meta"; do
       # shellcheck disable=SC2086
       expect_exit 2 "$frugal" train --data "$dir" $bad
       expect_one_line_error "^frugal( train)?: "  # "frugal:" when the command line parser refuses it
