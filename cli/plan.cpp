@@ -82,6 +82,26 @@ void print_plan(const train::TrainOptions& o, const train::MemoryPlan& plan, int
   std::printf("\nat the peak: %s (the loader's batches: %s)\n", tags.c_str(), size(plan.data_bytes).c_str());
 }
 
+void print_budget(const std::vector<train::BudgetOption>& options, std::int64_t budget) {
+  std::printf("\nunder a budget of %s:\n%-5s %11s %6s %11s %5s %15s  %s\n", size(budget).c_str(), "fits", "micro-batch",
+              "accum", "checkpoint", "bf16", "predicted peak", "cost, or why not");
+  for (const train::BudgetOption& b : options) {
+    const std::string why = b.fits ? b.cost : size(b.peak_bytes - budget) + " over (" + b.cost + ")";
+    std::printf("%-5s %11lld %6lld %11s %5s %15s  %s\n", b.fits ? "yes" : "no", static_cast<long long>(b.batch_size),
+                static_cast<long long>(b.accum), b.checkpoint_activations ? "yes" : "no", b.bf16 ? "yes" : "no",
+                size(b.peak_bytes).c_str(), why.c_str());
+  }
+  if (options.empty() || !options.front().fits) std::printf("nothing fits: a smaller model or a larger device is needed\n");
+}
+
+nlohmann::json budget_json(const std::vector<train::BudgetOption>& options, std::int64_t budget) {
+  nlohmann::json j{{"bytes", budget}, {"options", nlohmann::json::array()}};
+  for (const train::BudgetOption& b : options)
+    j["options"].push_back({{"batch_size", b.batch_size}, {"accum", b.accum}, {"checkpoint_activations", b.checkpoint_activations},
+                            {"bf16", b.bf16}, {"peak_bytes", b.peak_bytes}, {"fits", b.fits}, {"cost", b.cost}});
+  return j;
+}
+
 nlohmann::json plan_json(const train::TrainOptions& o, const train::MemoryPlan& plan) {
   nlohmann::json j{{"model", o.model},
                    {"batch_size", o.batch_size},
@@ -134,6 +154,8 @@ PlanCommand::PlanCommand(CLI::App& app)
       ->check(between(0, 64));
   c->add_option("--depth", depth_, "Group the layer table by the first N parts of the names (default 2; 0: every layer)")
       ->check(between(0, 64));
+  c->add_option("--budget", budget_, "Also list the ways of running the same steps that fit in SIZE (e.g. 512MiB)")
+      ->check(not_empty());
   c->add_option("--json", json_, "Write the plan as one JSON document to this file")->check(not_empty());
 }
 
@@ -153,9 +175,18 @@ int PlanCommand::run() const {
     if (momentum_) o.momentum = *momentum_;
     if (!amp_.empty()) o.amp = parse_dtype(amp_);
     models::model_info(o.model);  // an unknown model is a bad flag, said before any work
-    const train::MemoryPlan plan = train::plan_memory(o, {.in_channels = in_channels_, .num_classes = num_classes_});
+    const std::int64_t budget = budget_.empty() ? 0 : static_cast<std::int64_t>(parse_size(budget_));
+    FRUGAL_CHECK_VALUE(budget_.empty() || budget > 0, "--budget must be more than 0 bytes, got '", budget_, "'");
+    const train::PlanShape shape{.in_channels = in_channels_, .num_classes = num_classes_};
+    const train::MemoryPlan plan = train::plan_memory(o, shape);
     print_plan(o, plan, depth_);
-    if (!json_.empty()) write_json_file(json_, plan_json(o, plan));
+    nlohmann::json j = plan_json(o, plan);
+    if (budget > 0) {
+      const std::vector<train::BudgetOption> options = train::fit_budget(o, budget, shape);
+      print_budget(options, budget);
+      j["budget"] = budget_json(options, budget);
+    }
+    if (!json_.empty()) write_json_file(json_, j);
     return 0;
   } catch (const Error& e) {
     return report_error("plan", e);

@@ -5,6 +5,8 @@
 // The flags that shape memory are `frugal train`'s, with the same defaults; --in-channels and
 // --num-classes stand in for the data (default Fashion-MNIST's 1 and 10). --depth groups the layer
 // table by the first N parts of the names (default 2: "features.3"; 0 lists every layer).
+// --budget SIZE also plans every way of running the same samples per step (accumulated micro-batches,
+// activation checkpointing, bf16) and lists those that fit, cheapest first, and why the rest do not.
 // Exit codes: 0; 1 a runtime failure; 2 a bad flag, one line naming it.
 // Not here: the planner (train/planner.h).
 #pragma once
@@ -23,7 +25,7 @@ class PlanCommand final : public Subcommand {
   int run() const override;
 
  private:
-  std::string model_ = "mobilenet_v2", optimizer_, amp_, json_;
+  std::string model_ = "mobilenet_v2", optimizer_, amp_, json_, budget_;
   std::optional<double> width_, momentum_;
   std::optional<std::int64_t> batch_size_, accum_, image_size_;
   std::int64_t in_channels_ = 1, num_classes_ = 10;

@@ -158,7 +158,8 @@ PY
       fail "SIGTERM message: $(cat "$dir/err")"
     ;;
   plan_arguments)
-    for bad in "--batch-size 0" "--model vgg16" "--amp f8" "--optimizer adam" "--depth -1" "--image-size 4" "--batch-size 1"; do
+    for bad in "--batch-size 0" "--model vgg16" "--amp f8" "--optimizer adam" "--depth -1" "--image-size 4" "--batch-size 1" \
+               "--budget lots" "--budget 0"; do
       # shellcheck disable=SC2086
       expect_exit 2 "$frugal" plan $bad
       expect_one_line_error "^frugal( plan)?: "
@@ -175,6 +176,20 @@ p = json.load(open(sys.argv[1]))
 assert [x["name"] for x in p["phases"]] == ["init", "forward", "backward", "optimizer step"], p["phases"]
 assert p["peak_bytes"] == max(x["peak_bytes"] for x in p["phases"]), p
 assert p["peak_bytes_by_tag"]["optimizer"] == sum(l["optimizer_bytes"] for l in p["layers"]), p
+PY
+    # A budget between the checkpointed and the plain peak: the plan as given does not fit, the
+    # cheapest fitting way comes first, and every option keeps the step's 16 samples.
+    "$frugal" plan --model cnn --batch-size 16 --budget 7MiB --json "$dir/budget.json" >"$dir/out"
+    grep -q "^under a budget of 7.00 MiB:" "$dir/out" || fail "no budget table: $(cat "$dir/out")"
+    python3 - "$dir/budget.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+options = p["budget"]["options"]
+assert all(o["batch_size"] * o["accum"] == 16 for o in options), options
+given = [o for o in options if o["cost"] == "as given"]
+assert len(given) == 1 and given[0]["peak_bytes"] == p["peak_bytes"] and not given[0]["fits"], given
+fits = [o for o in options if o["fits"]]
+assert fits and options[:len(fits)] == fits and all(o["peak_bytes"] <= 7 * 2**20 for o in fits), options
 PY
     ;;
   plan_matches_train)

@@ -236,4 +236,58 @@ MemoryPlan plan_memory(const TrainOptions& o, const PlanShape& shape) {
   return read_plan(run_on_meta(o, shape));
 }
 
+namespace {
+
+// Cheapest first: accumulation only costs speed; recomputation about a third more compute; bf16 changes the numbers.
+int cost_rank(const BudgetOption& b) { return (b.bf16 ? 4 : 0) + (b.checkpoint_activations ? 2 : 0); }
+
+std::string cost_words(const BudgetOption& b, const TrainOptions& given) {
+  std::string words;
+  const auto add = [&words](const std::string& part) {
+    if (!words.empty()) words += "; ";
+    words += part;
+  };
+  if (b.accum != given.accum)
+    add(std::to_string(b.accum) + " micro-batches of " + std::to_string(b.batch_size) + " per step");
+  if (b.checkpoint_activations && !given.checkpoint_activations) add("recompute activations (about one more forward)");
+  if (b.bf16 && given.amp != DType::bf16) add("bf16 autocast (changes the numbers)");
+  return words.empty() ? "as given" : words;
+}
+
+}  // namespace
+
+std::vector<BudgetOption> fit_budget(const TrainOptions& options, std::int64_t budget_bytes, const PlanShape& shape) {
+  FRUGAL_CHECK_VALUE(budget_bytes > 0, "plan_memory: the budget must be positive");
+  const std::int64_t samples = options.batch_size * options.accum;
+  std::vector<BudgetOption> found;
+  for (const bool bf16 : {options.amp == DType::bf16, true}) {
+    for (const bool checkpoint : {options.checkpoint_activations, true}) {
+      for (std::int64_t accum = 1; accum <= samples && samples / accum >= 2; accum *= 2) {
+        if (samples % accum != 0) continue;
+        BudgetOption b{.batch_size = samples / accum, .accum = accum, .checkpoint_activations = checkpoint, .bf16 = bf16};
+        const bool duplicate = std::any_of(found.begin(), found.end(), [&b](const BudgetOption& f) {
+          return f.batch_size == b.batch_size && f.checkpoint_activations == b.checkpoint_activations && f.bf16 == b.bf16;
+        });
+        if (duplicate) continue;
+        TrainOptions o = options;
+        o.batch_size = b.batch_size;
+        o.accum = b.accum;
+        o.checkpoint_activations = checkpoint;
+        if (bf16) o.amp = DType::bf16;
+        b.peak_bytes = plan_memory(o, shape).peak_bytes;
+        b.fits = b.peak_bytes <= budget_bytes;
+        b.cost = cost_words(b, options);
+        found.push_back(std::move(b));
+      }
+    }
+  }
+  std::stable_sort(found.begin(), found.end(), [](const BudgetOption& a, const BudgetOption& b) {
+    if (a.fits != b.fits) return a.fits;
+    if (!a.fits) return a.peak_bytes < b.peak_bytes;
+    if (cost_rank(a) != cost_rank(b)) return cost_rank(a) < cost_rank(b);
+    return a.accum < b.accum;
+  });
+  return found;
+}
+
 }  // namespace frugal::train

@@ -12,7 +12,10 @@
 // optimizer state, the activation bytes it left alive at the end of the forward (what backward
 // needs from it), and the most workspace it held at once. Per phase: what was allocated when it
 // started and ended and the most at any moment in it.
-// Not here: choosing a configuration under a budget, formatting (cli/plan.cpp).
+// Under a budget (fit_budget): every way of keeping the same samples per optimizer step (the batch
+// split into accumulated micro-batches, activation checkpointing, bf16 autocast), each planned, the
+// ones that fit ranked cheapest first.
+// Not here: formatting (cli/plan.cpp).
 #pragma once
 
 #include <cstdint>
@@ -63,5 +66,22 @@ std::int64_t loader_batches_alive(int workers);
 // of one run's memory on any device. Throws what building or running the model throws (a ValueError
 // for a batch of 1 under BatchNorm, a ShapeError for an image too small for the model).
 MemoryPlan plan_memory(const TrainOptions& options, const PlanShape& shape = {});
+
+// One way to run the same optimizer steps, and what it would need.
+struct BudgetOption {
+  std::int64_t batch_size = 0, accum = 1;  // batch_size x accum = the samples per optimizer step
+  bool checkpoint_activations = false;
+  bool bf16 = false;
+  std::int64_t peak_bytes = 0;
+  bool fits = false;
+  std::string cost = {};  // what it costs against the configuration as given, in words
+};
+
+// Every combination of: the micro-batch (the step's samples split into 1, 2, 4, ... accumulated
+// micro-batches, down to 2 samples each), activation checkpointing off and on, and autocast as given
+// or bf16; each planned. Sorted: those that fit first, cheapest first (no change; then more
+// micro-batches, which cost speed only; then recomputing activations, which costs about one more
+// forward; then bf16, which changes the numbers), those that do not by how far over they are.
+std::vector<BudgetOption> fit_budget(const TrainOptions& options, std::int64_t budget_bytes, const PlanShape& shape = {});
 
 }  // namespace frugal::train
