@@ -160,6 +160,9 @@ class CachingAllocator final : public Allocator {
   // Recording into a ring buffer of the last `max_events` events (0 stops and clears).
   void record_history(std::size_t max_events);
   std::vector<AllocEvent> history() const;
+  // Now, on the clock of AllocEvent::time_ns, so that marks kept beside the history (phases, layers)
+  // can be placed among its events.
+  std::int64_t history_time_ns() const;
   // The history as a replayable trace ("+ ID BYTES STREAM TAG" / "- ID", see memory/alloc_trace.h),
   // and as Chrome trace-event JSON that Perfetto and chrome://tracing open.
   void write_trace(std::ostream& out) const;
