@@ -282,7 +282,7 @@ PY
     # Every compositor stage before the screenshot: without it the bottom of the chart was sometimes
     # not yet painted (1 run in 6 here).
     chrome=("$browser" --headless "${sandbox[@]}" --disable-gpu --hide-scrollbars --run-all-compositor-stages-before-draw
-            --user-data-dir="$dir/profile" --window-size=1150,1000 --virtual-time-budget=5000)
+            --user-data-dir="$dir/profile" --window-size=1150,660 --virtual-time-budget=5000)
     timeout 120 "${chrome[@]}" --dump-dom "file://$dir/step.html" >"$dir/dom.html" 2>"$dir/chrome.err" ||
       fail "chromium --dump-dom failed: $(tail -5 "$dir/chrome.err")"
     timeout 120 "${chrome[@]}" --screenshot="$dir/shot.png" "file://$dir/step.html" >/dev/null 2>>"$dir/chrome.err" ||
