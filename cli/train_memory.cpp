@@ -72,7 +72,6 @@ void TrainMemory::attach(train::TrainHooks& hooks) {
 
 void TrainMemory::finish(const train::TrainResult& result, std::ostream& out) {
   if (!recorder_) return;
-  observing_.reset();
   train::MemoryReport memory{recorder_->phase_memory(), 0, 0};
   if (flags_.memory_report || report_) {
     CachingAllocator& allocator = default_caching_allocator(options_.device);

@@ -53,6 +53,7 @@ class TrainMemory {
   MemoryFlags flags_;
   train::TrainOptions options_;
   std::unique_ptr<train::MemoryRecorder> recorder_;
+  // Scopes nest (the last made is the first ended), so this one ends with the object, not earlier.
   std::unique_ptr<nn::ModuleCallObserverScope> observing_;
   std::unique_ptr<AtomicFile> html_, trace_, report_;
   std::string description_;

@@ -63,7 +63,7 @@ td:first-child, th:first-child { text-align: left; }
 <div id="tip"></div>
 <table id="tags"><thead><tr><th>tag</th><th>at the step's start</th><th>highest in the step</th><th>at the peak</th></tr></thead>
 <tbody></tbody></table>
-<p>Bytes are the allocator's blocks (requests rounded up to 512 bytes). Hover over the chart for the bytes at a moment.</p>
+<p>Bytes are the allocator's blocks (requests rounded up to its block sizes). Hover over the chart for the bytes at a moment.</p>
 <script>const timeline = )page";
 
 constexpr const char* kPageScript = R"page(;</script>
