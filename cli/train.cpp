@@ -95,10 +95,12 @@ TrainCommand::TrainCommand(CLI::App& app)
   c->add_option("--save-every", save_every_, "Also save every N optimizer steps")->check(between(1, 1'000'000'000));
   c->add_option("--resume", resume_, "Continue the run a checkpoint stopped (same flags)")->check(not_empty());
   c->add_option("--json", json_, "Write the run's summary as one JSON document to this file")->check(not_empty());
+  add_memory_flags(*c, memory_);
 }
 
 int TrainCommand::run() const {
   train::TrainOptions o;
+  std::optional<TrainMemory> memory;  // the memory flags' recorder and output files
   try {
     o.model = model_;
     o.width = width_;
@@ -133,6 +135,7 @@ int TrainCommand::run() const {
     o.json = json_;
     train::validate(o);
     o.device = parse_device(device_);
+    memory.emplace(memory_, o);
   } catch (const Error& e) {
     return report_error("train", e);
   }
@@ -149,12 +152,18 @@ int TrainCommand::run() const {
   hooks.on_epoch_end = [&](const train::EpochInfo& e) { progress.end_epoch(step_report(e.last), epoch_summary(e)); };
   hooks.on_message = [&](const std::string& line) { progress.message(line); };
   hooks.should_stop = [] { return interrupted_signal() != 0; };
+  memory->attach(hooks);
 
   const InterruptScope stop_signals(/*restart_system_calls=*/true);  // loader reads must not fail with EINTR
   try {
     const train::TrainResult result = train::train(o, hooks);
     print_summary(std::cout, result);
-    if (!o.json.empty()) write_json_file(o.json, result_json(result));
+    memory->finish(result, std::cout);
+    if (!o.json.empty()) {
+      nlohmann::ordered_json document = result_json(result);
+      memory->add_to_json(document);
+      write_json_file(o.json, document);
+    }
     if (result.interrupted) {
       std::cerr << "frugal train: stopped by " << ::strsignal(interrupted_signal()) << " after step " << result.steps
                 << (result.checkpoint.empty() ? " (no --save, nothing kept)"

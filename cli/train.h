@@ -3,6 +3,7 @@
 //   frugal train                                  # MobileNetV2, one epoch of Fashion-MNIST, the default recipe
 //   frugal train --epochs 15 --cifar-stem --augment --save run.safetensors --json run.json
 //   frugal train --resume run.safetensors --steps 2000
+//   frugal train --steps 3 --memory-timeline step.html --memory-report --report run.md
 // Output: on a terminal a progress line per epoch redrawn in place; otherwise plain lines.
 // Exit codes: 0 done (or stopped by --steps); 1 a runtime failure; 2 a bad flag or bad input, one
 // line naming it; 3 out of memory, with the allocator's explanation (the last checkpoint intact);
@@ -16,6 +17,7 @@
 #include <string>
 
 #include "cli/subcommand.h"
+#include "cli/train_memory.h"
 
 namespace frugal::cli {
 
@@ -31,6 +33,7 @@ class TrainCommand final : public Subcommand {
   std::optional<std::int64_t> num_classes_, image_size_, epochs_, steps_, accum_, save_every_;
   std::optional<int> workers_;
   std::optional<std::uint64_t> seed_;
+  MemoryFlags memory_;  // --memory-timeline, --chrome-trace, --memory-report, --report
   bool cifar_stem_ = false, augment_ = false, no_eval_ = false, checkpoint_activations_ = false, inplace_activations_ = true;
 };
 

@@ -854,6 +854,10 @@ std::vector<AllocEvent> CachingAllocator::history() const {
   return ordered;
 }
 
+std::int64_t CachingAllocator::history_time_ns() const {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - created_).count();
+}
+
 void CachingAllocator::write_trace(std::ostream& out) const {
   out << "# frugal allocation trace: '+ ID BYTES STREAM TAG' allocates, '- ID' frees (memory/alloc_trace.h)\n";
   out << "# recorded on " << device() << " by the " << name() << " allocator\n";

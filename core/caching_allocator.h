@@ -162,6 +162,9 @@ class CachingAllocator final : public Allocator {
   std::vector<AllocEvent> history() const;
   // Events recorded so far, up to max_events: an index into history() for marking where a phase starts.
   std::size_t history_size() const;
+  // Now, on the clock of AllocEvent::time_ns, so that marks kept beside the history (phases, layers)
+  // can be placed among its events.
+  std::int64_t history_time_ns() const;
   // The history as a replayable trace ("+ ID BYTES STREAM TAG" / "- ID", see memory/alloc_trace.h),
   // and as Chrome trace-event JSON that Perfetto and chrome://tracing open.
   void write_trace(std::ostream& out) const;

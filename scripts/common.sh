@@ -10,6 +10,7 @@ FRUGAL_PACKAGES=(
   libopenblas-openmp-dev libopenmpi-dev openmpi-bin libbenchmark-dev
   libjemalloc-dev libmimalloc-dev        # peers of `frugal bench alloc` (loaded with dlopen)
   dataset-fashion-mnist                  # the default dataset (/usr/share/datasets/fashion-mnist)
+  chromium                               # renders `frugal train --memory-timeline`'s page in a check (~40 s to install)
 )
 
 # Installs the packages that are missing, and only those; runs apt-get as root or through sudo.

@@ -45,6 +45,8 @@ json_field() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[s
 # A small MobileNetV2 (width 0.25: BatchNorm, dropout and in-place ReLU6, all that resuming must
 # restore) on 320 images: 10 steps of 32 per epoch.
 small=(--model mobilenet_v2 --width 0.25 --batch-size 32 --epochs 2 --workers 2)
+# Three steps of it on 96 images, for the memory flags (step 2 is the timeline's default).
+tiny=(--model mobilenet_v2 --width 0.25 --batch-size 32 --steps 3 --workers 0)
 
 case $check in
   train_arguments)
@@ -219,6 +221,160 @@ PY
     echo "not safetensors" >"$dir/text"
     expect_exit 2 "$frugal" eval --data "$dir" --weights "$dir/text"
     expect_one_line_error "^frugal eval: $dir/text: "
+    ;;
+  train_memory_timeline)
+    # One step's memory as an HTML page and a Chrome trace: the same step, the same peak, valid files.
+    make_subset "$dir" 96 32
+    "$frugal" train --data "$dir" "${tiny[@]}" --memory-timeline "$dir/step.html" --chrome-trace "$dir/step.json" >/dev/null
+    python3 - "$dir/step.html" "$dir/step.json" <<'PY' || fail "the timeline files disagree"
+import json, re, sys
+page, trace = open(sys.argv[1]).read(), json.load(open(sys.argv[2]))
+data = json.loads(re.search(r"const timeline = (\{.*?\});</script>", page, re.S).group(1).replace("<\\/", "</"))
+assert data["step"] == 2 and not re.search(r"(src|href)=|https?://(?!www\.w3\.org/2000/svg)", page), "not self-contained"
+tags = [e["args"] for e in trace["traceEvents"] if e["name"] == "allocated by tag"]
+peak = max(sum(t.values()) for t in tags)
+assert peak == data["peak"]["bytes"] == max(sum(b) for b in data["bytes"]), (peak, data["peak"])
+phases = [e["name"] for e in trace["traceEvents"] if e.get("cat") == "phase"]
+assert phases == ["forward", "backward", "optimizer step"], phases
+modules = {e["name"] for e in trace["traceEvents"] if e.get("cat") == "module"}
+assert {"model", "features.0", "classifier"} <= modules, sorted(modules)[:10]
+assert data["peak"]["phase"] in ("forward", "backward", "optimizer step"), data["peak"]
+assert any(e["name"] == "memory" for e in trace["traceEvents"]), "the allocator's own counter is missing"
+print(f"peak {peak} bytes in {data['peak']['phase']}, module {data['peak']['layer'] or '-'}; {len(tags)} points")
+PY
+    # --timeline-step picks another step; a run that ends before it is refused, leaving no file.
+    "$frugal" train --data "$dir" "${tiny[@]}" --timeline-step 3 --chrome-trace "$dir/three.json" >/dev/null
+    python3 -c 'import json,sys; t=json.load(open(sys.argv[1])); assert "step 3 " in [e for e in t["traceEvents"] if e["name"]=="process_name"][0]["args"]["name"]' "$dir/three.json" ||
+      fail "--timeline-step 3 did not record step 3"
+    expect_exit 2 "$frugal" train --data "$dir" "${tiny[@]}" --timeline-step 4 --memory-timeline "$dir/four.html"
+    expect_one_line_error "^frugal train: --timeline-step 4 is past --steps 3$"
+    expect_exit 2 "$frugal" train --data "$dir" "${tiny[@]}" --steps 99 --timeline-step 4 --memory-timeline "$dir/four.html"
+    expect_one_line_error "^frugal train: --timeline-step 4: the run ended before training that many steps$"
+    [ ! -e "$dir/four.html" ] || fail "a timeline was written for a step that never ran"
+    ;;
+  train_memory_report)
+    # The per-phase table on stdout and under "memory_report" in --json; the other keys unchanged.
+    make_subset "$dir" 96 32
+    "$frugal" train --data "$dir" "${tiny[@]}" --json "$dir/plain.json" >/dev/null
+    "$frugal" train --data "$dir" "${tiny[@]}" --memory-report --json "$dir/run.json" >"$dir/out"
+    grep -q "^memory by phase .*allocated.*reserved.*peak.*inactive split.*host RSS.*pinned host" "$dir/out" ||
+      fail "no table: $(cat "$dir/out")"
+    grep -q "^empty_cache()    reserved .* before, .* after$" "$dir/out" || fail "no empty_cache line: $(cat "$dir/out")"
+    python3 - "$dir/plain.json" "$dir/run.json" <<'PY' || fail "memory_report in --json: $(cat "$dir/run.json")"
+import json, os, sys
+plain, run = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert list(run) == list(plain) + ["memory_report"], (list(plain), list(run))
+report = run["memory_report"]
+rows = {r["phase"]: r for r in report["phases"]}
+assert list(rows) == ["setup", "forward", "backward", "optimizer step", "evaluation"], list(rows)
+assert rows["forward"]["runs"] == 3 and rows["evaluation"]["runs"] == 1, rows
+assert max(r["peak_bytes"] for r in rows.values()) == run["peak_allocated_bytes"], (rows, run["peak_allocated_bytes"])
+for r in rows.values():
+    assert r["allocated_bytes"] <= r["peak_bytes"] and r["allocated_bytes"] <= r["reserved_bytes"] and r["host_rss_bytes"] > 0, r
+cache = report["empty_cache"]
+# The run's tensors are gone, so the cache gives back what it held (FRUGAL_ALLOC=direct holds nothing).
+direct = os.environ.get("FRUGAL_ALLOC") == "direct"
+assert cache["reserved_after_bytes"] <= cache["reserved_before_bytes"] and (direct or cache["reserved_after_bytes"] < cache["reserved_before_bytes"]), cache
+print("peaks:", {p: r["peak_bytes"] for p, r in rows.items()}, "empty_cache:", cache)
+PY
+    ;;
+  train_run_report)
+    # --report: a Markdown report with the options, mermaid charts of the real phases, the memory tables.
+    make_subset "$dir" 96 32
+    "$frugal" train --data "$dir" "${tiny[@]}" --epochs 2 --steps 5 --report "$dir/run.md" --json "$dir/run.json" >/dev/null
+    python3 - "$dir/run.md" "$dir/run.json" <<'PY' || fail "the report: $(cat "$dir/run.md")"
+import json, re, sys
+md, run = open(sys.argv[1]).read(), json.load(open(sys.argv[2]))
+assert md.startswith("# frugal train: mobilenet_v2 on cpu\n"), md[:80]
+assert "| --batch-size | 32 |" in md and "| --steps | 5 |" in md and f"{run['parameters']} parameters" in md
+assert "```mermaid\nflowchart LR\n" in md and "```mermaid\ngantt\n  dateFormat x\n" in md
+tasks = re.findall(r"^  (setup \(data, model\)|epoch \d|evaluation after epoch \d) :(\d+), (\d+)$", md, re.M)
+# Epoch 2 stops at step 5, and the run evaluates the model it stopped with.
+assert [t[0] for t in tasks] == ["setup (data, model)", "epoch 1", "evaluation after epoch 1", "epoch 2",
+                                 "evaluation after epoch 2"], tasks
+starts = [int(t[1]) for t in tasks]
+assert starts == sorted(starts) and all(int(e) > int(b) for _, b, e in tasks), tasks
+assert int(tasks[-1][2]) <= run["wall_seconds"] * 1000 + 500, (tasks, run["wall_seconds"])  # the clock starts a little earlier
+for phase in ("setup", "forward", "backward", "optimizer step", "evaluation"):
+    assert re.search(rf"^\| {phase} \| ", md, re.M), phase
+assert "`empty_cache()` at the end: reserved " in md
+print(f"{len(tasks)} gantt tasks, {len(md)} bytes")
+PY
+    ;;
+  train_memory_paths)
+    # An output whose folder is missing: one line naming it, exit 2, before any training; nothing written.
+    make_subset "$dir" 96 32
+    for flag in --memory-timeline --chrome-trace --report; do
+      expect_exit 2 "$frugal" train --data "$dir" "${tiny[@]}" "$flag" "$dir/absent/out"
+      expect_one_line_error "^frugal train: .*$dir/absent/out"
+      [ -z "$out" ] || fail "$flag with a bad path trained first: $out"
+    done
+    expect_exit 2 "$frugal" train --data "$dir" "${tiny[@]}" --memory-timeline ""
+    expect_one_line_error "^frugal: "
+    expect_exit 2 "$frugal" train --data "$dir" "${tiny[@]}" --timeline-step 0 --memory-timeline "$dir/x.html"
+    expect_one_line_error "^frugal: "
+    [ -z "$(ls -A "$dir" | grep -v -- '-ubyte$')" ] || fail "files left behind: $(ls "$dir")"
+    ;;
+  train_memory_browser)
+    # The timeline page rendered by headless Chromium: its script ran and drew the chart, the figures
+    # it computed equal those of the Chrome trace of the same run, and the screenshot shows a chart.
+    browser=$(command -v chromium || command -v chromium-browser || true)
+    [ -n "$browser" ] || { echo "skipped: chromium is not installed (Debian package chromium)"; exit 77; }
+    make_subset "$dir" 96 32
+    "$frugal" train --data "$dir" "${tiny[@]}" --memory-timeline "$dir/step.html" --chrome-trace "$dir/step.json" >/dev/null
+    sandbox=()
+    [ "$(id -u)" -ne 0 ] || sandbox=(--no-sandbox)  # Chromium refuses to run as root inside its sandbox
+    # Every compositor stage before the screenshot: without it the bottom of the chart was sometimes
+    # not yet painted (1 run in 6 here).
+    chrome=("$browser" --headless "${sandbox[@]}" --disable-gpu --hide-scrollbars --run-all-compositor-stages-before-draw
+            --user-data-dir="$dir/profile" --window-size=1150,660 --virtual-time-budget=5000)
+    timeout 120 "${chrome[@]}" --dump-dom "file://$dir/step.html" >"$dir/dom.html" 2>"$dir/chrome.err" ||
+      fail "chromium --dump-dom failed: $(tail -5 "$dir/chrome.err")"
+    timeout 120 "${chrome[@]}" --screenshot="$dir/shot.png" "file://$dir/step.html" >/dev/null 2>>"$dir/chrome.err" ||
+      fail "chromium --screenshot failed: $(tail -5 "$dir/chrome.err")"
+    python3 - "$dir/dom.html" "$dir/step.json" "$dir/shot.png" <<'PY' || fail "the rendered page"
+import json, re, struct, sys, zlib
+dom, trace = open(sys.argv[1]).read(), json.load(open(sys.argv[2]))
+assert re.search(r'<body[^>]*data-drawn="yes"', dom), "the page's script did not finish"
+areas = re.findall(r'<path class="area" data-tag="(\w+)"', dom)
+assert len(re.findall(r'<rect class="phase"', dom)) == 3 and 'id="reserved-line"' in dom and 'id="peak-line"' in dom
+tags = [e["args"] for e in trace["traceEvents"] if e["name"] == "allocated by tag"]
+peak = int(re.search(r'id="peak-bytes" data-bytes="(\d+)"', dom).group(1))
+assert peak == max(sum(t.values()) for t in tags), (peak, "trace", max(sum(t.values()) for t in tags))
+drawn = {tag for tag in tags[0] if max(t[tag] for t in tags) > 0}
+assert sorted(areas) == sorted(drawn), (areas, drawn)
+for tag in tags[0]:
+    shown = int(re.search(rf'id="max-{tag}" data-bytes="(\d+)"', dom).group(1))
+    assert shown == max(t[tag] for t in tags), (tag, shown)
+phase = re.search(r'id="peak-phase">([^<]*)<', dom).group(1)
+# The screenshot: a PNG, decoded here (filters undone), with many colours, among them the param
+# area's, which lies along the chart's bottom: the whole chart was painted.
+png = open(sys.argv[3], "rb").read()
+assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 1000, len(png)
+width, height, depth, kind = struct.unpack(">IIBB", png[16:26])
+assert depth == 8 and kind in (2, 6), (depth, kind)
+channels = 3 if kind == 2 else 4
+idat, at = b"", 8
+while at < len(png):
+    length, name = struct.unpack(">I4s", png[at:at + 8])
+    if name == b"IDAT": idat += png[at + 8:at + 8 + length]
+    at += 12 + length
+raw, stride, rows, prior = zlib.decompress(idat), width * channels, [], bytearray(width * channels)
+for y in range(height):
+    f, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+    for i in range(stride):
+        a, b = line[i - channels] if i >= channels else 0, prior[i]
+        c = prior[i - channels] if i >= channels else 0
+        p = a + b - c
+        pred = [0, a, b, (a + b) // 2, a if abs(p - a) <= abs(p - b) and abs(p - a) <= abs(p - c) else b if abs(p - b) <= abs(p - c) else c][f]
+        line[i] = (line[i] + pred) & 255
+    rows.append(bytes(line)); prior = line
+pixels = [row[x * channels:x * channels + 3] for row in rows for x in range(width)]
+colours = set(pixels)
+param = sum(1 for p in pixels if p == bytes([0x4e, 0x79, 0xa7]))
+assert len(colours) > 8 and param > 2000, (len(colours), param)  # the area, not just its 12x12 swatch
+print(f"rendered: {len(areas)} areas, peak {peak} bytes in {phase}; screenshot {width}x{height}, {len(colours)} colours")
+PY
     ;;
   *) fail "unknown check $check" ;;
 esac

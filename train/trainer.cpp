@@ -172,6 +172,32 @@ void Run::save(const std::string& why) {
   message("checkpoint saved to " + options.save + " at step " + std::to_string(position.global_step) + " (" + why + ")");
 }
 
+// Tells hooks.on_phase that a phase begins, and when the scope ends (an exception included), that it
+// ended. Without an on_phase hook it does nothing.
+class PhaseScope {
+ public:
+  PhaseScope(const Run& run, Phase phase) : run_(run), phase_(phase) { notify(true); }
+  ~PhaseScope() { notify(false); }
+  PhaseScope(const PhaseScope&) = delete;
+  PhaseScope& operator=(const PhaseScope&) = delete;
+
+ private:
+  void notify(bool begin) const {
+    if (run_.hooks.on_phase)
+      run_.hooks.on_phase({phase_, begin, run_.position.epoch, run_.position.global_step, run_.model.get()});
+  }
+  const Run& run_;
+  Phase phase_;
+};
+
+// The test split's evaluation, when there is one and it is asked for.
+std::optional<EvalResult> evaluate_test(const Run& run) {
+  if (!run.inputs.splits.test || !run.options.evaluate) return std::nullopt;
+  const PhaseScope phase(run, Phase::evaluation);
+  return evaluate(*run.model, run.inputs.splits.test, run.inputs.test_transforms, run.options.batch_size,
+                  run.options.device, run.options.workers, run.num_classes);
+}
+
 // ---- one optimizer step -------------------------------------------------------------------------
 
 // Samples in loader batches [first, first + count) of an epoch (the last batch may be short).
@@ -187,28 +213,38 @@ void optimizer_step(Run& run, std::int64_t micro_batches) {
   const std::int64_t step_samples =
       samples_in(run.position.batch, micro_batches, o.batch_size, run.inputs.splits.train->size());
   for (std::int64_t m = 0; m < micro_batches; ++m) {
-    std::optional<data::Batch> batch = run.loader->next();
-    FRUGAL_CHECK(batch.has_value(), "the loader ended its epoch early");
-    const std::int64_t n = batch->inputs.size(0);
-    Tensor loss, logits;
+    std::optional<data::Batch> batch;
+    Tensor loss, logits, weighted;
+    std::int64_t n = 0;
     {
+      const PhaseScope phase(run, Phase::forward);
+      batch = run.loader->next();
+      FRUGAL_CHECK(batch.has_value(), "the loader ended its epoch early");
+      n = batch->inputs.size(0);
       std::optional<nn::AutocastGuard> autocast;
       if (o.amp) autocast.emplace(*o.amp);
       logits = (*run.model)(batch->inputs);
       loss = functional::cross_entropy(logits, batch->labels, {.label_smoothing = o.label_smoothing});
+      autocast.reset();
+      weighted = functional::mul(loss, static_cast<double>(n) / static_cast<double>(step_samples));
     }
-    const Tensor weighted = functional::mul(loss, static_cast<double>(n) / static_cast<double>(step_samples));
-    autograd::backward(run.scaler->scale(weighted));
+    {
+      const PhaseScope phase(run, Phase::backward);
+      autograd::backward(run.scaler->scale(weighted));
+    }
     run.position.loss_sum += loss.to(Device::cpu()).item<double>() * static_cast<double>(n);
     run.position.correct += count_correct(autograd::detach(logits), batch->labels).to(Device::cpu()).item<std::int64_t>();
     run.position.samples += n;
     run.trained_samples += n;
     ++run.position.batch;
   }
-  run.scaler->step(*run.optimizer);
-  run.scaler->update();
-  run.optimizer->zero_grad();
-  run.schedule->step();
+  {
+    const PhaseScope phase(run, Phase::optimizer);
+    run.scaler->step(*run.optimizer);
+    run.scaler->update();
+    run.optimizer->zero_grad();
+    run.schedule->step();
+  }
   ++run.position.global_step;
 }
 
@@ -254,6 +290,7 @@ EpochEnd train_epoch(Run& run, StepInfo& last) {
   const TrainOptions& o = run.options;
   run.model->train();
   run.loader->start_epoch(run.position.epoch, run.position.batch);
+  const PhaseScope phase(run, Phase::epoch);
   const auto start = Clock::now();
   std::int64_t epoch_samples = 0;
   while (run.position.batch < run.batches_per_epoch) {
@@ -280,7 +317,21 @@ EpochEnd train_epoch(Run& run, StepInfo& last) {
   return EpochEnd::finished;
 }
 
+// The run's setup (data, model, optimizer, resuming), reported as the setup phase.
+std::unique_ptr<Run> start_run(const TrainOptions& options, const TrainHooks& hooks) {
+  if (hooks.on_phase) hooks.on_phase({.phase = Phase::setup, .begin = true});
+  auto run = std::make_unique<Run>(options, hooks);
+  if (hooks.on_phase) hooks.on_phase({Phase::setup, false, run->position.epoch, run->position.global_step, run->model.get()});
+  return run;
+}
+
 }  // namespace
+
+std::string_view phase_name(Phase phase) {
+  static constexpr std::array<std::string_view, kNumPhases> kNames = {"setup",    "epoch",          "forward",
+                                                                      "backward", "optimizer step", "evaluation"};
+  return kNames[static_cast<std::size_t>(phase)];
+}
 
 RunData open_run_data(const std::string& data, const std::string& test_data, std::int64_t image_size, bool augment) {
   RunData run{data::open_dataset(data, test_data, {.image_size = image_size}), {}, {}};
@@ -330,7 +381,8 @@ EvalResult evaluate(nn::Module& model, data::DatasetPtr dataset, const data::Com
 TrainResult train(const TrainOptions& options, const TrainHooks& hooks) {
   validate(options);
   const auto start = Clock::now();
-  Run run(options, hooks);
+  const std::unique_ptr<Run> started = start_run(options, hooks);
+  Run& run = *started;
   default_caching_allocator(options.device).reset_peak_stats();
   if (hooks.on_start) hooks.on_start(start_line(run));
   TrainResult result;
@@ -340,9 +392,7 @@ TrainResult train(const TrainOptions& options, const TrainHooks& hooks) {
     end = train_epoch(run, last);
     if (end != EpochEnd::finished) break;
     EpochInfo info{last, std::nullopt};
-    if (run.inputs.splits.test && options.evaluate)
-      info.test = evaluate(*run.model, run.inputs.splits.test, run.inputs.test_transforms, options.batch_size, options.device,
-                           options.workers, run.num_classes);
+    info.test = evaluate_test(run);
     result.final_loss = last.loss;
     result.test = info.test;
     if (hooks.on_epoch_end) hooks.on_epoch_end(info);
@@ -352,9 +402,7 @@ TrainResult train(const TrainOptions& options, const TrainHooks& hooks) {
   }
   if (end != EpochEnd::finished) {
     result.final_loss = last.loss;
-    if (run.inputs.splits.test && options.evaluate)
-      result.test = evaluate(*run.model, run.inputs.splits.test, run.inputs.test_transforms, options.batch_size, options.device,
-                             options.workers, run.num_classes);
+    result.test = evaluate_test(run);
   }
   const CachingStats stats = default_caching_allocator(options.device).caching_stats();
   const AllocatorStats tagged = default_caching_allocator(options.device).stats();

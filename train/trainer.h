@@ -23,6 +23,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/allocator.h"
@@ -61,12 +62,28 @@ struct EpochInfo {
   std::optional<EvalResult> test;     // when there is a test split
 };
 
+// The stretches of a run that memory reports and the run report tell apart. A step's forward
+// includes taking its batch from the loader; with --accum each micro-batch has its own forward and
+// backward.
+enum class Phase : std::uint8_t { setup, epoch, forward, backward, optimizer, evaluation };
+inline constexpr int kNumPhases = 6;
+std::string_view phase_name(Phase phase);  // "setup", "epoch", "forward", "backward", "optimizer step", "evaluation"
+
+struct PhaseEvent {
+  Phase phase;
+  bool begin = true;                 // false: the phase has just ended
+  std::int64_t epoch = 0;            // from 0
+  std::int64_t global_step = 0;      // optimizer steps taken before this one
+  const nn::Module* model = nullptr; // the model being trained; nullptr during setup
+};
+
 struct TrainHooks {
   std::function<void(const std::string&)> on_start;  // one line: model, parameters, data, device
   std::function<void(const StepInfo&)> on_step;
   std::function<void(const EpochInfo&)> on_epoch_end;
   std::function<void(const std::string&)> on_message;  // "checkpoint saved to ...", "resumed at step ..."
   std::function<bool()> should_stop;                   // checked after every optimizer step (SIGINT)
+  std::function<void(const PhaseEvent&)> on_phase;     // each phase's begin and end, on the training thread
 };
 
 struct TrainResult {
