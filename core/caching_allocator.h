@@ -1,6 +1,7 @@
 // CachingAllocator: frugal's pooling allocator, the centre of its memory story. Device-agnostic
 // policy (rounding, pools, best fit, splitting, merging, streams, retries, explained OOMs,
-// statistics, snapshots, recording) over a Backing that supplies raw memory (core/backing.h).
+// statistics, snapshots, recording, and on every live block its tag, who made it and its number)
+// over a Backing that supplies raw memory (core/backing.h).
 // See docs/allocator.md for how a request travels through it.
 //
 // The default rules follow PyTorch's CUDACachingAllocator so the two can be compared; each constant
