@@ -45,6 +45,27 @@ Device parse_device(const std::string& text) {
   return device;
 }
 
+// Exit 3: where it happened, the allocator's explanation, what filled the device when the trainer
+// saw it happen (train/oom_explainer.h), the usual remedies, and the checkpoint kept.
+int report_out_of_memory(const OutOfMemoryError& e, const train::TrainOptions& o, std::int64_t step) {
+  std::cout << std::flush;
+  std::cerr << "\nfrugal train: out of memory at step " << step << " (batch size " << o.batch_size << " on "
+            << o.device.str() << "):\n"
+            << e.message() << "\n";
+  if (const auto* explained = dynamic_cast<const train::TrainingOutOfMemoryError*>(&e))
+    std::cerr << train::describe(explained->explanation());
+  std::cerr << "Smaller batches (--batch-size, with --accum to keep the effective batch), --checkpoint-activations "
+               "or --amp bf16 need less. "
+            << (o.save.empty() ? "" : "The last checkpoint, " + o.save + ", is intact.") << "\n";
+  return kExitOutOfMemory;
+}
+
+// A problem the run survives (the leak check's report): on stderr, after the progress line so far.
+void print_warning(const std::string& text) {
+  std::cout << std::flush;
+  std::cerr << "\nfrugal train: " << text << std::endl;
+}
+
 }  // namespace
 
 TrainCommand::TrainCommand(CLI::App& app)
@@ -96,6 +117,7 @@ TrainCommand::TrainCommand(CLI::App& app)
   c->add_option("--resume", resume_, "Continue the run a checkpoint stopped (same flags)")->check(not_empty());
   c->add_option("--json", json_, "Write the run's summary as one JSON document to this file")->check(not_empty());
   add_memory_flags(*c, memory_);
+  c->add_flag("--no-leak-check", no_leak_check_, "Do not compare memory at the end of each step with the step before");
 }
 
 int TrainCommand::run() const {
@@ -133,6 +155,7 @@ int TrainCommand::run() const {
     if (save_every_) o.save_every = *save_every_;
     o.resume = resume_;
     o.json = json_;
+    o.leak_check = !no_leak_check_;
     train::validate(o);
     o.device = parse_device(device_);
     memory.emplace(memory_, o);
@@ -153,6 +176,7 @@ int TrainCommand::run() const {
   hooks.on_message = [&](const std::string& line) { progress.message(line); };
   hooks.should_stop = [] { return interrupted_signal() != 0; };
   memory->attach(hooks);
+  hooks.on_warning = print_warning;
 
   const InterruptScope stop_signals(/*restart_system_calls=*/true);  // loader reads must not fail with EINTR
   try {
@@ -173,14 +197,7 @@ int TrainCommand::run() const {
     }
     return 0;
   } catch (const OutOfMemoryError& e) {
-    std::cout << std::flush;
-    std::cerr << "\nfrugal train: out of memory at step " << last_step.global_step + 1 << " (batch size "
-              << o.batch_size << " on " << o.device.str() << "):\n"
-              << e.message() << "\n"
-              << "Smaller batches (--batch-size, with --accum to keep the effective batch), --checkpoint-activations "
-                 "or --amp bf16 need less. "
-              << (o.save.empty() ? "" : "The last checkpoint, " + o.save + ", is intact.") << "\n";
-    return kExitOutOfMemory;
+    return report_out_of_memory(e, o, last_step.global_step + 1);
   } catch (const Error& e) {
     return report_error("train", e);
   }

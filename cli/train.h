@@ -4,9 +4,12 @@
 //   frugal train --epochs 15 --cifar-stem --augment --save run.safetensors --json run.json
 //   frugal train --resume run.safetensors --steps 2000
 //   frugal train --steps 3 --memory-timeline step.html --memory-report --report run.md
-// Output: on a terminal a progress line per epoch redrawn in place; otherwise plain lines.
+// Output: on a terminal a progress line per epoch redrawn in place; otherwise plain lines. The leak
+// check's report, when memory grows from one step to the next, goes to stderr (--no-leak-check: off).
 // Exit codes: 0 done (or stopped by --steps); 1 a runtime failure; 2 a bad flag or bad input, one
-// line naming it; 3 out of memory, with the allocator's explanation (the last checkpoint intact);
+// line naming it; 3 out of memory, with the allocator's explanation and what filled the device
+// (train/oom_explainer.h: the ledger by tag, the largest tensors and who made them, fixes), the
+// last checkpoint intact;
 // 128 + the signal when SIGINT, SIGTERM, SIGHUP or SIGQUIT stopped it at a step boundary (130 for
 // Ctrl-C), after saving a checkpoint when --save was given (cli/interrupt.h).
 // Not here: the loop (train/trainer.h), the display (train/progress.h).
@@ -35,6 +38,7 @@ class TrainCommand final : public Subcommand {
   std::optional<std::uint64_t> seed_;
   MemoryFlags memory_;  // --memory-timeline, --chrome-trace, --memory-report, --report
   bool cifar_stem_ = false, augment_ = false, no_eval_ = false, checkpoint_activations_ = false, inplace_activations_ = true;
+  bool no_leak_check_ = false;
 };
 
 }  // namespace frugal::cli

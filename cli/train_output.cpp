@@ -96,7 +96,8 @@ nlohmann::ordered_json result_json(const train::TrainResult& r) {
           {"wall_seconds", r.wall_seconds},
           {"seed", r.seed},
           {"interrupted", r.interrupted},
-          {"checkpoint", r.checkpoint}};
+          {"checkpoint", r.checkpoint},
+          {"leak", r.leak ? nlohmann::ordered_json(train::to_json(*r.leak)) : nlohmann::ordered_json(nullptr)}};
 }
 
 nlohmann::ordered_json eval_json(const train::EvalResult& r) {

@@ -22,7 +22,8 @@ void print_summary(std::ostream& out, const train::TrainResult& result);
 
 // The --json document of a run: model, parameters, device, batch_size, steps, epochs, images_per_sec,
 // final_loss, test_accuracy (null without a test split), test_loss, peak_allocated_bytes,
-// peak_reserved_bytes, peak_bytes_by_tag {tag: bytes}, wall_seconds, seed, interrupted, checkpoint.
+// peak_reserved_bytes, peak_bytes_by_tag {tag: bytes}, wall_seconds, seed, interrupted, checkpoint,
+// leak (null, or the leak check's report: train/leak_check.h to_json).
 nlohmann::ordered_json result_json(const train::TrainResult& result);
 // accuracy, loss, samples, and per_class [{class, correct, total, accuracy}].
 nlohmann::ordered_json eval_json(const train::EvalResult& result);

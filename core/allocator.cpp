@@ -2,6 +2,10 @@
 // The per-device registry is core/allocator_registry.cpp.
 #include "core/allocator.h"
 
+#include <deque>
+#include <unordered_map>
+#include <utility>
+
 #include "core/error.h"
 
 namespace frugal {
@@ -29,6 +33,47 @@ MemoryTag current_memory_tag() { return t_current_tag; }
 
 MemoryTagScope::MemoryTagScope(MemoryTag tag) : previous_(t_current_tag) { t_current_tag = tag; }
 MemoryTagScope::~MemoryTagScope() { t_current_tag = previous_; }
+
+// ---- contexts (Note [Allocation contexts] in allocator.h)
+
+namespace {
+thread_local MemoryContextId t_current_context = kNoMemoryContext;
+
+// The interned labels. A deque, so labels never move while another thread reads one; the map's keys
+// view them.
+struct ContextRegistry {
+  std::mutex mutex;
+  std::deque<std::string> labels{""};  // id 0: no context
+  std::unordered_map<std::string_view, MemoryContextId> ids;
+};
+
+ContextRegistry& context_registry() {
+  static ContextRegistry* registry = new ContextRegistry;  // never destroyed: blocks may name it until exit
+  return *registry;
+}
+}  // namespace
+
+MemoryContextId intern_memory_context(std::string_view label) {
+  FRUGAL_CHECK_VALUE(!label.empty(), "a memory context needs a non-empty label");
+  ContextRegistry& registry = context_registry();
+  std::lock_guard lock(registry.mutex);
+  if (const auto found = registry.ids.find(label); found != registry.ids.end()) return found->second;
+  const auto id = static_cast<MemoryContextId>(registry.labels.size());
+  registry.labels.emplace_back(label);
+  registry.ids.emplace(registry.labels.back(), id);
+  return id;
+}
+
+std::string memory_context_label(MemoryContextId id) {
+  ContextRegistry& registry = context_registry();
+  std::lock_guard lock(registry.mutex);
+  FRUGAL_CHECK_VALUE(id < registry.labels.size(), "memory context ", id, " was never interned");
+  return registry.labels[id];
+}
+
+MemoryContextId current_memory_context() { return t_current_context; }
+
+MemoryContextId set_memory_context(MemoryContextId id) { return std::exchange(t_current_context, id); }
 
 // ---- DataPtr
 

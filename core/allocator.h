@@ -2,6 +2,8 @@
 //   - DataPtr: owning handle to one allocation; gives the bytes back to its allocator when it dies.
 //   - MemoryTag: what an allocation is for (param, grad, activation, ...). Set per thread by an RAII
 //     MemoryTagScope, so a memory report can say what filled the device.
+//   - Memory context: who made an allocation ("features.3.conv.1 (Conv2d)", "loss"), an interned
+//     label set per thread by MemoryContextScope, so a report can say which layer or op holds it.
 //   - Stream: an opaque stream handle, so a pooling allocator can respect stream order.
 // The registry that picks the allocator of each device (allocator_for, set_allocator) is
 // core/allocator_registry.h, included here so that every user of an allocator finds it.
@@ -13,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <string>
 #include <string_view>
 
 #include "core/adaptive_mutex.h"
@@ -40,6 +43,41 @@ class MemoryTagScope {
 
  private:
   MemoryTag previous_;
+};
+
+// ---- contexts
+
+// Note [Allocation contexts]: the caching allocator records on every block the context in force on
+// the allocating thread, as it records the tag. A label is interned once into a 32-bit id (0: no
+// context), so a block carries 4 bytes, never a string, and the allocation path reads one more
+// thread-local. Labels live until the process ends: intern names that recur (a layer's dotted
+// name), not text made fresh each step. The trainer sets the context from module calls
+// (train/memory_context.h); reports turn ids back into labels.
+using MemoryContextId = std::uint32_t;
+inline constexpr MemoryContextId kNoMemoryContext = 0;
+
+// The id of `label` (non-empty), the same for every call with the same text. Thread-safe.
+MemoryContextId intern_memory_context(std::string_view label);
+// The label of an id from intern_memory_context; "" for kNoMemoryContext; ValueError for others.
+std::string memory_context_label(MemoryContextId id);
+
+MemoryContextId current_memory_context();  // this thread's; kNoMemoryContext unless a scope says otherwise
+// Sets this thread's context and returns the previous one, for observers whose start and end are
+// two calls (a ModuleCallObserver); code with a block to scope uses MemoryContextScope.
+MemoryContextId set_memory_context(MemoryContextId id);
+
+// Sets this thread's context for its lifetime and restores the previous one after:
+//   { MemoryContextScope made_by("loss"); loss = cross_entropy(logits, labels); }
+class MemoryContextScope {
+ public:
+  explicit MemoryContextScope(MemoryContextId id) : previous_(set_memory_context(id)) {}
+  explicit MemoryContextScope(std::string_view label) : MemoryContextScope(intern_memory_context(label)) {}
+  ~MemoryContextScope() { set_memory_context(previous_); }
+  MemoryContextScope(const MemoryContextScope&) = delete;
+  MemoryContextScope& operator=(const MemoryContextScope&) = delete;
+
+ private:
+  MemoryContextId previous_;
 };
 
 // ---- streams

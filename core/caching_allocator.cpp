@@ -141,6 +141,8 @@ struct CachingAllocator::Block {
   Block* next = nullptr;
   BlockState state = BlockState::free;
   MemoryTag tag = MemoryTag::other;
+  MemoryContextId context = kNoMemoryContext;  // while allocated: who made it
+  std::uint64_t serial = 0;                     // while allocated: its number (LiveBlock::serial)
   std::vector<Stream> stream_uses;         // other streams using it (record_stream)
   std::vector<Backing::Event> events;      // recorded at free, one per stream use
 };
@@ -246,7 +248,7 @@ class Unlocked {
 // Runs with mutex_ held (Note [One lock per allocator]).
 void* CachingAllocator::raw_allocate(std::size_t bytes, Stream stream) {
   const MemoryTag tag = current_memory_tag();
-  Block* block = bytes <= kMaxRequest ? allocate_block(bytes, stream, tag) : nullptr;
+  Block* block = bytes <= kMaxRequest ? allocate_block(bytes, stream, tag, current_memory_context()) : nullptr;
   if (block) return block->ptr;
   // Out of memory. Observers run without the lock, so they may take snapshots.
   const std::size_t rounded = options_.bypass || bytes > kMaxRequest ? bytes : round_block_size(bytes);
@@ -260,12 +262,13 @@ void* CachingAllocator::raw_allocate(std::size_t bytes, Stream stream) {
   const auto observers = oom_observers_;
   {
     const Unlocked unlocked(mutex_);
-    for (const auto& observer : observers) observer(report);
+    for (const auto& entry : observers) entry.second(report);
   }
   FRUGAL_THROW(OutOfMemoryError, report.message);
 }
 
-CachingAllocator::Block* CachingAllocator::allocate_block(std::size_t requested, Stream stream, MemoryTag tag) {
+CachingAllocator::Block* CachingAllocator::allocate_block(std::size_t requested, Stream stream, MemoryTag tag,
+                                                          MemoryContextId context) {
   if (options_.bypass) {
     void* ptr = backing_->allocate(requested, stream);
     if (!ptr) return nullptr;
@@ -273,7 +276,7 @@ CachingAllocator::Block* CachingAllocator::allocate_block(std::size_t requested,
     stats_.reserved_bytes.increase(as_signed(requested));
     stats_.segments.increase(1);
     auto* block = new_block<Block, Segment>(static_cast<char*>(ptr), requested, stream, nullptr);
-    return take(block, requested, requested, tag);
+    return take(block, requested, requested, tag, context);
   }
   process_events();
   const std::size_t rounded = round_block_size(requested);
@@ -290,7 +293,7 @@ CachingAllocator::Block* CachingAllocator::allocate_block(std::size_t requested,
     stats_.alloc_retries += 1;
     block = grow(pool, rounded, stream);
   }
-  return block ? take(block, rounded, requested, tag) : nullptr;
+  return block ? take(block, rounded, requested, tag, context) : nullptr;
 }
 
 CachingAllocator::Block* CachingAllocator::find_free_block(Pool& pool, std::size_t size, Stream stream) {
@@ -417,7 +420,8 @@ CachingAllocator::Block* CachingAllocator::extend_expandable(Pool& pool, std::si
 // (Note [Blocks and segments]). The block is already out of the free set and out of its segment's
 // free bytes: every path that produces one (find_free_block, extend_expandable, new_fixed_segment)
 // leaves it so.
-CachingAllocator::Block* CachingAllocator::take(Block* block, std::size_t size, std::size_t requested, MemoryTag tag) {
+CachingAllocator::Block* CachingAllocator::take(Block* block, std::size_t size, std::size_t requested, MemoryTag tag,
+                                                MemoryContextId context) {
   Segment* segment = block->segment;
   if (segment) {
     const std::int64_t inactive_before = segment->inactive_split();
@@ -448,9 +452,11 @@ CachingAllocator::Block* CachingAllocator::take(Block* block, std::size_t size, 
   block->state = BlockState::allocated;
   block->requested = requested;
   block->tag = tag;
+  block->context = context;
   stats_.allocated_bytes.increase(as_signed(block->size));
   stats_.active_bytes.increase(as_signed(block->size));
   stats_.allocations.increase(1);
+  block->serial = static_cast<std::uint64_t>(stats_.allocations.allocated);  // the count so far numbers it
   live_[block->ptr] = block;
   record(AllocEvent::Kind::alloc, reinterpret_cast<std::uintptr_t>(block->ptr), block->size, requested, block->stream, tag);
   return block;
@@ -713,9 +719,15 @@ OomReport CachingAllocator::describe_oom(std::size_t requested, std::size_t roun
   return r;
 }
 
-void CachingAllocator::add_oom_observer(std::function<void(const OomReport&)> observer) {
+std::size_t CachingAllocator::add_oom_observer(std::function<void(const OomReport&)> observer) {
   std::lock_guard lock(mutex_);
-  oom_observers_.push_back(std::move(observer));
+  oom_observers_.emplace_back(next_observer_, std::move(observer));
+  return next_observer_++;
+}
+
+void CachingAllocator::remove_oom_observer(std::size_t handle) {
+  std::lock_guard lock(mutex_);
+  std::erase_if(oom_observers_, [handle](const auto& entry) { return entry.first == handle; });
 }
 
 // ---- statistics and reports
@@ -787,7 +799,8 @@ nlohmann::json CachingAllocator::snapshot() const {
                         {"size", b->size},
                         {"requested", b->requested},
                         {"state", state},
-                        {"tag", b->state == BlockState::free ? "" : memory_tag_name(b->tag)}});
+                        {"tag", b->state == BlockState::free ? "" : memory_tag_name(b->tag)},
+                        {"context", b->state == BlockState::free ? "" : memory_context_label(b->context)}});
     }
     return blocks;
   };
@@ -815,6 +828,23 @@ nlohmann::json CachingAllocator::snapshot() const {
           {"allocated_bytes", stats_.allocated_bytes.current},
           {"reserved_bytes", stats_.reserved_bytes.current},
           {"segments", segments}};
+}
+
+LiveBlocks CachingAllocator::live_blocks() const {
+  std::lock_guard lock(mutex_);
+  LiveBlocks live;
+  live.blocks.reserve(live_.size());
+  for (const auto& [ptr, b] : live_)
+    live.blocks.push_back({reinterpret_cast<std::uintptr_t>(ptr), b->size, b->requested, b->tag, b->context, b->serial});
+  live.allocated = static_cast<std::size_t>(stats_.allocated_bytes.current);
+  live.reserved = static_cast<std::size_t>(stats_.reserved_bytes.current);
+  live.inactive_split = static_cast<std::size_t>(stats_.inactive_split_bytes.current);
+  return live;
+}
+
+std::uint64_t CachingAllocator::last_serial() const {
+  std::lock_guard lock(mutex_);
+  return static_cast<std::uint64_t>(stats_.allocations.allocated);
 }
 
 // ---- recording

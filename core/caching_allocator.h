@@ -1,6 +1,7 @@
 // CachingAllocator: frugal's pooling allocator, the centre of its memory story. Device-agnostic
 // policy (rounding, pools, best fit, splitting, merging, streams, retries, explained OOMs,
-// statistics, snapshots, recording) over a Backing that supplies raw memory (core/backing.h).
+// statistics, snapshots, recording, and on every live block its tag, who made it and its number)
+// over a Backing that supplies raw memory (core/backing.h).
 // See docs/allocator.md for how a request travels through it.
 //
 // The default rules follow PyTorch's CUDACachingAllocator so the two can be compared; each constant
@@ -23,6 +24,7 @@
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/backing.h"
@@ -113,6 +115,22 @@ struct OomReport {
   std::string message;
 };
 
+// One live block: what a report needs to say which tensor holds memory and who made it.
+struct LiveBlock {
+  std::uintptr_t address = 0;
+  std::size_t size = 0;       // the block, after rounding
+  std::size_t requested = 0;  // what the caller asked for
+  MemoryTag tag = MemoryTag::other;
+  MemoryContextId context = kNoMemoryContext;  // who made it (Note [Allocation contexts] in allocator.h)
+  std::uint64_t serial = 0;   // its number: the n-th block this allocator handed out, from 1
+};
+
+// The live blocks and the totals they belong to, read under one lock, so they agree.
+struct LiveBlocks {
+  std::vector<LiveBlock> blocks;  // in no particular order
+  std::size_t allocated = 0, reserved = 0, inactive_split = 0;  // the statistics' current values
+};
+
 // One recorded event (start_recording), in the order it happened.
 struct AllocEvent {
   enum class Kind : std::uint8_t { alloc, free, segment_alloc, segment_free, map, unmap, oom };
@@ -150,12 +168,20 @@ class CachingAllocator final : public Allocator {
   void reset_peak_stats() override;
   std::string memory_summary() const;  // a readable table of every statistic
   // Every segment with its blocks: {"device", "capacity", "segments": [{"address", "size", "stream",
-  // "pool", "expandable", "blocks": [{"offset", "size", "requested", "state", "tag"}]}]}.
+  // "pool", "expandable", "blocks": [{"offset", "size", "requested", "state", "tag", "context"}]}]}.
   nlohmann::json snapshot() const;
+  // Every live block with its tag, context and number, for reports that say who holds what. A walk
+  // of all of them: for reports, never per allocation.
+  LiveBlocks live_blocks() const;
+  // The number of the latest block handed out (0 before the first): blocks with a larger serial were
+  // made after this call. Two reads of it bracket a stretch of work, such as a training step.
+  std::uint64_t last_serial() const;
 
   // Observers run after the allocator's lock is released and before OutOfMemoryError is thrown;
-  // they may inspect the allocator (snapshot, summary) but must not allocate from it.
-  void add_oom_observer(std::function<void(const OomReport&)> observer);
+  // they may inspect the allocator (snapshot, live_blocks, summary) but must not allocate from it.
+  // add_oom_observer returns a handle for remove_oom_observer.
+  std::size_t add_oom_observer(std::function<void(const OomReport&)> observer);
+  void remove_oom_observer(std::size_t handle);
 
   // Recording into a ring buffer of the last `max_events` events (0 stops and clears).
   void record_history(std::size_t max_events);
@@ -186,14 +212,14 @@ class CachingAllocator final : public Allocator {
     bool operator()(const Block* a, const Block* b) const;
   };
 
-  Block* allocate_block(std::size_t requested, Stream stream, MemoryTag tag);
+  Block* allocate_block(std::size_t requested, Stream stream, MemoryTag tag, MemoryContextId context);
   void free_now(void* ptr, std::size_t bytes);
   Block* find_free_block(Pool& pool, std::size_t size, Stream stream);
   Block* grow(Pool& pool, std::size_t size, Stream stream);
   std::size_t wait_for_pending();  // waits for every pending block's events; returns the blocks freed
   Block* new_fixed_segment(Pool& pool, std::size_t size, Stream stream);
   Block* extend_expandable(Pool& pool, std::size_t size, Stream stream);
-  Block* take(Block* block, std::size_t size, std::size_t requested, MemoryTag tag);
+  Block* take(Block* block, std::size_t size, std::size_t requested, MemoryTag tag, MemoryContextId context);
   void free_block(Block* block);
   void release_to_pool(Block* block);
   void process_events();
@@ -214,7 +240,8 @@ class CachingAllocator final : public Allocator {
   std::unordered_map<void*, Block*> live_;  // handed-out blocks by address (a hash: freeing is hot)
   std::vector<Block*> pending_;   // freed, waiting for events
   CachingStats stats_;
-  std::vector<std::function<void(const OomReport&)>> oom_observers_;
+  std::vector<std::pair<std::size_t, std::function<void(const OomReport&)>>> oom_observers_;  // with handles
+  std::size_t next_observer_ = 1;
   std::vector<AllocEvent> history_;  // ring buffer
   std::size_t history_capacity_ = 0, history_next_ = 0;
   std::chrono::steady_clock::time_point created_ = std::chrono::steady_clock::now();

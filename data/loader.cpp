@@ -282,6 +282,7 @@ DataLoader::Slot DataLoader::load(std::int64_t batch, int worker) const {
 
 Batch DataLoader::load_batch(std::int64_t batch, Stream copy_stream) const {
   MemoryTagScope tag(MemoryTag::data);  // samples, transforms' temporaries, the batch, its device copy
+  MemoryContextScope made_by("data loader");  // what a memory report names as their maker
   const std::int64_t first = batch * options_.batch_size;
   const std::int64_t rows = std::min(options_.batch_size, static_cast<std::int64_t>(order_.size()) - first);
   const bool pinned = options_.pin_memory && options_.device.is_cuda();

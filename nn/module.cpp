@@ -25,8 +25,15 @@ struct CallEnd {
 };
 }  // namespace
 
-ModuleCallObserverScope::ModuleCallObserverScope(ModuleCallObserver& observer) { t_observers.push_back(&observer); }
-ModuleCallObserverScope::~ModuleCallObserverScope() { t_observers.pop_back(); }
+ModuleCallObserverScope::ModuleCallObserverScope(ModuleCallObserver& observer) : observer_(&observer) {
+  t_observers.push_back(&observer);
+}
+// Removes its own observer, the last entry for it: scopes that end out of order (one owned by an
+// object that outlives a later scope) still leave every other observer in force.
+ModuleCallObserverScope::~ModuleCallObserverScope() {
+  const auto it = std::find(t_observers.rbegin(), t_observers.rend(), observer_);
+  if (it != t_observers.rend()) t_observers.erase(std::next(it).base());
+}
 
 Tensor Module::operator()(const Tensor& x) {
   if (t_observers.empty()) return forward(x);

@@ -54,6 +54,9 @@ class ModuleCallObserverScope {
   ~ModuleCallObserverScope();
   ModuleCallObserverScope(const ModuleCallObserverScope&) = delete;
   ModuleCallObserverScope& operator=(const ModuleCallObserverScope&) = delete;
+
+ private:
+  ModuleCallObserver* observer_;
 };
 
 // Named tensors in order; the same type as StateDict.

@@ -121,7 +121,9 @@ PY
     ;;
   train_out_of_memory)
     # A simulated 24 MiB device cannot hold MobileNetV2's batch of 256: exit 3, the allocator's
-    # explanation, and the checkpoint of an earlier run untouched.
+    # explanation, what filled the device (the ledger by tag with the activations by layer, the
+    # largest tensors and who made them, the measured fixes), and the checkpoint of an earlier run
+    # untouched.
     make_subset "$dir" 512 32
     "$frugal" train --data "$dir" --model mobilenet_v2 --width 0.25 --steps 1 --save "$dir/c.safetensors" >/dev/null
     cp "$dir/c.safetensors" "$dir/before.safetensors"
@@ -129,7 +131,30 @@ PY
       --save "$dir/c.safetensors"
     grep -q "^frugal train: out of memory at step 1 (batch size 256 on cpu):" <<<"$err" || fail "no OOM headline: $err"
     grep -qi "memory limit\|out of memory" <<<"$err" || fail "no explanation: $err"
+    size='[0-9.]+ (B|KiB|MiB|GiB)'
+    layer='features\.[0-9.]+ \([A-Za-z0-9]+\)'
+    grep -qE "^the failing request: $size of activation, made by $layer$" <<<"$err" || fail "no failing request: $err"
+    grep -qE "^memory at the failure, $size reserved" <<<"$err" || fail "no ledger: $err"
+    for row in param grad optimizer activation workspace data other "cache \(reserved but free\)" \
+               "fragmentation \(inactive split\)"; do
+      grep -qE "^  $row +$size$" <<<"$err" || fail "no ledger line for $row: $err"
+    done
+    grep -qE "^    $layer +$size$" <<<"$err" || fail "no activations by layer: $err"
+    grep -q "^largest live tensors:$" <<<"$err" || fail "no largest tensors: $err"
+    [ "$(grep -cE "^ +$size  [a-z]+ +made by " <<<"$err")" -ge 3 ] || fail "fewer than 3 largest tensors: $err"
+    grep -qE "^ +$size  activation +made by $layer$" <<<"$err" || fail "no activation named by its layer: $err"
+    grep -qE "^  saves $size \(measured\): --batch-size 128 --accum 2 " <<<"$err" || fail "no measured fix: $err"
     cmp "$dir/c.safetensors" "$dir/before.safetensors" || fail "the OOM run changed the checkpoint"
+    ;;
+  train_leak_check)
+    # Training without a leak reports none, across an epoch's end and its evaluation, with the
+    # loader's threads preparing batches ahead; --no-leak-check is accepted.
+    make_subset "$dir" 320 32
+    "$frugal" train --data "$dir" "${small[@]}" --json "$dir/run.json" >"$dir/out" 2>"$dir/err"
+    [ "$(json_field "$dir/run.json" leak)" = None ] || fail "a leak reported: $(cat "$dir/err")"
+    ! grep -q "memory grew" "$dir/err" || fail "a leak reported: $(cat "$dir/err")"
+    "$frugal" train --data "$dir" --model cnn --steps 3 --no-leak-check --json "$dir/off.json" >/dev/null
+    [ "$(json_field "$dir/off.json" leak)" = None ] || fail "--no-leak-check still checked"
     ;;
   train_progress)
     make_subset "$dir" 640 32

@@ -66,6 +66,7 @@ struct TrainOptions {
   std::int64_t save_every = 0;               // also every this many optimizer steps (0: not)
   std::string resume;                        // checkpoint to continue from
   std::string json;                          // where the run's summary goes as JSON
+  bool leak_check = true;                    // memory at each step's end against the step before (train/leak_check.h)
 };
 
 // ValueError naming the first option out of range (a batch size of 0, an lr of -1, ...).

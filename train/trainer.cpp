@@ -20,6 +20,7 @@
 #include "nn/lr_schedule.h"
 #include "nn/optim.h"
 #include "train/checkpoint.h"
+#include "train/memory_context.h"
 
 namespace frugal::train {
 
@@ -104,6 +105,7 @@ struct Run {
   std::unique_ptr<nn::LRScheduler> schedule;
   std::unique_ptr<nn::GradScaler> scaler;
   std::unique_ptr<data::DataLoader> loader;
+  std::optional<LeakCheck> leaks;  // when options.leak_check
   std::int64_t batches_per_epoch = 0, steps_per_epoch = 0, total_steps = 0;
   TrainingPosition position;
   std::string last_checkpoint;
@@ -126,8 +128,11 @@ Run::Run(const TrainOptions& o, const TrainHooks& h) : options(o), hooks(h) {
   num_classes = o.num_classes.value_or(train_split->num_classes());
   FRUGAL_CHECK_VALUE(num_classes >= train_split->num_classes(), "--num-classes ", num_classes, " but the data has ",
                      train_split->num_classes(), " classes");
-  model = models::make_model(o.model, model_options(o, train_split->sample_shape()[0], num_classes));
-  model->to(o.device);
+  {
+    const MemoryContextScope made_by("model construction");
+    model = models::make_model(o.model, model_options(o, train_split->sample_shape()[0], num_classes));
+    model->to(o.device);
+  }
   optimizer = make_optimizer(*model, o);
   scaler = std::make_unique<nn::GradScaler>(65536.0, 2.0, 0.5, 2000, /*enabled=*/o.amp == DType::f16);
   loader = std::make_unique<data::DataLoader>(
@@ -143,6 +148,7 @@ Run::Run(const TrainOptions& o, const TrainHooks& h) : options(o), hooks(h) {
   total_steps = steps_per_epoch * o.epochs;
   schedule = make_schedule(*optimizer, o, total_steps);
   if (!o.resume.empty()) resume_from(o.resume);
+  if (o.leak_check) leaks.emplace(default_caching_allocator(o.device));
 }
 
 void Run::resume_from(const std::string& path) {
@@ -224,12 +230,14 @@ void optimizer_step(Run& run, std::int64_t micro_batches) {
       std::optional<nn::AutocastGuard> autocast;
       if (o.amp) autocast.emplace(*o.amp);
       logits = (*run.model)(batch->inputs);
+      const MemoryContextScope made_by("loss");
       loss = functional::cross_entropy(logits, batch->labels, {.label_smoothing = o.label_smoothing});
       autocast.reset();
       weighted = functional::mul(loss, static_cast<double>(n) / static_cast<double>(step_samples));
     }
     {
       const PhaseScope phase(run, Phase::backward);
+      const MemoryContextScope made_by("backward");
       autograd::backward(run.scaler->scale(weighted));
     }
     run.position.loss_sum += loss.to(Device::cpu()).item<double>() * static_cast<double>(n);
@@ -240,7 +248,10 @@ void optimizer_step(Run& run, std::int64_t micro_batches) {
   }
   {
     const PhaseScope phase(run, Phase::optimizer);
-    run.scaler->step(*run.optimizer);
+    {
+      const MemoryContextScope made_by("optimizer step");  // the optimizer's state is made by the first one
+      run.scaler->step(*run.optimizer);
+    }
     run.scaler->update();
     run.optimizer->zero_grad();
     run.schedule->step();
@@ -282,6 +293,13 @@ std::string start_line(const Run& run) {
          " steps per epoch";
 }
 
+// The leak check (train/leak_check.h), at the end of every optimizer step; its report, once.
+void check_for_leak(Run& run) {
+  if (!run.leaks) return;
+  const std::optional<LeakReport> leak = run.leaks->after_step(run.position.global_step);
+  if (leak && run.hooks.on_warning) run.hooks.on_warning(describe(*leak));
+}
+
 // ---- one epoch, the whole run -------------------------------------------------------------------
 
 enum class EpochEnd { finished, stopped, interrupted };
@@ -297,6 +315,7 @@ EpochEnd train_epoch(Run& run, StepInfo& last) {
     const std::int64_t micro = std::min(o.accum, run.batches_per_epoch - run.position.batch);
     const std::int64_t before = run.trained_samples;
     optimizer_step(run, micro);
+    check_for_leak(run);
     epoch_samples += run.trained_samples - before;
     last = step_info(run, seconds_since(start), epoch_samples);
     if (run.hooks.on_step) run.hooks.on_step(last);
@@ -378,11 +397,14 @@ EvalResult evaluate(nn::Module& model, data::DatasetPtr dataset, const data::Com
   return result;
 }
 
-TrainResult train(const TrainOptions& options, const TrainHooks& hooks) {
-  validate(options);
+namespace {
+
+TrainResult run_training(const TrainOptions& options, const TrainHooks& hooks) {
   const auto start = Clock::now();
   const std::unique_ptr<Run> started = start_run(options, hooks);
   Run& run = *started;
+  LayerMemoryContexts contexts(*run.model);  // the layers name what they allocate (train/memory_context.h)
+  const nn::ModuleCallObserverScope observe(contexts);
   default_caching_allocator(options.device).reset_peak_stats();
   if (hooks.on_start) hooks.on_start(start_line(run));
   TrainResult result;
@@ -420,8 +442,22 @@ TrainResult train(const TrainOptions& options, const TrainHooks& hooks) {
   result.stopped_early = end != EpochEnd::finished;
   result.interrupted = end == EpochEnd::interrupted;
   result.checkpoint = run.last_checkpoint;
+  result.leak = run.leaks ? run.leaks->report() : std::nullopt;
   result.wall_seconds = seconds_since(start);
   return result;
+}
+
+}  // namespace
+
+// An out-of-memory anywhere in the run leaves with the explanation of what filled the device.
+TrainResult train(const TrainOptions& options, const TrainHooks& hooks) {
+  validate(options);
+  OomExplainer explainer(default_caching_allocator(options.device));
+  try {
+    return run_training(options, hooks);
+  } catch (const OutOfMemoryError& error) {
+    explainer.rethrow_explained(error, options, hooks.plan_fixes);
+  }
 }
 
 }  // namespace frugal::train

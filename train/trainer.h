@@ -12,8 +12,13 @@
 // end, every save_every steps, when stopping early (--steps, or hooks.should_stop after SIGINT), and
 // at the end; resuming restores the model, optimizer, scaler, schedule, the default generator and
 // the loader's position, so on the CPU a resumed run gives bit-identical losses and parameters.
-// Errors escape as frugal exceptions: OutOfMemoryError (with the allocator's explanation) when the
-// device, real or simulated by memory_limit, cannot hold the run.
+// Memory: every block the run allocates records who made it (train/memory_context.h: the layer's
+// dotted name and class, "loss", "backward", "optimizer step", "model construction"); from the second
+// step on, the leak check compares what each step leaves allocated with the step before and reports
+// the first growth (train/leak_check.h).
+// Errors escape as frugal exceptions: an OutOfMemoryError during the run as a TrainingOutOfMemoryError
+// carrying the explanation of what filled the device (train/oom_explainer.h) when the device, real or
+// simulated by memory_limit, cannot hold the run.
 // Not here: the command line, the exit codes and what is printed (cli/train.cpp).
 #pragma once
 
@@ -33,6 +38,8 @@
 #include "models/registry.h"
 #include "nn/module.h"
 #include "nn/optim.h"
+#include "train/leak_check.h"
+#include "train/oom_explainer.h"
 #include "train/options.h"
 
 namespace frugal::train {
@@ -84,6 +91,8 @@ struct TrainHooks {
   std::function<void(const std::string&)> on_message;  // "checkpoint saved to ...", "resumed at step ..."
   std::function<bool()> should_stop;                   // checked after every optimizer step (SIGINT)
   std::function<void(const PhaseEvent&)> on_phase;     // each phase's begin and end, on the training thread
+  std::function<void(const std::string&)> on_warning;  // a problem the run survives: the leak report
+  FixPlanner plan_fixes;  // predicted fixes for an out-of-memory's explanation (train/oom_explainer.h)
 };
 
 struct TrainResult {
@@ -103,6 +112,7 @@ struct TrainResult {
   bool stopped_early = false;  // --steps or should_stop before the last epoch's end
   bool interrupted = false;    // should_stop said so
   std::string checkpoint;      // the last checkpoint written, "" if none
+  std::optional<LeakReport> leak;  // when memory grew from one step's end to the next (options.leak_check)
 };
 
 TrainResult train(const TrainOptions& options, const TrainHooks& hooks = {});

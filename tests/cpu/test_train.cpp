@@ -140,3 +140,43 @@ TEST_CASE("train: K accumulated micro-batches give the parameters of one batch K
     CHECK(difference <= 1e-5 * largest);
   }
 }
+
+TEST_CASE("train: a run without a leak reports none; an out-of-memory leaves with the explanation of what filled the device") {
+  TempDir dir;
+  write_idx_folder(dir, 64);
+  train::TrainOptions o;
+  o.model = "cnn";
+  o.data = dir.path;
+  o.image_size = 16;
+  o.workers = 0;
+  o.batch_size = 16;
+  o.steps = 3;
+  CHECK_FALSE(train::train(o).leak.has_value());
+
+  // 64 KiB of device: the run cannot hold its model and a batch of 64 (64 KiB of pixels alone).
+  struct Unlimited {  // the CPU's default allocator serves every later test
+    ~Unlimited() { set_memory_limit(Device::cpu(), kUnlimited); }
+  } restore;
+  o.memory_limit = 64 * 1024;
+  o.batch_size = 64;
+  std::int64_t planned_for = 0;
+  train::TrainHooks hooks;
+  hooks.plan_fixes = [&](const train::TrainOptions& failing) {
+    planned_for = failing.batch_size;
+    return std::vector<train::MemoryFix>{{"a planner's fix", 1, false}};
+  };
+  try {
+    train::train(o, hooks);
+    FAIL("64 KiB held the run");
+  } catch (const train::TrainingOutOfMemoryError& error) {
+    const train::OomExplanation& e = error.explanation();
+    std::size_t tags = 0;
+    for (std::size_t bytes : e.tag_bytes) tags += bytes;
+    CHECK(tags == e.allocated);
+    CHECK(tags + e.cache + e.fragmentation == e.reserved);
+    CHECK_FALSE(e.largest.empty());
+    CHECK(planned_for == 64);
+    REQUIRE_FALSE(e.fixes.empty());
+    CHECK(e.fixes.back().text == "a planner's fix");
+  }
+}
