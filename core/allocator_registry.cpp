@@ -104,7 +104,11 @@ CachingAllocator& pinned_host_allocator() {
   });
 }
 
-void set_memory_limit(Device device, std::size_t bytes) { default_caching_allocator(device).backing().set_capacity(bytes); }
+void set_memory_limit(Device device, std::size_t bytes) {
+  CachingAllocator& allocator = default_caching_allocator(device);
+  allocator.empty_cache();  // cached blocks would otherwise serve requests past the new limit
+  allocator.backing().set_capacity(bytes);
+}
 
 Allocator& allocator_for(Device device) {
   Slot& slot = slot_for(device);

@@ -36,7 +36,8 @@ Allocator* set_allocator(Device device, Allocator* allocator);
 // (CachingOptions::from_environment). It lives until the process ends.
 CachingAllocator& default_caching_allocator(Device device);
 // Caps what `device`'s caching allocator may hold. On the CPU this is a simulated device of `bytes`:
-// every OOM and every mitigation can be shown without a GPU. kUnlimited removes the cap.
+// every OOM and every mitigation can be shown without a GPU. kUnlimited removes the cap. Cached free
+// blocks are released first, so that the limit holds from the next request on.
 void set_memory_limit(Device device, std::size_t bytes);
 // Page-locked host memory for the data loader's staging buffers (cudaHostAlloc when CUDA is
 // compiled in; plain host memory otherwise), with statistics of its own.

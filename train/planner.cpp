@@ -290,4 +290,40 @@ std::vector<BudgetOption> fit_budget(const TrainOptions& options, std::int64_t b
   return found;
 }
 
+std::vector<MemoryFix> planned_fixes(const TrainOptions& failing, const PlanShape& shape) {
+  std::vector<std::pair<std::string, TrainOptions>> changes;
+  for (const std::int64_t parts : {2, 4}) {
+    if (failing.batch_size % parts != 0 || failing.batch_size / parts < 2) continue;
+    TrainOptions o = failing;
+    o.batch_size /= parts;
+    o.accum *= parts;
+    changes.emplace_back("--batch-size " + std::to_string(o.batch_size) + " --accum " + std::to_string(o.accum), o);
+  }
+  if (!failing.checkpoint_activations) {
+    TrainOptions o = failing;
+    o.checkpoint_activations = true;
+    changes.emplace_back("--checkpoint-activations", o);
+  }
+  if (failing.amp != DType::bf16) {
+    TrainOptions o = failing;
+    o.amp = DType::bf16;
+    changes.emplace_back("--amp bf16", o);
+  }
+  std::vector<MemoryFix> fixes;
+  try {
+    const std::int64_t needed = plan_memory(failing, shape).peak_bytes;
+    for (const auto& [flags, o] : changes) {
+      const std::int64_t peak = plan_memory(o, shape).peak_bytes;
+      if (peak < needed)
+        fixes.push_back({flags + ": needs " + format_size(static_cast<std::size_t>(peak)) + " instead of " +
+                             format_size(static_cast<std::size_t>(needed)),
+                         static_cast<std::size_t>(needed - peak), false});
+    }
+  } catch (const Error&) {
+    return {};  // a configuration the planner cannot run: no predictions rather than a second error
+  }
+  std::stable_sort(fixes.begin(), fixes.end(), [](const MemoryFix& a, const MemoryFix& b) { return a.bytes > b.bytes; });
+  return fixes;
+}
+
 }  // namespace frugal::train

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "train/oom_explainer.h"
 #include "train/options.h"
 
 namespace frugal::train {
@@ -83,5 +84,11 @@ struct BudgetOption {
 // micro-batches, which cost speed only; then recomputing activations, which costs about one more
 // forward; then bf16, which changes the numbers), those that do not by how far over they are.
 std::vector<BudgetOption> fit_budget(const TrainOptions& options, std::int64_t budget_bytes, const PlanShape& shape = {});
+
+// The planner's fixes for a run that ran out of memory: one change at a time (half and a quarter of
+// the batch with accumulation keeping the step's samples, activation checkpointing, bf16 autocast),
+// each planned, those predicted to need less listed largest saving first. Empty when the failing
+// configuration cannot be planned.
+std::vector<MemoryFix> planned_fixes(const TrainOptions& failing, const PlanShape& shape);
 
 }  // namespace frugal::train

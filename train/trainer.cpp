@@ -20,6 +20,7 @@
 #include "nn/lr_schedule.h"
 #include "nn/optim.h"
 #include "train/checkpoint.h"
+#include "train/planner.h"
 #include "train/memory_context.h"
 
 namespace frugal::train {
@@ -399,10 +400,12 @@ EvalResult evaluate(nn::Module& model, data::DatasetPtr dataset, const data::Com
 
 namespace {
 
-TrainResult run_training(const TrainOptions& options, const TrainHooks& hooks) {
+// `shape` is set once the data is open: what the planner needs to predict fixes for an out-of-memory.
+TrainResult run_training(const TrainOptions& options, const TrainHooks& hooks, PlanShape& shape) {
   const auto start = Clock::now();
   const std::unique_ptr<Run> started = start_run(options, hooks);
   Run& run = *started;
+  shape = {.in_channels = run.inputs.splits.train->sample_shape()[0], .num_classes = run.num_classes};
   LayerMemoryContexts contexts(*run.model);  // the layers name what they allocate (train/memory_context.h)
   const nn::ModuleCallObserverScope observe(contexts);
   default_caching_allocator(options.device).reset_peak_stats();
@@ -453,10 +456,14 @@ TrainResult run_training(const TrainOptions& options, const TrainHooks& hooks) {
 TrainResult train(const TrainOptions& options, const TrainHooks& hooks) {
   validate(options);
   OomExplainer explainer(default_caching_allocator(options.device));
+  PlanShape shape{.in_channels = 0, .num_classes = 0};
   try {
-    return run_training(options, hooks);
+    return run_training(options, hooks, shape);
   } catch (const OutOfMemoryError& error) {
-    explainer.rethrow_explained(error, options, hooks.plan_fixes);
+    const FixPlanner planner = hooks.plan_fixes ? hooks.plan_fixes : [&shape](const TrainOptions& failing) {
+      return shape.in_channels > 0 ? planned_fixes(failing, shape) : std::vector<MemoryFix>{};
+    };
+    explainer.rethrow_explained(error, options, planner);
   }
 }
 
