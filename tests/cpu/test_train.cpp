@@ -153,11 +153,11 @@ TEST_CASE("train: a run without a leak reports none; an out-of-memory leaves wit
   o.steps = 3;
   CHECK_FALSE(train::train(o).leak.has_value());
 
-  // 64 KiB of device: the run cannot hold its model and a batch of 64 (64 KiB of pixels alone).
+  // 4 MiB of device: the model fits (433 KiB), a step at batch 64 does not (frugal plan: 7.9 MiB).
   struct Unlimited {  // the CPU's default allocator serves every later test
     ~Unlimited() { set_memory_limit(Device::cpu(), kUnlimited); }
   } restore;
-  o.memory_limit = 64 * 1024;
+  o.memory_limit = 4 << 20;
   o.batch_size = 64;
   std::int64_t planned_for = 0;
   train::TrainHooks hooks;
@@ -167,7 +167,7 @@ TEST_CASE("train: a run without a leak reports none; an out-of-memory leaves wit
   };
   try {
     train::train(o, hooks);
-    FAIL("64 KiB held the run");
+    FAIL("4 MiB held the run");
   } catch (const train::TrainingOutOfMemoryError& error) {
     const train::OomExplanation& e = error.explanation();
     std::size_t tags = 0;
