@@ -4,7 +4,7 @@
 # a failure).
 #   scripts/test.sh              the full build (CUDA compiled in when nvcc exists) and every suite
 #   scripts/test.sh --sanitize   a CPU-only ASan+UBSan build (warnings are errors) in build-sanitize/,
-#                                CPU and CLI suites
+#                                CPU, CLI and sample suites but the checks labelled slow
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 frugal_install_packages
@@ -26,7 +26,7 @@ case ${1:-} in
     cd "$FRUGAL_ROOT/build-sanitize"
     # FRUGAL_ALLOC=direct: tensors bypass the caching allocator, so ASan sees every buffer's bounds.
     FRUGAL_ALLOC=direct ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-      ctest --output-on-failure --parallel "$(nproc)" -L 'cpu|cli|sample'
+      ctest --output-on-failure --parallel "$(nproc)" -L 'cpu|cli|sample' -LE slow
     ;;
   *)
     echo "usage: scripts/test.sh [--sanitize]" >&2

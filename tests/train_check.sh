@@ -177,8 +177,10 @@ PY
     [ "$code" -eq 130 ] || fail "interrupted run exited $code: $(cat "$dir/err")"
     grep -q "^frugal train: stopped by Interrupt after step [0-9]*; resume with --resume $dir/c.safetensors$" "$dir/err" ||
       fail "no resume hint: $(cat "$dir/err")"
-    "$frugal" train "${long[@]}" --resume "$dir/c.safetensors" --steps 401 >/dev/null ||
+    stopped=$(sed -n 's/^frugal train: stopped by Interrupt after step \([0-9]*\);.*/\1/p' "$dir/err")
+    "$frugal" train "${long[@]}" --resume "$dir/c.safetensors" --steps $((stopped + 1)) --json "$dir/resumed.json" >/dev/null ||
       fail "the interrupted run's checkpoint does not resume"
+    [ "$(json_field "$dir/resumed.json" steps)" = $((stopped + 1)) ] || fail "the resumed run did not go on from step $stopped"
     code=$(signal_after_progress TERM "${long[@]}" --no-eval)
     [ "$code" -eq 143 ] || fail "terminated run exited $code: $(cat "$dir/err")"
     grep -q "^frugal train: stopped by Terminated after step [0-9]* (no --save, nothing kept)$" "$dir/err" ||
