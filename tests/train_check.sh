@@ -144,6 +144,8 @@ PY
     [ "$(grep -cE "^ +$size  [a-z]+ +made by " <<<"$err")" -ge 3 ] || fail "fewer than 3 largest tensors: $err"
     grep -qE "^ +$size  activation +made by $layer$" <<<"$err" || fail "no activation named by its layer: $err"
     grep -qE "^  saves $size \(measured\): --batch-size 128 --accum 2 " <<<"$err" || fail "no measured fix: $err"
+    grep -qE "^  saves $size \(predicted\): --checkpoint-activations: needs $size instead of $size$" <<<"$err" ||
+      fail "no fix predicted by the planner: $err"
     cmp "$dir/c.safetensors" "$dir/before.safetensors" || fail "the OOM run changed the checkpoint"
     ;;
   train_leak_check)
