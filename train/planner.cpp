@@ -3,7 +3,6 @@
 #include "train/planner.h"
 
 #include <algorithm>
-#include <map>
 #include <optional>
 #include <unordered_map>
 
@@ -166,6 +165,7 @@ MemoryPlan read_plan(Recorded r) {
   std::unordered_map<std::uintptr_t, Made> made_by;            // live blocks the recorded forward's layers made
   std::unordered_map<std::uintptr_t, std::int64_t> workspace;  // live workspace blocks of recorded layers
   std::vector<std::int64_t> layer_workspace(plan.layers.size(), 0);
+  std::int64_t workspace_live = 0;  // the sum of `workspace`
   std::vector<int> stack;  // recorded layers whose forward is running
   int phase = kInit;
   std::int64_t allocated = 0, reserved = 0;
@@ -197,12 +197,16 @@ MemoryPlan read_plan(Recorded r) {
     if (free) made_by.erase(e.address);
     if (alloc && !stack.empty() && e.tag == MemoryTag::workspace) {
       workspace[e.address] = static_cast<std::int64_t>(e.bytes);
-      std::int64_t live = 0;
-      for (const auto& [address, bytes] : workspace) live += bytes;
+      workspace_live += static_cast<std::int64_t>(e.bytes);
       std::int64_t& most = layer_workspace[static_cast<std::size_t>(stack.back())];
-      most = std::max(most, live);
+      most = std::max(most, workspace_live);
     }
-    if (free) workspace.erase(e.address);
+    if (free) {
+      if (const auto it = workspace.find(e.address); it != workspace.end()) {
+        workspace_live -= it->second;
+        workspace.erase(it);
+      }
+    }
     allocated = static_cast<std::int64_t>(e.allocated_total) - r.baseline;
     reserved = static_cast<std::int64_t>(e.reserved_total);
     PhasePlan& p = plan.phases[static_cast<std::size_t>(phase)];
