@@ -17,6 +17,9 @@
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "models/registry.h"
+#include "train/batch_finder.h"
+#include "train/checkpoint.h"
+#include "train/planner.h"
 #include "train/progress.h"
 #include "train/trainer.h"
 
@@ -34,7 +37,7 @@ std::int64_t parse_batch_size(const std::string& text) {
     used = 0;
   }
   FRUGAL_CHECK_VALUE(used == text.size() && value >= 1 && value <= (1 << 20),
-                     "--batch-size must be a whole number in [1, 1048576], got '", text, "'");
+                     "--batch-size must be auto or a whole number in [1, 1048576], got '", text, "'");
   return value;
 }
 
@@ -92,7 +95,11 @@ TrainCommand::TrainCommand(CLI::App& app)
   c->add_option("--epochs", epochs_, "Epochs; the schedule spans them all (default " + std::to_string(defaults.epochs) + ")")->check(between(1, 100000));
   c->add_option("--steps", steps_, "Stop after this global optimizer step, counted from the start of training")
       ->check(between(1, 1'000'000'000));
-  c->add_option("--batch-size", batch_size_, "Samples per micro-batch (default " + std::to_string(defaults.batch_size) + ")");
+  c->add_option("--batch-size", batch_size_,
+                "Samples per micro-batch, or auto: the largest that fits --memory-limit or the free memory (default " +
+                    std::to_string(defaults.batch_size) + ")");
+  c->add_option("--global-batch", global_batch_, "Samples per optimizer step: sets --accum from the batch size (with auto too)")
+      ->check(between(2, 1 << 30));
   c->add_option("--accum", accum_, "Micro-batches accumulated per optimizer step (default " + std::to_string(defaults.accum) + ")")->check(between(1, 65536));
   c->add_option("--optimizer", optimizer_, "sgd (Nesterov momentum) or adamw (default " + train::optimizer_name(defaults.optimizer) + ")")
       ->check(CLI::IsMember({"sgd", "adamw"}));
@@ -120,45 +127,102 @@ TrainCommand::TrainCommand(CLI::App& app)
   c->add_flag("--no-leak-check", no_leak_check_, "Do not compare memory at the end of each step with the step before");
 }
 
+train::TrainOptions TrainCommand::options_from_flags() const {
+  train::TrainOptions o;
+  o.model = model_;
+  o.width = width_;
+  o.dropout = dropout_;
+  o.cifar_stem = cifar_stem_;
+  o.num_classes = num_classes_;
+  o.checkpoint_activations = checkpoint_activations_;
+  o.inplace_activations = inplace_activations_;
+  o.data = data_;
+  o.test_data = test_data_;
+  if (image_size_) o.image_size = *image_size_;
+  o.augment = augment_;
+  o.evaluate = !no_eval_;
+  if (workers_) o.workers = *workers_;
+  if (epochs_) o.epochs = *epochs_;
+  o.steps = steps_;
+  if (!batch_size_.empty() && batch_size_ != "auto") o.batch_size = parse_batch_size(batch_size_);
+  if (accum_) o.accum = *accum_;
+  if (!optimizer_.empty()) o.optimizer = train::parse_optimizer(optimizer_);
+  if (lr_) o.lr = *lr_;
+  if (momentum_) o.momentum = *momentum_;
+  if (wd_) o.weight_decay = *wd_;
+  if (!schedule_.empty()) o.schedule = train::parse_schedule(schedule_);
+  if (warmup_) o.warmup = *warmup_;
+  if (label_smoothing_) o.label_smoothing = *label_smoothing_;
+  if (seed_) o.seed = *seed_;
+  if (!memory_limit_.empty()) o.memory_limit = parse_size(memory_limit_);
+  if (!amp_.empty()) o.amp = parse_dtype(amp_);
+  o.save = save_;
+  if (save_every_) o.save_every = *save_every_;
+  o.resume = resume_;
+  o.json = json_;
+  o.leak_check = !no_leak_check_;
+  FRUGAL_CHECK_VALUE(!(global_batch_ && accum_), "--global-batch sets --accum itself: give one of them");
+  train::validate(o);
+  o.device = parse_device(device_);
+  return o;
+}
+
+// The batch size and accumulation: --batch-size auto searches (train/batch_finder.h) unless resuming,
+// when the checkpoint's are the run's; --global-batch with a given batch size sets the accumulation.
+void TrainCommand::choose_batch(train::TrainOptions& o, const train::RunShape& shape,
+                                std::optional<train::BatchChoice>& choice) const {
+  if (batch_size_ == "auto" && !o.resume.empty()) {
+    const nlohmann::json identity = nlohmann::json::parse(train::load_checkpoint(o.resume).run_identity);
+    o.batch_size = identity.at("batch-size").get<std::int64_t>();
+    o.accum = identity.at("accum").get<std::int64_t>();
+    std::cout << "batch size auto: " << o.batch_size << " x " << o.accum << ", as the checkpoint's run chose" << std::endl;
+  } else if (batch_size_ == "auto") {
+    train::BatchSearchOptions search{.global_batch = global_batch_};
+    search.on_trial = [](const train::BatchTrial& t) {
+      if (!t.planned) std::cout << "batch size auto: trying two training steps at batch " << t.batch_size << " ..." << std::endl;
+    };
+    choice = train::find_batch_size(o, shape, search);
+    std::cout << train::describe(*choice) << std::flush;
+    o.batch_size = choice->batch_size;
+    o.accum = choice->accum;
+  } else if (global_batch_) {
+    FRUGAL_CHECK_VALUE(*global_batch_ % o.batch_size == 0, "--global-batch ", *global_batch_,
+                       " is not a multiple of --batch-size ", o.batch_size, ": give auto or a divisor");
+    o.accum = *global_batch_ / o.batch_size;
+  }
+  train::validate(o);
+}
+
+// The planner's prediction of the run (train/planner.h), printed before it starts; none, with the
+// reason, when the run cannot be planned.
+std::optional<train::MemoryPlan> predict(const train::TrainOptions& o, const train::RunShape& shape) {
+  try {
+    train::MemoryPlan plan = train::plan_memory(o, shape.plan);
+    std::cout << "planned peak: " << format_size(static_cast<std::size_t>(plan.peak_bytes)) << " allocated, "
+              << format_size(static_cast<std::size_t>(plan.peak_reserved_bytes)) << " reserved, in "
+              << plan.peak_phase << " (frugal plan)" << std::endl;
+    return plan;
+  } catch (const Error& e) {
+    std::cout << "planned peak: none, the planner could not plan this run (" << e.message() << ")" << std::endl;
+    return std::nullopt;
+  }
+}
+
 int TrainCommand::run() const {
   train::TrainOptions o;
   std::optional<TrainMemory> memory;  // the memory flags' recorder and output files
+  std::optional<train::BatchChoice> batch_choice;
+  std::optional<train::MemoryPlan> plan;
   try {
-    o.model = model_;
-    o.width = width_;
-    o.dropout = dropout_;
-    o.cifar_stem = cifar_stem_;
-    o.num_classes = num_classes_;
-    o.checkpoint_activations = checkpoint_activations_;
-    o.inplace_activations = inplace_activations_;
-    o.data = data_;
-    o.test_data = test_data_;
-    if (image_size_) o.image_size = *image_size_;
-    o.augment = augment_;
-    o.evaluate = !no_eval_;
-    if (workers_) o.workers = *workers_;
-    if (epochs_) o.epochs = *epochs_;
-    o.steps = steps_;
-    if (!batch_size_.empty()) o.batch_size = parse_batch_size(batch_size_);
-    if (accum_) o.accum = *accum_;
-    if (!optimizer_.empty()) o.optimizer = train::parse_optimizer(optimizer_);
-    if (lr_) o.lr = *lr_;
-    if (momentum_) o.momentum = *momentum_;
-    if (wd_) o.weight_decay = *wd_;
-    if (!schedule_.empty()) o.schedule = train::parse_schedule(schedule_);
-    if (warmup_) o.warmup = *warmup_;
-    if (label_smoothing_) o.label_smoothing = *label_smoothing_;
-    if (seed_) o.seed = *seed_;
-    if (!memory_limit_.empty()) o.memory_limit = parse_size(memory_limit_);
-    if (!amp_.empty()) o.amp = parse_dtype(amp_);
-    o.save = save_;
-    if (save_every_) o.save_every = *save_every_;
-    o.resume = resume_;
-    o.json = json_;
-    o.leak_check = !no_leak_check_;
-    train::validate(o);
-    o.device = parse_device(device_);
-    memory.emplace(memory_, o);
+    o = options_from_flags();
+    const train::RunShape shape = train::run_shape(o);
+    choose_batch(o, shape, batch_choice);
+    memory.emplace(memory_, o);  // a bad output path fails here, before any planning
+    plan = predict(o, shape);
+    if (plan) memory->set_plan(*plan);
+  } catch (const OutOfMemoryError& e) {
+    std::cerr << "frugal train: " << e.message() << "\n";
+    return kExitOutOfMemory;
   } catch (const Error& e) {
     return report_error("train", e);
   }
@@ -182,9 +246,12 @@ int TrainCommand::run() const {
   try {
     const train::TrainResult result = train::train(o, hooks);
     print_summary(std::cout, result);
+    if (plan) print_planned_peak(std::cout, result, *plan);
     memory->finish(result, std::cout);
     if (!o.json.empty()) {
       nlohmann::ordered_json document = result_json(result);
+      document["predicted_peak_bytes"] = plan ? nlohmann::ordered_json(plan->peak_bytes) : nlohmann::ordered_json(nullptr);
+      if (batch_choice) document["batch_search"] = batch_search_json(*batch_choice);
       memory->add_to_json(document);
       write_json_file(o.json, document);
     }

@@ -4,6 +4,7 @@
 //   frugal train --epochs 15 --cifar-stem --augment --save run.safetensors --json run.json
 //   frugal train --resume run.safetensors --steps 2000
 //   frugal train --steps 3 --memory-timeline step.html --memory-report --report run.md
+//   frugal train --batch-size auto --global-batch 256 --memory-limit 512MiB
 // Output: on a terminal a progress line per epoch redrawn in place; otherwise plain lines. The leak
 // check's report, when memory grows from one step to the next, goes to stderr (--no-leak-check: off).
 // Exit codes: 0 done (or stopped by --steps); 1 a runtime failure; 2 a bad flag or bad input, one
@@ -21,6 +22,7 @@
 
 #include "cli/subcommand.h"
 #include "cli/train_memory.h"
+#include "train/batch_finder.h"
 
 namespace frugal::cli {
 
@@ -30,10 +32,13 @@ class TrainCommand final : public Subcommand {
   int run() const override;
 
  private:
+  train::TrainOptions options_from_flags() const;  // ValueError naming the first bad flag
+  void choose_batch(train::TrainOptions& o, const train::RunShape& shape, std::optional<train::BatchChoice>& choice) const;
+
   std::string model_ = "mobilenet_v2", data_, test_data_, optimizer_, schedule_, device_ = "auto", memory_limit_, amp_,
               save_, resume_, json_, batch_size_;
   std::optional<double> width_, dropout_, lr_, momentum_, wd_, warmup_, label_smoothing_;
-  std::optional<std::int64_t> num_classes_, image_size_, epochs_, steps_, accum_, save_every_;
+  std::optional<std::int64_t> num_classes_, image_size_, epochs_, steps_, accum_, save_every_, global_batch_;
   std::optional<int> workers_;
   std::optional<std::uint64_t> seed_;
   MemoryFlags memory_;  // --memory-timeline, --chrome-trace, --memory-report, --report

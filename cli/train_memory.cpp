@@ -72,7 +72,8 @@ void TrainMemory::attach(train::TrainHooks& hooks) {
 
 void TrainMemory::finish(const train::TrainResult& result, std::ostream& out) {
   if (!recorder_) return;
-  train::MemoryReport memory{recorder_->phase_memory(), 0, 0};
+  train::MemoryReport memory{recorder_->phase_memory(), 0, 0, {}};
+  if (plan_) train::set_planned_peaks(memory, *plan_);
   if (flags_.memory_report || report_) {
     CachingAllocator& allocator = default_caching_allocator(options_.device);
     memory.reserved_before_empty_cache = static_cast<std::size_t>(allocator.caching_stats().reserved_bytes.current);

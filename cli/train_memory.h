@@ -17,6 +17,7 @@
 #include "nn/module.h"
 #include "train/memory_recorder.h"
 #include "train/options.h"
+#include "train/planner.h"
 #include "train/trainer.h"
 
 namespace CLI {
@@ -46,6 +47,8 @@ class TrainMemory {
   // After train() returned: empties the cache (--memory-report, --report), prints the table, writes
   // the files. ValueError when the run ended before the timeline's step.
   void finish(const train::TrainResult& result, std::ostream& out);
+  // The planner's prediction of this run, shown beside the measured peak of each phase.
+  void set_plan(const train::MemoryPlan& plan) { plan_ = plan; }
   // Adds "memory_report" (memory_pages.h memory_report_json) when the table was kept.
   void add_to_json(nlohmann::ordered_json& document) const;
 
@@ -58,6 +61,7 @@ class TrainMemory {
   std::unique_ptr<AtomicFile> html_, trace_, report_;
   std::string description_;
   std::optional<nlohmann::ordered_json> report_json_;
+  std::optional<train::MemoryPlan> plan_;
 };
 
 }  // namespace frugal::cli

@@ -60,8 +60,8 @@ std::string epoch_summary(const train::EpochInfo& e) {
 }
 
 void print_summary(std::ostream& out, const train::TrainResult& r) {
-  out << "\n" << r.model << " (" << r.parameters << " parameters) on " << r.device << ", batch " << r.batch_size << ", "
-      << r.steps << " steps" << (r.stopped_early ? " (stopped early)" : "") << "\n";
+  out << "\n" << r.model << " (" << r.parameters << " parameters) on " << r.device << ", batch " << r.batch_size
+      << (r.accum > 1 ? " x " + std::to_string(r.accum) + " accumulated" : "") << ", " << r.steps << " steps" << (r.stopped_early ? " (stopped early)" : "") << "\n";
   if (r.test) out << "test accuracy   " << percent(r.test->accuracy) << " (" << r.test->samples << " images)\n";
   out << "final loss      " << fixed(r.final_loss, 4) << " (training, last epoch's mean)\n";
   out << "wall time       " << fixed(r.wall_seconds, 1) << " s, " << fixed(r.images_per_sec, 1)
@@ -76,6 +76,32 @@ void print_summary(std::ostream& out, const train::TrainResult& r) {
   out << std::flush;
 }
 
+void print_planned_peak(std::ostream& out, const train::TrainResult& r, const train::MemoryPlan& plan) {
+  out << "planned peak    " << format_size(static_cast<std::size_t>(plan.peak_bytes)) << " allocated ("
+      << fixed(static_cast<double>(r.peak_allocated_bytes) / static_cast<double>(plan.peak_bytes), 4) << "x measured/planned)\n"
+      << std::flush;
+}
+
+nlohmann::ordered_json batch_search_json(const train::BatchChoice& c) {
+  nlohmann::ordered_json tried = nlohmann::ordered_json::array();
+  for (const train::BatchTrial& t : c.tried)
+    tried.push_back({{"batch_size", t.batch_size},
+                     {"accum", t.accum},
+                     {"how", t.planned ? "planned" : "trial"},
+                     {"fits", t.fits},
+                     {"peak_reserved_bytes", t.peak_reserved_bytes}});
+  return {{"budget_bytes", c.budget_bytes},
+          {"budget_source", c.budget_source},
+          {"usable_bytes", c.usable_bytes},
+          {"cap", c.cap},
+          {"cap_reason", c.cap_reason},
+          {"planned_batch", c.planned_batch},
+          {"planner_error", c.planner_error},
+          {"tried", tried},
+          {"batch_size", c.batch_size},
+          {"accum", c.accum}};
+}
+
 nlohmann::ordered_json result_json(const train::TrainResult& r) {
   nlohmann::ordered_json by_tag = nlohmann::ordered_json::object();
   for (int t = 0; t < kNumMemoryTags; ++t)
@@ -84,6 +110,7 @@ nlohmann::ordered_json result_json(const train::TrainResult& r) {
           {"parameters", r.parameters},
           {"device", r.device},
           {"batch_size", r.batch_size},
+          {"accum", r.accum},
           {"steps", r.steps},
           {"epochs", r.epochs},
           {"images_per_sec", r.images_per_sec},

@@ -7,6 +7,8 @@
 #include <ostream>
 #include <string>
 
+#include "train/batch_finder.h"
+#include "train/planner.h"
 #include "train/progress.h"
 #include "train/trainer.h"
 
@@ -19,6 +21,8 @@ train::StepReport step_report(const train::StepInfo& step);
 std::string epoch_summary(const train::EpochInfo& epoch);
 // Test accuracy, wall time, images/s, peak allocated and reserved, and peak bytes by tag.
 void print_summary(std::ostream& out, const train::TrainResult& result);
+// "planned peak    12.00 MiB allocated (1.0000x measured/planned)": the planner held to account.
+void print_planned_peak(std::ostream& out, const train::TrainResult& result, const train::MemoryPlan& plan);
 
 // The --json document of a run: model, parameters, device, batch_size, steps, epochs, images_per_sec,
 // final_loss, test_accuracy (null without a test split), test_loss, peak_allocated_bytes,
@@ -27,6 +31,9 @@ void print_summary(std::ostream& out, const train::TrainResult& result);
 nlohmann::ordered_json result_json(const train::TrainResult& result);
 // accuracy, loss, samples, and per_class [{class, correct, total, accuracy}].
 nlohmann::ordered_json eval_json(const train::EvalResult& result);
+// {"budget_bytes", "budget_source", "usable_bytes", "cap", "cap_reason", "planned_batch", "planner_error",
+//  "tried": [{"batch_size", "accum", "how": "planned"|"trial", "fits", "peak_reserved_bytes"}], "batch_size", "accum"}
+nlohmann::ordered_json batch_search_json(const train::BatchChoice& choice);
 // The document written atomically (core/mapped_file.h AtomicFile): a failure leaves no file.
 void write_json_file(const std::string& path, const nlohmann::ordered_json& document);
 

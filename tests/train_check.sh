@@ -59,7 +59,7 @@ case $check in
       expect_one_line_error "^frugal( train)?: "  # "frugal:" when the command line parser refuses it
     done
     expect_exit 2 "$frugal" train --data "$dir" --batch-size 0
-    expect_one_line_error "^frugal train: --batch-size must be a whole number in \[1, 1048576\], got '0'$"
+    expect_one_line_error "^frugal train: --batch-size must be auto or a whole number in \[1, 1048576\], got '0'$"
     expect_exit 2 "$frugal" train --data "$dir/absent"
     expect_one_line_error "$dir/absent"
     if ! "$frugal" info --json | python3 -c 'import json,sys; sys.exit(0 if json.load(sys.stdin)["cuda"]["usable"] else 1)'; then
@@ -147,6 +147,53 @@ PY
     grep -qE "^  saves $size \(predicted\): --checkpoint-activations: needs $size instead of $size$" <<<"$err" ||
       fail "no fix predicted by the planner: $err"
     cmp "$dir/c.safetensors" "$dir/before.safetensors" || fail "the OOM run changed the checkpoint"
+    ;;
+  train_batch_auto)
+    # --batch-size auto under a simulated 48 MiB device: the planner's largest batch (the next one up
+    # planned over the usable budget), confirmed by trial steps, trained without running out of memory;
+    # --global-batch keeps the samples per step with accumulation; a resumed run keeps the batch it chose.
+    make_subset "$dir" 512 32
+    limit=$((48 * 1024 * 1024))
+    "$frugal" train --data "$dir" --model cnn --batch-size auto --memory-limit 48MiB --steps 2 --no-eval \
+      --save "$dir/auto.safetensors" --json "$dir/auto.json" >"$dir/out" 2>"$dir/err" || fail "auto failed: $(cat "$dir/err")"
+    python3 - "$dir/auto.json" "$limit" <<'PY' || fail "auto's choice: $(cat "$dir/out")"
+import json, sys
+d, limit = json.load(open(sys.argv[1])), int(sys.argv[2])
+s, b = d["batch_search"], d["batch_size"]
+assert b == s["batch_size"] == s["planned_batch"] and b > 2, (b, s)
+assert d["peak_reserved_bytes"] <= s["usable_bytes"] < limit, d
+planned = {t["batch_size"]: t for t in s["tried"] if t["how"] == "planned"}
+assert planned[b]["fits"] and not planned[b + 1]["fits"], planned
+assert planned[b + 1]["peak_reserved_bytes"] > s["usable_bytes"], planned
+assert s["tried"][-1] == {"batch_size": b, "accum": 1, "how": "trial", "fits": True,
+                          "peak_reserved_bytes": s["tried"][-1]["peak_reserved_bytes"]}, s["tried"][-1]
+PY
+    grep -q "^chose batch [0-9]*: the planner's largest, confirmed by two training steps$" "$dir/out" || fail "no choice line: $(cat "$dir/out")"
+    grep -qE "^planned peak +[0-9.]+ (KiB|MiB) allocated \(1\.00[0-9]*x measured/planned\)$" "$dir/out" ||
+      fail "no planned peak against the measured one: $(cat "$dir/out")"
+    chosen=$(json_field "$dir/auto.json" batch_size)
+    "$frugal" train --data "$dir" --model cnn --batch-size auto --memory-limit 48MiB --steps 3 --no-eval \
+      --resume "$dir/auto.safetensors" --json "$dir/resumed.json" >"$dir/out" || fail "resuming auto failed"
+    [ "$(json_field "$dir/resumed.json" batch_size)" = "$chosen" ] || fail "the resumed run changed its batch"
+    "$frugal" train --data "$dir" --model cnn --batch-size auto --global-batch 256 --memory-limit 48MiB --steps 1 --no-eval \
+      --json "$dir/global.json" >/dev/null
+    python3 - "$dir/global.json" <<'PY' || fail "--global-batch 256 with auto: $(cat "$dir/global.json")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+b, k = d["batch_size"], d["accum"]
+assert k >= 2 and 256 <= b * k < 256 + k and b <= d["batch_search"]["planned_batch"], (b, k)
+PY
+    "$frugal" train --data "$dir" --model cnn --batch-size 32 --global-batch 96 --steps 1 --no-eval --json "$dir/g.json" >/dev/null
+    [ "$(json_field "$dir/g.json" accum)" = 3 ] || fail "--global-batch 96 --batch-size 32 is not 3 micro-batches"
+    for bad in "--batch-size autox" "--batch-size 32 --global-batch 100" "--batch-size auto --global-batch 64 --accum 2" \
+               "--global-batch 1"; do
+      # shellcheck disable=SC2086
+      expect_exit 2 "$frugal" train --data "$dir" --model cnn --steps 1 $bad
+      expect_one_line_error "^frugal( train)?: "
+    done
+    expect_exit 3 "$frugal" train --data "$dir" --model cnn --batch-size auto --memory-limit 1MiB --steps 1
+    grep -q "^frugal train: batch size auto: even a batch of 2 needs .* usable of 1.00 MiB (--memory-limit)$" <<<"$err" ||
+      fail "no explanation of a device too small for any batch: $err"
     ;;
   train_leak_check)
     # Training without a leak reports none, across an epoch's end and its evaluation, with the

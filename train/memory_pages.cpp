@@ -281,16 +281,33 @@ nlohmann::json memory_timeline_chrome_trace(const MemoryTimeline& timeline) {
   return trace;
 }
 
+void set_planned_peaks(MemoryReport& report, const MemoryPlan& plan) {
+  constexpr std::array<std::pair<const char*, Phase>, 4> kSameAs = {
+      {{"init", Phase::setup}, {"forward", Phase::forward}, {"backward", Phase::backward}, {"optimizer step", Phase::optimizer}}};
+  for (const PhasePlan& planned : plan.phases)
+    for (const auto& [name, phase] : kSameAs)
+      if (planned.name == name) report.planned_peak[static_cast<std::size_t>(phase)] = static_cast<std::size_t>(planned.peak_bytes);
+}
+
+namespace {
+
+std::optional<std::size_t> planned_peak(const MemoryReport& report, Phase phase) {
+  return report.planned_peak[static_cast<std::size_t>(phase)];
+}
+
+}  // namespace
+
 std::string memory_report_text(const MemoryReport& report) {
   std::ostringstream out;
-  char line[200];
-  std::snprintf(line, sizeof line, "%-16s %12s %12s %12s %15s %12s %12s %6s\n", "memory by phase", "allocated", "reserved",
-                "peak", "inactive split", "host RSS", "pinned host", "runs");
+  char line[240];
+  std::snprintf(line, sizeof line, "%-16s %12s %12s %12s %13s %15s %12s %12s %6s\n", "memory by phase", "allocated", "reserved",
+                "peak", "planned peak", "inactive split", "host RSS", "pinned host", "runs");
   out << line;
   for (const PhaseMemory& m : report.phases) {
-    std::snprintf(line, sizeof line, "%-16s %12s %12s %12s %15s %12s %12s %6lld\n", std::string(phase_name(m.phase)).c_str(),
-                  cell(m.allocated).c_str(), cell(m.reserved).c_str(), cell(m.peak).c_str(), cell(m.inactive_split).c_str(),
-                  cell(m.host_rss).c_str(), cell(m.pinned_host).c_str(), static_cast<long long>(m.runs));
+    const std::optional<std::size_t> planned = planned_peak(report, m.phase);
+    std::snprintf(line, sizeof line, "%-16s %12s %12s %12s %13s %15s %12s %12s %6lld\n", std::string(phase_name(m.phase)).c_str(),
+                  cell(m.allocated).c_str(), cell(m.reserved).c_str(), cell(m.peak).c_str(), planned ? cell(*planned).c_str() : "-",
+                  cell(m.inactive_split).c_str(), cell(m.host_rss).c_str(), cell(m.pinned_host).c_str(), static_cast<long long>(m.runs));
     out << line;
   }
   out << "empty_cache()    reserved " << format_size(report.reserved_before_empty_cache) << " before, "
@@ -300,15 +317,18 @@ std::string memory_report_text(const MemoryReport& report) {
 
 nlohmann::ordered_json memory_report_json(const MemoryReport& report) {
   nlohmann::ordered_json phases = nlohmann::ordered_json::array();
-  for (const PhaseMemory& m : report.phases)
+  for (const PhaseMemory& m : report.phases) {
+    const std::optional<std::size_t> planned = planned_peak(report, m.phase);
     phases.push_back({{"phase", phase_name(m.phase)},
                       {"runs", m.runs},
                       {"allocated_bytes", m.allocated},
                       {"reserved_bytes", m.reserved},
                       {"peak_bytes", m.peak},
+                      {"planned_peak_bytes", planned ? nlohmann::ordered_json(*planned) : nlohmann::ordered_json(nullptr)},
                       {"inactive_split_bytes", m.inactive_split},
                       {"host_rss_bytes", m.host_rss},
                       {"pinned_host_bytes", m.pinned_host}});
+  }
   return {{"phases", phases},
           {"empty_cache",
            {{"reserved_before_bytes", report.reserved_before_empty_cache},
@@ -370,11 +390,13 @@ std::string run_report_markdown(const RunReport& r) {
     out << "\nIn step " << r.step << " the peak was " << format_size(r.step_peak->point.allocated()) << ", in "
         << (r.step_peak->phase.empty() ? "no phase" : r.step_peak->phase) << ", module "
         << (r.step_peak->layer.empty() ? "none" : r.step_peak->layer) << ".\n";
-  out << "\n| phase | allocated | reserved | peak | inactive split | host RSS | pinned host | runs |\n"
-         "|---|---|---|---|---|---|---|---|\n";
-  for (const PhaseMemory& m : r.memory.phases)
+  out << "\n| phase | allocated | reserved | peak | planned peak | inactive split | host RSS | pinned host | runs |\n"
+         "|---|---|---|---|---|---|---|---|---|\n";
+  for (const PhaseMemory& m : r.memory.phases) {
+    const std::optional<std::size_t> planned = planned_peak(r.memory, m.phase);
     out << markdown_row({std::string(phase_name(m.phase)), cell(m.allocated), cell(m.reserved), cell(m.peak),
-                         cell(m.inactive_split), cell(m.host_rss), cell(m.pinned_host), std::to_string(m.runs)});
+                         planned ? cell(*planned) : "-", cell(m.inactive_split), cell(m.host_rss), cell(m.pinned_host), std::to_string(m.runs)});
+  }
   out << "\n`empty_cache()` at the end: reserved " << format_size(r.memory.reserved_before_empty_cache) << " before, "
       << format_size(r.memory.reserved_after_empty_cache) << " after.\n";
   return out.str();

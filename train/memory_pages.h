@@ -10,6 +10,7 @@
 // Not here: recording (memory_recorder.h), writing files (the command line's job).
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -18,6 +19,7 @@
 
 #include "train/memory_recorder.h"
 #include "train/options.h"
+#include "train/planner.h"
 #include "train/trainer.h"
 
 namespace frugal::train {
@@ -25,14 +27,20 @@ namespace frugal::train {
 std::string memory_timeline_html(const MemoryTimeline& timeline);
 nlohmann::json memory_timeline_chrome_trace(const MemoryTimeline& timeline);
 
-// The per-phase table and what emptying the allocator's cache at the run's end gave back.
+// The per-phase table and what emptying the allocator's cache at the run's end gave back, with the
+// planner's prediction of each phase's peak beside the measured one when the run was planned.
 struct MemoryReport {
   std::vector<PhaseMemory> phases;
   std::size_t reserved_before_empty_cache = 0, reserved_after_empty_cache = 0;
+  std::array<std::optional<std::size_t>, kNumPhases> planned_peak{};  // by Phase; none for epoch and evaluation
 };
+// The plan's phases (init, forward, backward, optimizer step) as the trainer's (setup, forward,
+// backward, optimizer step): the planner's init is the model and optimizer made at setup.
+void set_planned_peaks(MemoryReport& report, const MemoryPlan& plan);
 std::string memory_report_text(const MemoryReport& report);  // a table and one empty_cache line
-// {"phases": [{"phase", "runs", "allocated_bytes", "reserved_bytes", "peak_bytes", "inactive_split_bytes",
-//  "host_rss_bytes", "pinned_host_bytes"}], "empty_cache": {"reserved_before_bytes", "reserved_after_bytes"}}
+// {"phases": [{"phase", "runs", "allocated_bytes", "reserved_bytes", "peak_bytes", "planned_peak_bytes" (null
+//  when not planned), "inactive_split_bytes", "host_rss_bytes", "pinned_host_bytes"}],
+//  "empty_cache": {"reserved_before_bytes", "reserved_after_bytes"}}
 nlohmann::ordered_json memory_report_json(const MemoryReport& report);
 
 struct RunReport {

@@ -435,6 +435,7 @@ TrainResult run_training(const TrainOptions& options, const TrainHooks& hooks, P
   result.parameters = run.model->parameter_count();
   result.device = options.device.str();
   result.batch_size = options.batch_size;
+  result.accum = options.accum;
   result.steps = run.position.global_step;
   result.images_per_sec = run.train_seconds > 0 ? static_cast<double>(run.trained_samples) / run.train_seconds : 0.0;
   result.peak_allocated_bytes = static_cast<std::size_t>(stats.allocated_bytes.peak);

@@ -99,7 +99,7 @@ struct TrainResult {
   std::string model;
   std::int64_t parameters = 0;
   std::string device;
-  std::int64_t batch_size = 0;
+  std::int64_t batch_size = 0, accum = 1;  // samples per micro-batch, micro-batches per optimizer step
   std::int64_t steps = 0;   // optimizer steps trained, in total since the start (resumed runs count all)
   std::int64_t epochs = 0;  // epochs completed
   double images_per_sec = 0.0;

@@ -191,7 +191,7 @@ TEST_CASE("memory timeline chrome trace: the allocator's events, counters by tag
 TEST_CASE("memory report: the table, its JSON, and the Markdown run report with mermaid charts") {
   Fixture f;
   f.run_steps(2);
-  const train::MemoryReport memory{f.recorder.phase_memory(), 40 * MiB, 6 * MiB};
+  const train::MemoryReport memory{f.recorder.phase_memory(), 40 * MiB, 6 * MiB, {}};
   const std::string text = train::memory_report_text(memory);
   CHECK(text.find("memory by phase") == 0);
   CHECK(text.find("\nforward ") != std::string::npos);
