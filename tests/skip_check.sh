@@ -19,3 +19,8 @@ err=$(FRUGAL_TEST_SKIP_PROBE=1 "$tests" -tc="$probe,set_data*" 2>&1 >/dev/null);
 [ "$code" -eq 0 ] || fail "a run with one pass and one skip exited $code, expected 0: $err"
 grep -q "1 of 2 case(s) skipped themselves" <<<"$err" || fail "the skip is not counted: $err"
 echo "skip_check: skipped alone -> 77, beside a pass -> 0 with the skip counted"
+
+# A name that selects no case (as CTest passes one it cut at a ';') fails rather than passing empty.
+err=$("$tests" -tc='no case has this name' 2>&1 >/dev/null); code=$?
+[ "$code" -ne 0 ] || fail "a filter that selects no case exited 0"
+grep -q "no test case has the name asked for" <<<"$err" || fail "no reason given for selecting nothing: $err"

@@ -128,7 +128,7 @@ TEST_CASE("every parse error is a ValueError that starts with FILE:LINE and says
   }
 }
 
-TEST_CASE("files: read from disk; a missing file, a directory and a device are errors at line 0") {
+TEST_CASE("files: read from disk, a missing file, a directory and a device are errors at line 0") {
   const TempFile file("+ a 1\n- a\n");
   CHECK(read_trace_file(file.path.string()).events.size() == 2);
   CHECK_THROWS_WITH_AS(read_trace_file((file.dir / "missing.txt").string()),

@@ -96,7 +96,7 @@ TEST_CASE("find_batch_size: when the trial runs out of memory, trial steps searc
   CHECK(train::describe(c).find("the largest the trial steps found") != std::string::npos);
 }
 
-TEST_CASE("find_batch_size: a global batch sets the accumulation; bad requests are refused") {
+TEST_CASE("find_batch_size: a global batch sets the accumulation, and bad requests are refused") {
   train::BatchSearchOptions search;
   search.trial = [](const train::TrainOptions& o, std::size_t) { return train::plan_memory(o, kFashionShape.plan).peak_reserved_bytes; };
   search.global_batch = 1024;

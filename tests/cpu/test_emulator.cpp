@@ -399,7 +399,7 @@ TEST_CASE("emulator: atomics on shared memory") {
   }
 }
 
-TEST_CASE("emulator: divergent barriers and stuck kernels are named; exited threads are not waited for") {
+TEST_CASE("emulator: divergent barriers and stuck kernels are named, exited threads are not waited for") {
   std::vector<int> out(64, 0);
   FRUGAL_LAUNCH(1, 64, 0, nullptr, barrier_after_return)(out.data(), 40);
   for (int t = 0; t < 64; ++t) CHECK(out[t] == (t < 40 ? 1 : 0));

@@ -166,7 +166,7 @@ TEST_CASE("memory contexts: every live block records its tag, context and number
   }
 }
 
-TEST_CASE("layer contexts: a layer's allocations carry its dotted name and class; calls nest and restore") {
+TEST_CASE("layer contexts: a layer's allocations carry its dotted name and class, calls nest and restore") {
   auto net = tiny_cnn();
   auto outer = std::make_shared<nn::Sequential>();
   outer->push_back(net);

@@ -70,7 +70,7 @@ TEST_CASE("the planner: parameters, gradients and optimizer state are the model'
   CHECK(meta_allocated() == 0);  // the plan leaves nothing behind on the meta device
 }
 
-TEST_CASE("the planner: saved activations grow linearly with the batch; checkpointing and bf16 save less") {
+TEST_CASE("the planner: saved activations grow linearly with the batch, checkpointing and bf16 save less") {
   const auto saved = [](train::TrainOptions o) { return sum_of(train::plan_memory(o), &train::LayerPlan::saved_bytes); };
   const std::int64_t s8 = saved(small_mobilenet(8)), s16 = saved(small_mobilenet(16)), s32 = saved(small_mobilenet(32));
   CHECK(s8 > 0);

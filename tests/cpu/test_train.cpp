@@ -74,7 +74,7 @@ TEST_CASE("train options: a resumed run must be the same run, and the difference
   CHECK(train::identity_difference(train::run_identity_json(a), "{").find("not valid JSON") != std::string::npos);
 }
 
-TEST_CASE("checkpoints: every part and the position come back as saved; other files are refused") {
+TEST_CASE("checkpoints: every part and the position come back as saved, other files are refused") {
   TempDir dir;
   train::Checkpoint c;
   c.model = {{"w", full({2, 3}, 1.5)}, {"bn.num_batches_tracked", full({}, 7, {.dtype = DType::i64})}};
@@ -141,7 +141,7 @@ TEST_CASE("train: K accumulated micro-batches give the parameters of one batch K
   }
 }
 
-TEST_CASE("train: a run without a leak reports none; an out-of-memory leaves with the explanation of what filled the device") {
+TEST_CASE("train: a run without a leak reports none, an out-of-memory leaves with the explanation of what filled the device") {
   TempDir dir;
   write_idx_folder(dir, 64);
   train::TrainOptions o;
