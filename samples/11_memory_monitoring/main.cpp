@@ -23,6 +23,7 @@
 
 #include "core/caching_allocator.h"
 #include "core/cuda_status.h"
+#include "core/error.h"
 #include "data/idx.h"
 #include "data/loader.h"
 #include "kernels/cpu_runtime.h"
@@ -45,14 +46,23 @@ constexpr std::int64_t kLeakSteps = 3;  // the leak check compares from the seco
 
 std::string size(std::int64_t bytes) { return format_size(static_cast<std::size_t>(bytes)); }
 
+// Writes `text` to `name` in the current folder; returns the file's absolute path.
+fs::path write_file(const std::string& name, const std::string& text) {
+  const fs::path path = fs::absolute(name);
+  std::ofstream out(path);
+  out << text;
+  out.close();
+  FRUGAL_CHECK(out.good(), "cannot write ", path.string());
+  return path;
+}
+
 // One model with its optimizer and a loader, trained by hand a step at a time.
 struct Training {
-  train::TrainOptions options;
   std::shared_ptr<nn::Module> model;
   std::unique_ptr<nn::Optimizer> optimizer;
   std::unique_ptr<data::DataLoader> loader;
 
-  Training(const train::TrainOptions& o, const train::RunData& data) : options(o) {
+  Training(const train::TrainOptions& o, const train::RunData& data) {
     manual_seed(o.seed);
     model = models::make_model(o.model, train::model_options(o, 1, 10));
     model->to(o.device);
@@ -63,14 +73,12 @@ struct Training {
                                                .device = o.device, .seed = o.seed});
     loader->start_epoch(0);
   }
-  // Forward, backward, optimizer step; returns the loss, which still holds its graph.
-  Tensor step() {
+  // Forward, backward (which frees what the graph saved), optimizer step, gradients freed.
+  void step() {
     const data::Batch batch = *loader->next();
-    Tensor loss = functional::cross_entropy((*model)(batch.inputs), batch.labels);
-    autograd::backward(loss);
+    autograd::backward(functional::cross_entropy((*model)(batch.inputs), batch.labels));
     optimizer->step();
     optimizer->zero_grad();
-    return loss;
   }
 };
 
@@ -100,8 +108,7 @@ void summary_and_snapshot(CachingAllocator& allocator) {
       ++count;
       bytes += block["size"].get<std::int64_t>();
     }
-  const fs::path path = fs::absolute("11_memory_snapshot.json");
-  std::ofstream(path) << snapshot.dump(1) << "\n";
+  const fs::path path = write_file("11_memory_snapshot.json", snapshot.dump(1) + "\n");
   std::printf("   snapshot: %zu segments;", snapshot["segments"].size());
   for (const auto& [state, counted] : by_state)
     std::printf(" %lld %s blocks (%s);", static_cast<long long>(counted.first), state.c_str(), size(counted.second).c_str());
@@ -120,8 +127,7 @@ void timeline(train::TrainOptions o) {
   train::train(o, hooks);
   const train::MemoryTimeline& step = *recorder.timeline();
   const train::TimelinePeak peak = train::timeline_peak(step, train::timeline_points(step));
-  const fs::path path = fs::absolute("11_memory_timeline.html");
-  std::ofstream(path) << train::memory_timeline_html(step);
+  const fs::path path = write_file("11_memory_timeline.html", train::memory_timeline_html(step));
   std::size_t at_start = 0;  // part 1's model, still alive, included
   for (const std::size_t bytes : step.start_bytes) at_start += bytes;
   std::printf("   step %lld: %zu allocator events, %zu module calls, %.1f ms; allocated %s at its start (part 1's\n"
