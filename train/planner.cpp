@@ -279,10 +279,8 @@ std::string cost_words(const BudgetOption& b, const TrainOptions& given) {
     add(std::to_string(b.accum) + " micro-batches of " + std::to_string(b.batch_size) + " per step");
   if (b.checkpoint_blocks != given_blocks(given)) {
     if (b.checkpoint_blocks.is_all()) add("recompute activations (about one more forward)");
-    else if (!b.checkpoint_blocks.empty())
-      add("recompute blocks " + b.checkpoint_blocks.str() + " (" + std::to_string(static_cast<int>(100 * b.recomputed + 0.5)) +
-          "% of the blocks)");
-    else add("no recomputation");
+    else add("recompute blocks " + b.checkpoint_blocks.str() + " (" + std::to_string(static_cast<int>(100 * b.recomputed + 0.5)) +
+             "% of the blocks)");
   }
   if (b.bf16 && given.amp != DType::bf16) add("bf16 autocast (changes the numbers)");
   return words.empty() ? "as given" : words;
@@ -301,7 +299,7 @@ bool cheaper(const BudgetOption& a, const BudgetOption& b) {
 std::vector<BudgetOption> fit_budget(const TrainOptions& options, std::int64_t budget_bytes, const PlanShape& shape) {
   FRUGAL_CHECK_VALUE(budget_bytes > 0, "plan_memory: the budget must be positive");
   const std::int64_t samples = options.batch_size * options.accum;
-  const auto blocks = static_cast<double>(block_count(options));
+  const std::int64_t blocks = block_count(options);
   std::vector<BudgetOption> found;
   for (const bool bf16 : {options.amp == DType::bf16, true}) {
     for (const models::BlockSelection& checkpoint : checkpoint_candidates(options)) {
@@ -310,7 +308,7 @@ std::vector<BudgetOption> fit_budget(const TrainOptions& options, std::int64_t b
         BudgetOption b{.batch_size = samples / accum,
                        .accum = accum,
                        .checkpoint_blocks = checkpoint,
-                       .recomputed = static_cast<double>(checkpoint.count(block_count(options))) / blocks,
+                       .recomputed = static_cast<double>(checkpoint.count(blocks)) / static_cast<double>(blocks),
                        .bf16 = bf16};
         const bool duplicate = std::any_of(found.begin(), found.end(), [&b](const BudgetOption& f) {
           return f.batch_size == b.batch_size && f.checkpoint_blocks == b.checkpoint_blocks && f.bf16 == b.bf16;
