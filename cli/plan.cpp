@@ -47,12 +47,19 @@ std::vector<train::LayerPlan> grouped(const std::vector<train::LayerPlan>& layer
   return groups;
 }
 
+// ", checkpointed blocks" (all of them), ", checkpointed blocks 1-5", or nothing.
+std::string checkpoint_words(const train::TrainOptions& o) {
+  const models::BlockSelection blocks = models::checkpointed_blocks(o.checkpoint_activations, o.checkpoint_blocks);
+  if (blocks.empty()) return "";
+  return blocks.is_all() ? ", checkpointed blocks" : ", checkpointed blocks " + blocks.str();
+}
+
 void print_plan(const train::TrainOptions& o, const train::MemoryPlan& plan, int depth) {
   std::printf("%s, batch %lld x %lld of %lldx%lld, %s%s%s: predicted peak %s allocated (in %s), %s reserved\n",
               o.model.c_str(), static_cast<long long>(o.accum), static_cast<long long>(o.batch_size),
               static_cast<long long>(o.image_size), static_cast<long long>(o.image_size),
               train::optimizer_name(o.optimizer).c_str(), o.amp ? (", autocast " + std::string(dtype_name(*o.amp))).c_str() : "",
-              o.checkpoint_activations ? ", checkpointed blocks" : "", size(plan.peak_bytes).c_str(),
+              checkpoint_words(o).c_str(), size(plan.peak_bytes).c_str(),
               plan.peak_phase.c_str(), size(plan.peak_reserved_bytes).c_str());
   std::printf("\n%-16s %12s %12s %12s\n", "phase", "start", "peak", "end");
   for (const train::PhasePlan& p : plan.phases)
@@ -88,7 +95,7 @@ void print_budget(const std::vector<train::BudgetOption>& options, std::int64_t 
   for (const train::BudgetOption& b : options) {
     const std::string why = b.fits ? b.cost : size(b.peak_bytes - budget) + " over (" + b.cost + ")";
     std::printf("%-5s %11lld %6lld %11s %5s %15s  %s\n", b.fits ? "yes" : "no", static_cast<long long>(b.batch_size),
-                static_cast<long long>(b.accum), b.checkpoint_activations ? "yes" : "no", b.bf16 ? "yes" : "no",
+                static_cast<long long>(b.accum), b.checkpoint_blocks.str().c_str(), b.bf16 ? "yes" : "no",
                 size(b.peak_bytes).c_str(), why.c_str());
   }
   if (options.empty() || !options.front().fits) std::printf("nothing fits: a smaller model or a larger device is needed\n");
@@ -97,7 +104,8 @@ void print_budget(const std::vector<train::BudgetOption>& options, std::int64_t 
 nlohmann::json budget_json(const std::vector<train::BudgetOption>& options, std::int64_t budget) {
   nlohmann::json j{{"bytes", budget}, {"options", nlohmann::json::array()}};
   for (const train::BudgetOption& b : options)
-    j["options"].push_back({{"batch_size", b.batch_size}, {"accum", b.accum}, {"checkpoint_activations", b.checkpoint_activations},
+    j["options"].push_back({{"batch_size", b.batch_size}, {"accum", b.accum}, {"checkpoint_blocks", b.checkpoint_blocks.str()},
+                            {"recomputed", b.recomputed},
                             {"bf16", b.bf16}, {"peak_bytes", b.peak_bytes}, {"fits", b.fits}, {"cost", b.cost}});
   return j;
 }
@@ -110,6 +118,7 @@ nlohmann::json plan_json(const train::TrainOptions& o, const train::MemoryPlan& 
                    {"optimizer", train::optimizer_name(o.optimizer)},
                    {"amp", o.amp ? nlohmann::json(std::string(dtype_name(*o.amp))) : nlohmann::json(nullptr)},
                    {"checkpoint_activations", o.checkpoint_activations},
+                   {"checkpoint_blocks", models::checkpointed_blocks(o.checkpoint_activations, o.checkpoint_blocks).str()},
                    {"inplace_activations", o.inplace_activations},
                    {"peak_bytes", plan.peak_bytes},
                    {"peak_reserved_bytes", plan.peak_reserved_bytes},
@@ -148,6 +157,7 @@ PlanCommand::PlanCommand(CLI::App& app)
   c->add_option("--momentum", momentum_, "SGD's momentum (0: no momentum buffers)");
   c->add_option("--amp", amp_, "Autocast to f16 or bf16")->check(CLI::IsMember({"f16", "bf16"}));
   c->add_flag("--checkpoint-activations", checkpoint_activations_, "Recompute each block's activations in backward");
+  c->add_option("--checkpoint-blocks", checkpoint_blocks_, "Recompute only these blocks' activations: 2-7, 1,3,5-9 or all");
   c->add_flag("--inplace-activations,!--no-inplace-activations", inplace_activations_,
               "ReLU/ReLU6 overwrite their input (default on)");
   c->add_option("--workers", workers_, "Loader threads, each holding prefetched batches (default " + std::to_string(defaults.workers) + ")")
@@ -166,6 +176,7 @@ int PlanCommand::run() const {
     o.width = width_;
     o.cifar_stem = cifar_stem_;
     o.checkpoint_activations = checkpoint_activations_;
+    if (checkpoint_blocks_) o.checkpoint_blocks = models::BlockSelection::parse(*checkpoint_blocks_);
     o.inplace_activations = inplace_activations_;
     if (image_size_) o.image_size = *image_size_;
     if (batch_size_) o.batch_size = *batch_size_;
@@ -175,6 +186,7 @@ int PlanCommand::run() const {
     if (momentum_) o.momentum = *momentum_;
     if (!amp_.empty()) o.amp = parse_dtype(amp_);
     models::model_info(o.model);  // an unknown model is a bad flag, said before any work
+    train::validate(o);           // and so is a checkpoint block the model does not have
     const std::int64_t budget = budget_.empty() ? 0 : static_cast<std::int64_t>(parse_size(budget_));
     FRUGAL_CHECK_VALUE(budget_.empty() || budget > 0, "--budget must be more than 0 bytes, got '", budget_, "'");
     const train::PlanShape shape{.in_channels = in_channels_, .num_classes = num_classes_};

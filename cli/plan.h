@@ -2,11 +2,13 @@
 // layer (train/planner.h runs the model on the meta device: shapes only, no data, no memory).
 //   frugal plan                                        # MobileNetV2, batch 64 of 1x32x32, AdamW
 //   frugal plan --model resnet18 --batch-size 128 --amp bf16 --checkpoint-activations --json plan.json
+//   frugal plan --checkpoint-blocks 1-8 --budget 64MiB     # blocks as models/block_selection.h numbers them
 // The flags that shape memory are `frugal train`'s, with the same defaults; --in-channels and
 // --num-classes stand in for the data (default Fashion-MNIST's 1 and 10). --depth groups the layer
 // table by the first N parts of the names (default 2: "features.3"; 0 lists every layer).
 // --budget SIZE also plans every way of running the same samples per step (accumulated micro-batches,
-// activation checkpointing, bf16) and lists those that fit, cheapest first, and why the rest do not.
+// checkpointing the first quarter, half, three quarters or all of the blocks, bf16) and lists those
+// that fit, cheapest first (fewer blocks recomputed is cheaper), and why the rest do not.
 // Exit codes: 0; 1 a runtime failure; 2 a bad flag, one line naming it.
 // Not here: the planner (train/planner.h).
 #pragma once
@@ -31,6 +33,7 @@ class PlanCommand final : public Subcommand {
   std::int64_t in_channels_ = 1, num_classes_ = 10;
   std::optional<int> workers_;
   int depth_ = 2;
+  std::optional<std::string> checkpoint_blocks_;
   bool cifar_stem_ = false, checkpoint_activations_ = false, inplace_activations_ = true;
 };
 

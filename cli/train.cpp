@@ -57,8 +57,8 @@ int report_out_of_memory(const OutOfMemoryError& e, const train::TrainOptions& o
             << e.message() << "\n";
   if (const auto* explained = dynamic_cast<const train::TrainingOutOfMemoryError*>(&e))
     std::cerr << train::describe(explained->explanation());
-  std::cerr << "Smaller batches (--batch-size, with --accum to keep the effective batch), --checkpoint-activations "
-               "or --amp bf16 need less. "
+  std::cerr << "Smaller batches (--batch-size, with --accum to keep the effective batch), --checkpoint-blocks, "
+               "--checkpoint-activations or --amp bf16 need less. "
             << (o.save.empty() ? "" : "The last checkpoint, " + o.save + ", is intact.") << "\n";
   return kExitOutOfMemory;
 }
@@ -117,6 +117,8 @@ TrainCommand::TrainCommand(CLI::App& app)
   c->add_option("--memory-limit", memory_limit_, "Cap the device's memory, e.g. 512MiB: a simulated device on the CPU too");
   c->add_option("--amp", amp_, "Autocast to f16 (with loss scaling) or bf16")->check(CLI::IsMember({"f16", "bf16"}));
   c->add_flag("--checkpoint-activations", checkpoint_activations_, "Recompute each block's activations in backward");
+  c->add_option("--checkpoint-blocks", checkpoint_blocks_,
+                "Recompute only these blocks' activations: 2-7, 1,3,5-9 or all (frugal plan --budget suggests some)");
   c->add_flag("--inplace-activations,!--no-inplace-activations", inplace_activations_,
               "ReLU/ReLU6 overwrite their input, as torchvision's (default on)");
   c->add_option("--save", save_, "Checkpoint file: written at each epoch's end, on --steps, on Ctrl-C")->check(not_empty());
@@ -135,6 +137,7 @@ train::TrainOptions TrainCommand::options_from_flags() const {
   o.cifar_stem = cifar_stem_;
   o.num_classes = num_classes_;
   o.checkpoint_activations = checkpoint_activations_;
+  if (checkpoint_blocks_) o.checkpoint_blocks = models::BlockSelection::parse(*checkpoint_blocks_);
   o.inplace_activations = inplace_activations_;
   o.data = data_;
   o.test_data = test_data_;

@@ -37,6 +37,7 @@ class TrainCommand final : public Subcommand {
 
   std::string model_ = "mobilenet_v2", data_, test_data_, optimizer_, schedule_, device_ = "auto", memory_limit_, amp_,
               save_, resume_, json_, batch_size_;
+  std::optional<std::string> checkpoint_blocks_;
   std::optional<double> width_, dropout_, lr_, momentum_, wd_, warmup_, label_smoothing_;
   std::optional<std::int64_t> num_classes_, image_size_, epochs_, steps_, accum_, save_every_, global_batch_;
   std::optional<int> workers_;

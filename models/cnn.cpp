@@ -7,18 +7,38 @@ namespace frugal::models {
 
 namespace F = frugal::functional;
 
-SmallCnn::SmallCnn(const SmallCnnOptions& options) : nn::Module("SmallCnn"), options_(options) {
+namespace {
+constexpr std::int64_t kWidths[] = {32, 64, 128};  // the units' output channels
+// Unit i is a convolution, a ReLU and, but for the last unit, a pool.
+bool unit_has_pool(std::size_t i) { return i + 1 < std::size(kWidths); }
+}  // namespace
+
+std::vector<std::string> SmallCnn::block_names() {
+  std::vector<std::string> names;
+  std::size_t first = 0;
+  for (std::size_t i = 0; i < std::size(kWidths); ++i) {
+    const std::size_t last = first + (unit_has_pool(i) ? 2 : 1);
+    names.push_back("features." + std::to_string(first) + "-" + std::to_string(last));
+    first = last + 1;
+  }
+  return names;
+}
+
+SmallCnn::SmallCnn(const SmallCnnOptions& options)
+    : nn::Module("SmallCnn"),
+      options_(options),
+      checkpointed_(checkpointed_blocks(options.checkpoint_activations, options.checkpoint_blocks)) {
   FRUGAL_CHECK_VALUE(options.num_classes > 0 && options.in_channels > 0, "SmallCnn: num_classes (",
                      options.num_classes, ") and in_channels (", options.in_channels, ") must be positive");
+  options.checkpoint_blocks.check("cnn", block_names());
   Generator* generator = options.generator;
-  constexpr std::int64_t kWidths[] = {32, 64, 128};
   features_ = register_module("features", std::make_shared<nn::Sequential>());
   std::int64_t channels = options.in_channels;
   for (std::size_t i = 0; i < std::size(kWidths); ++i) {
     const std::size_t first = features_->size();
     features_->push_back(std::make_shared<nn::Conv2d>(channels, kWidths[i], 3, 1, 1, 1, 1, true, generator));
     features_->push_back(std::make_shared<nn::ReLU>(options.inplace_activations));
-    if (i + 1 < std::size(kWidths)) features_->push_back(std::make_shared<nn::MaxPool2d>(2));
+    if (unit_has_pool(i)) features_->push_back(std::make_shared<nn::MaxPool2d>(2));
     units_.push_back([features = features_, first, end = features_->size()](const Tensor& input) {
       Tensor y = input;
       for (std::size_t layer = first; layer < end; ++layer) y = (*(*features)[layer])(y);
@@ -35,7 +55,8 @@ Tensor SmallCnn::forward(const Tensor& x) {
                      "SmallCnn: expected input [N, ", options_.in_channels, ", H >= 4, W >= 4], got ",
                      shape_str(x.shape()));
   Tensor y = x;
-  for (const Block& unit : units_) y = run_block(unit, y, options_.checkpoint_activations);
+  for (std::size_t i = 0; i < units_.size(); ++i)
+    y = run_block(units_[i], y, checkpointed_.contains(static_cast<std::int64_t>(i) + 1));
   return (*classifier_)(F::flatten(F::adaptive_avg_pool2d(y, {1, 1}), 1));
 }
 

@@ -10,15 +10,18 @@
 //   classifier 0 Linear(128, num_classes)
 // Any input of at least 4x4 works (the pools need it); 28x28 Fashion-MNIST and 32x32 CIFAR are the usual.
 // The repeated unit is a convolution with what follows it up to the next one (features 0-2, 3-5, 6-7):
-// checkpoint_activations runs each unit through nn::checkpoint, inplace_activations = false computes
-// the ReLUs out of place; neither changes a name or a shape.
+// checkpoint_activations runs each unit through nn::checkpoint, checkpoint_blocks a chosen few (unit
+// i is block i, from 1), inplace_activations = false computes the ReLUs out of place; none changes a
+// name or a shape.
 // Not here: the registry by name (models/registry.h).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "models/block_selection.h"
 #include "models/checkpointing.h"
 #include "nn/layers.h"
 
@@ -28,6 +31,7 @@ struct SmallCnnOptions {
   std::int64_t num_classes = 10;
   std::int64_t in_channels = 1;
   bool checkpoint_activations = false;  // the conv units recomputed in backward
+  BlockSelection checkpoint_blocks = {};  // or only these of them (unit i is block i, from 1)
   bool inplace_activations = true;      // ReLU(inplace=True)
   Generator* generator = nullptr;  // initial weights; nullptr is the default generator
 };
@@ -35,10 +39,13 @@ struct SmallCnnOptions {
 class SmallCnn : public nn::Module {
  public:
   explicit SmallCnn(const SmallCnnOptions& options = {});
+  // The units as blocks, named by the layers they span: "features.0-2", "features.3-5", "features.6-7".
+  static std::vector<std::string> block_names();
   Tensor forward(const Tensor& x) override;  // [N, in_channels, H, W] -> logits [N, num_classes]
 
  private:
   SmallCnnOptions options_;
+  BlockSelection checkpointed_;  // checkpoint_activations and checkpoint_blocks together
   std::shared_ptr<nn::Sequential> features_, classifier_;
   std::vector<Block> units_;  // features run unit by unit: each is layers [first, next unit's first)
 };

@@ -65,14 +65,23 @@ constexpr std::size_t kCifarGroup = 1;  // the t=6, c=24 group: its stride-2 blo
 
 }  // namespace
 
+std::vector<std::string> MobileNetV2::block_names() {
+  std::vector<std::string> names;
+  for (const BlockGroup& group : kBlockGroups)
+    for (std::int64_t i = 0; i < group.repeats; ++i) names.push_back("features." + std::to_string(names.size() + 1));
+  return names;
+}
+
 MobileNetV2::MobileNetV2(const MobileNetV2Options& options)
     : nn::Module("MobileNetV2"),
       options_(options),
+      checkpointed_(checkpointed_blocks(options.checkpoint_activations, options.checkpoint_blocks)),
       last_channel_(make_divisible(kLastChannels * std::max(1.0, options.width_mult))) {
   FRUGAL_CHECK_VALUE(options.width_mult > 0 && std::isfinite(options.width_mult),
                      "MobileNetV2: width_mult must be positive, got ", options.width_mult);
   FRUGAL_CHECK_VALUE(options.num_classes > 0 && options.in_channels > 0, "MobileNetV2: num_classes (",
                      options.num_classes, ") and in_channels (", options.in_channels, ") must be positive");
+  options.checkpoint_blocks.check("mobilenet_v2", block_names());
   Generator* generator = options.generator;
   const bool inplace = options.inplace_activations;
   features_ = register_module("features", std::make_shared<nn::Sequential>());
@@ -102,10 +111,12 @@ MobileNetV2::MobileNetV2(const MobileNetV2Options& options)
 Tensor MobileNetV2::forward(const Tensor& x) {
   FRUGAL_CHECK_SHAPE(x.dim() == 4 && x.size(1) == options_.in_channels, "MobileNetV2: expected input [N, ",
                      options_.in_channels, ", H, W], got ", shape_str(x.shape()));
-  // features.0 is the stem and the last is the head conv; the blocks between are the ones checkpointed.
+  // features.0 is the stem and the last is the head conv; the blocks between (block i is features.i)
+  // are the ones that may be checkpointed.
   const std::size_t last = features_->size() - 1;
   Tensor y = (*(*features_)[0])(x);
-  for (std::size_t i = 1; i < last; ++i) y = run_block((*features_)[i], y, options_.checkpoint_activations);
+  for (std::size_t i = 1; i < last; ++i)
+    y = run_block((*features_)[i], y, checkpointed_.contains(static_cast<std::int64_t>(i)));
   y = F::adaptive_avg_pool2d((*(*features_)[last])(y), {1, 1});
   return (*classifier_)(F::flatten(y, 1));
 }

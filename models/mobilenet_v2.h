@@ -10,16 +10,20 @@
 //
 // Memory: every ReLU6 is in place (as torchvision's ReLU6(inplace=True)), so a conv-BN-ReLU6 unit
 // keeps two tensors for backward: the conv's output, which BatchNorm needs, and BatchNorm's output,
-// overwritten by ReLU6, which is also what the next convolution saves. Two options trade or measure
+// overwritten by ReLU6, which is also what the next convolution saves. Three options trade or measure
 // memory without changing a name or a shape: checkpoint_activations runs features.1..17 through
-// nn::checkpoint (each keeps only its input and runs again in backward), and inplace_activations =
+// nn::checkpoint (each keeps only its input and runs again in backward), checkpoint_blocks runs a
+// chosen few of them so (block i is features.i, models/block_selection.h), and inplace_activations =
 // false builds the ReLU6s out of place. models/README.md has the whole account.
 // Not here: training (the CLI and samples), the registry by name (models/registry.h).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
+#include "models/block_selection.h"
 #include "nn/layers.h"
 
 namespace frugal::models {
@@ -33,6 +37,7 @@ struct MobileNetV2Options {
   // map is 4x4 instead of 1x1 (the adaptation of chenyaofo/pytorch-cifar-models).
   bool cifar_stem = false;
   bool checkpoint_activations = false;  // the inverted-residual blocks recomputed in backward
+  BlockSelection checkpoint_blocks = {};  // or only these of them (block i is features.i)
   bool inplace_activations = true;      // ReLU6(inplace=True), as torchvision
   Generator* generator = nullptr;  // initial weights; nullptr is the default generator
 };
@@ -67,12 +72,15 @@ class InvertedResidual : public nn::Module {
 class MobileNetV2 : public nn::Module {
  public:
   explicit MobileNetV2(const MobileNetV2Options& options = {});
+  // The checkpointable blocks' module names, "features.1" .. "features.17", whatever the options.
+  static std::vector<std::string> block_names();
   Tensor forward(const Tensor& x) override;  // [N, in_channels, H, W] -> logits [N, num_classes]
   const MobileNetV2Options& options() const { return options_; }
   std::int64_t last_channel() const { return last_channel_; }
 
  private:
   MobileNetV2Options options_;
+  BlockSelection checkpointed_;  // checkpoint_activations and checkpoint_blocks together
   std::int64_t last_channel_;
   std::shared_ptr<nn::Sequential> features_, classifier_;
 };

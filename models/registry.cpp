@@ -14,6 +14,7 @@ namespace {
 struct Entry {
   ModelInfo info;
   std::function<std::shared_ptr<nn::Module>(const ModelOptions&)> build;
+  std::vector<std::string> blocks;  // the checkpointable blocks' names, from the model's own table
 };
 
 void refuse_mobilenet_options(std::string_view name, const ModelOptions& o) {
@@ -31,6 +32,7 @@ std::shared_ptr<nn::Module> build_mobilenet_v2(const ModelOptions& o) {
   options.dropout = o.dropout.value_or(options.dropout);
   options.cifar_stem = o.cifar_stem;
   options.checkpoint_activations = o.checkpoint_activations;
+  options.checkpoint_blocks = o.checkpoint_blocks;
   options.inplace_activations = o.inplace_activations;
   options.generator = o.generator;
   return std::make_shared<MobileNetV2>(options);
@@ -43,6 +45,7 @@ std::shared_ptr<nn::Module> build_resnet(ResNetDepth depth, std::string_view nam
   options.in_channels = o.in_channels.value_or(options.in_channels);
   options.zero_init_residual = o.zero_init_residual;
   options.checkpoint_activations = o.checkpoint_activations;
+  options.checkpoint_blocks = o.checkpoint_blocks;
   options.inplace_activations = o.inplace_activations;
   options.generator = o.generator;
   return std::make_shared<ResNet>(depth, options);
@@ -55,6 +58,7 @@ std::shared_ptr<nn::Module> build_cnn(const ModelOptions& o) {
   options.num_classes = o.num_classes.value_or(options.num_classes);
   options.in_channels = o.in_channels.value_or(options.in_channels);
   options.checkpoint_activations = o.checkpoint_activations;
+  options.checkpoint_blocks = o.checkpoint_blocks;
   options.inplace_activations = o.inplace_activations;
   options.generator = o.generator;
   return std::make_shared<SmallCnn>(options);
@@ -63,13 +67,15 @@ std::shared_ptr<nn::Module> build_cnn(const ModelOptions& o) {
 const std::vector<Entry>& entries() {
   static const std::vector<Entry> table = {
       {{"mobilenet_v2", "torchvision's MobileNetV2 (3.5 M parameters at 1000 classes); width, dropout, CIFAR stem"},
-       build_mobilenet_v2},
+       build_mobilenet_v2, MobileNetV2::block_names()},
       {{"resnet18", "torchvision's ResNet-18 (11.7 M parameters at 1000 classes); zero_init_residual"},
-       [](const ModelOptions& o) { return build_resnet(ResNetDepth::resnet18, "resnet18", o); }},
+       [](const ModelOptions& o) { return build_resnet(ResNetDepth::resnet18, "resnet18", o); },
+       ResNet::block_names(ResNetDepth::resnet18)},
       {{"resnet50", "torchvision's ResNet-50 (25.6 M parameters at 1000 classes); zero_init_residual"},
-       [](const ModelOptions& o) { return build_resnet(ResNetDepth::resnet50, "resnet50", o); }},
+       [](const ModelOptions& o) { return build_resnet(ResNetDepth::resnet50, "resnet50", o); },
+       ResNet::block_names(ResNetDepth::resnet50)},
       {{"cnn", "a small CNN without BatchNorm (3 convolutions, 94 K parameters at 10 classes, 1 channel)", 10, 1},
-       build_cnn},
+       build_cnn, SmallCnn::block_names()},
   };
   return table;
 }
@@ -106,6 +112,12 @@ const ModelInfo& model_info(std::string_view name) { return entry_named(name).in
 
 std::shared_ptr<nn::Module> make_model(std::string_view name, const ModelOptions& options) {
   return entry_named(name).build(options);
+}
+
+const std::vector<std::string>& block_names(std::string_view name) { return entry_named(name).blocks; }
+
+void check_checkpoint_blocks(std::string_view name, const BlockSelection& blocks) {
+  blocks.check(name, block_names(name));
 }
 
 }  // namespace frugal::models

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/random.h"
+#include "models/block_selection.h"
 #include "nn/module.h"
 
 namespace frugal::models {
@@ -27,9 +28,12 @@ struct ModelOptions {
   bool cifar_stem = false;                 // mobilenet_v2
   bool zero_init_residual = false;         // resnet18, resnet50
   // Memory, every model: run the repeated blocks through nn::checkpoint (each keeps only its input and
-  // runs again in backward), and the ReLU/ReLU6s in place as torchvision (false: out of place, to
-  // measure what that saves). Neither changes a parameter's name or shape, nor a result.
+  // runs again in backward): all of them, or the chosen checkpoint_blocks (numbered as block_names
+  // lists them; a block outside the model's range is a ValueError); and the ReLU/ReLU6s in place as
+  // torchvision (false: out of place, to measure what that saves). None changes a parameter's name
+  // or shape, nor a result.
   bool checkpoint_activations = false;
+  BlockSelection checkpoint_blocks = {};
   bool inplace_activations = true;
   Generator* generator = nullptr;          // initial weights; nullptr is the default generator
 };
@@ -45,5 +49,10 @@ const std::vector<ModelInfo>& model_infos();
 const ModelInfo& model_info(std::string_view name);  // ValueError for an unknown name, as make_model
 std::string model_names();  // "mobilenet_v2, resnet18, resnet50, cnn", for messages
 std::shared_ptr<nn::Module> make_model(std::string_view name, const ModelOptions& options = {});
+// The model's checkpointable blocks, block i (from 1) being block_names(name)[i - 1]: module names
+// such as "features.1" (models/block_selection.h has each model's numbering). ValueError as make_model.
+const std::vector<std::string>& block_names(std::string_view name);
+// ValueError, before any model is built, when `blocks` names a block `name` does not have.
+void check_checkpoint_blocks(std::string_view name, const BlockSelection& blocks);
 
 }  // namespace frugal::models

@@ -67,6 +67,22 @@ Tensor Bottleneck::forward(const Tensor& x) {
   return add_shortcut_and_relu(out, x, downsample_, inplace_);
 }
 
+namespace {
+// Blocks in layer1..layer4 of each depth.
+constexpr std::int64_t kResNet18Blocks[] = {2, 2, 2, 2}, kResNet50Blocks[] = {3, 4, 6, 3};
+const std::int64_t* blocks_per_layer(ResNetDepth depth) {
+  return depth == ResNetDepth::resnet18 ? kResNet18Blocks : kResNet50Blocks;
+}
+}  // namespace
+
+std::vector<std::string> ResNet::block_names(ResNetDepth depth) {
+  std::vector<std::string> names;
+  for (int i = 0; i < 4; ++i)
+    for (std::int64_t b = 0; b < blocks_per_layer(depth)[i]; ++b)
+      names.push_back("layer" + std::to_string(i + 1) + "." + std::to_string(b));
+  return names;
+}
+
 template <typename Block>
 std::shared_ptr<nn::Sequential> ResNet::make_layer(std::int64_t channels, std::int64_t blocks, std::int64_t stride) {
   Generator* generator = options_.generator;
@@ -86,9 +102,12 @@ std::shared_ptr<nn::Sequential> ResNet::make_layer(std::int64_t channels, std::i
 }
 
 ResNet::ResNet(ResNetDepth depth, const ResNetOptions& options)
-    : nn::Module("ResNet"), options_(options) {
+    : nn::Module("ResNet"),
+      options_(options),
+      checkpointed_(checkpointed_blocks(options.checkpoint_activations, options.checkpoint_blocks)) {
   FRUGAL_CHECK_VALUE(options.num_classes > 0 && options.in_channels > 0, "ResNet: num_classes (", options.num_classes,
                      ") and in_channels (", options.in_channels, ") must be positive");
+  options.checkpoint_blocks.check(depth == ResNetDepth::resnet18 ? "resnet18" : "resnet50", block_names(depth));
   Generator* generator = options.generator;
   conv1_ = register_module("conv1", std::make_shared<nn::Conv2d>(options.in_channels, in_channels_, 7, 2, 3, 1, 1,
                                                                  /*bias=*/false, generator));
@@ -96,9 +115,8 @@ ResNet::ResNet(ResNetDepth depth, const ResNetOptions& options)
   maxpool_ = register_module("maxpool", std::make_shared<nn::MaxPool2d>(3, 2, 1));
   constexpr std::int64_t kChannels[] = {64, 128, 256, 512};
   const bool basic = depth == ResNetDepth::resnet18;
-  const std::int64_t repeats[4][2] = {{2, 3}, {2, 4}, {2, 6}, {2, 3}};  // {resnet18, resnet50} blocks per layer
   for (int i = 0; i < 4; ++i) {
-    const std::int64_t stride = i == 0 ? 1 : 2, blocks = repeats[i][basic ? 0 : 1];
+    const std::int64_t stride = i == 0 ? 1 : 2, blocks = blocks_per_layer(depth)[i];
     auto layer = basic ? make_layer<BasicBlock>(kChannels[i], blocks, stride)
                        : make_layer<Bottleneck>(kChannels[i], blocks, stride);
     layers_.push_back(register_module("layer" + std::to_string(i + 1), layer));
@@ -119,8 +137,9 @@ Tensor ResNet::forward(const Tensor& x) {
                      options_.in_channels, ", H, W], got ", shape_str(x.shape()));
   Tensor y = (*bn1_)((*conv1_)(x));
   y = (*maxpool_)(relu(y, options_.inplace_activations));
+  std::int64_t block = 0;  // numbered from 1 over all layers, as block_names
   for (const auto& layer : layers_)
-    for (std::size_t b = 0; b < layer->size(); ++b) y = run_block((*layer)[b], y, options_.checkpoint_activations);
+    for (std::size_t b = 0; b < layer->size(); ++b) y = run_block((*layer)[b], y, checkpointed_.contains(++block));
   return (*fc_)(F::flatten(F::adaptive_avg_pool2d(y, {1, 1}), 1));
 }
 

@@ -9,15 +9,18 @@
 //
 // They are here as the contrast to MobileNetV2: more parameters (11.7 M and 25.6 M against 3.5 M) and,
 // per sample, more activation memory at the same input (models/README.md). checkpoint_activations
-// runs each residual block through nn::checkpoint, and inplace_activations = false computes every
-// ReLU out of place; neither changes a name or a shape.
+// runs each residual block through nn::checkpoint, checkpoint_blocks a chosen few (numbered over
+// layer1..layer4 in order: resnet18's blocks 1-8 are layer1.0, layer1.1, layer2.0 .. layer4.1), and
+// inplace_activations = false computes every ReLU out of place; none changes a name or a shape.
 // Not here: the registry by name (models/registry.h).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "models/block_selection.h"
 #include "nn/layers.h"
 
 namespace frugal::models {
@@ -28,6 +31,7 @@ struct ResNetOptions {
   // Starts each residual branch's last BatchNorm at weight 0, so every block begins as the identity.
   bool zero_init_residual = false;
   bool checkpoint_activations = false;  // the residual blocks recomputed in backward
+  BlockSelection checkpoint_blocks = {};  // or only these of them (numbered over layer1..layer4 from 1)
   bool inplace_activations = true;      // ReLU(inplace=True), as torchvision
   Generator* generator = nullptr;  // initial weights; nullptr is the default generator
 };
@@ -69,6 +73,8 @@ enum class ResNetDepth : std::uint8_t { resnet18, resnet50 };
 class ResNet : public nn::Module {
  public:
   explicit ResNet(ResNetDepth depth, const ResNetOptions& options = {});
+  // The checkpointable blocks' module names in their numbering: "layer1.0", "layer1.1", ... "layer4.2".
+  static std::vector<std::string> block_names(ResNetDepth depth);
   Tensor forward(const Tensor& x) override;  // [N, in_channels, H, W] -> logits [N, num_classes]
   const ResNetOptions& options() const { return options_; }
 
@@ -77,6 +83,7 @@ class ResNet : public nn::Module {
   std::shared_ptr<nn::Sequential> make_layer(std::int64_t channels, std::int64_t blocks, std::int64_t stride);
 
   ResNetOptions options_;
+  BlockSelection checkpointed_;  // checkpoint_activations and checkpoint_blocks together
   std::int64_t in_channels_ = 64;  // channels entering the next layer while building
   std::shared_ptr<nn::Conv2d> conv1_;
   std::shared_ptr<nn::BatchNorm2d> bn1_;

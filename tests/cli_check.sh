@@ -580,6 +580,26 @@ PY
     expect_exit 2 "$frugal" inspect "$dir/empty.safetensors"
     expect_one_line_error "^frugal inspect: $dir/empty.safetensors: is empty$"
     ;;
+  checkpoint_blocks_arguments)
+    # --checkpoint-blocks is refused before any data is read: one line naming the text, the token or
+    # the model's range, exit 2. With --checkpoint-activations only "all" agrees.
+    expect_exit 2 "$frugal" train --checkpoint-blocks 0-99
+    expect_one_line_error "^frugal train: checkpoint blocks 0-99: block 0 is out of range: mobilenet_v2 has blocks 1-17 \(features.1 .. features.17\)$"
+    expect_exit 2 "$frugal" train --model resnet18 --checkpoint-blocks 3-9
+    expect_one_line_error "^frugal train: checkpoint blocks 3-9: block 9 is out of range: resnet18 has blocks 1-8 \(layer1.0 .. layer4.1\)$"
+    expect_exit 2 "$frugal" train --checkpoint-blocks 2-x
+    expect_one_line_error "^frugal train: checkpoint blocks '2-x': '2-x' is not a block number or a range such as 2-7"
+    expect_exit 2 "$frugal" train --checkpoint-blocks 7-2
+    expect_one_line_error "^frugal train: checkpoint blocks '7-2': '7-2' runs backwards \(write 2-7\)$"
+    expect_exit 2 "$frugal" train --checkpoint-activations --checkpoint-blocks 2-7
+    expect_one_line_error "^frugal train: --checkpoint-activations checkpoints every block, but --checkpoint-blocks 2-7 names some: give one of the two$"
+    expect_exit 2 "$frugal" plan --model cnn --checkpoint-blocks 4
+    expect_one_line_error "^frugal plan: checkpoint blocks 4: block 4 is out of range: cnn has blocks 1-3 \(features.0-2 .. features.6-7\)$"
+    expect_exit 0 "$frugal" plan --model cnn --batch-size 4 --checkpoint-activations --checkpoint-blocks all
+    grep -q "^cnn, batch 1 x 4 of 32x32, adamw, checkpointed blocks: predicted peak" <<<"$out" || fail "all blocks: $out"
+    expect_exit 0 "$frugal" plan --model cnn --batch-size 4 --checkpoint-blocks 1,3
+    grep -q "^cnn, batch 1 x 4 of 32x32, adamw, checkpointed blocks 1,3: predicted peak" <<<"$out" || fail "blocks 1,3: $out"
+    ;;
   run_step_arguments)
     # What run-step refuses before reading any file (the files themselves: tests/cpu/test_models_vs_torchvision.cpp).
     dir=$(mktemp -d)

@@ -72,6 +72,9 @@ case $check in
       fail "resuming with another --lr was accepted"
     grep -q "^frugal train: $dir/c.safetensors: not the same run: --lr 0.5 but the checkpoint has 0.01$" "$dir/err" ||
       fail "mismatched resume: $(cat "$dir/err")"
+    # Which blocks are checkpointed changes no number, so a run resumes with other ones.
+    "$frugal" train --data "$dir" --model cnn --steps 2 --checkpoint-blocks 2-3 --resume "$dir/c.safetensors" >/dev/null ||
+      fail "resuming with --checkpoint-blocks was refused"
     ;;
   train_cnn_learns)
     # 250 steps of the small CNN: the second epoch's mean loss falls well below chance's log(10) = 2.30
@@ -278,7 +281,8 @@ PY
       "--model cnn --batch-size 16" "--model cnn --batch-size 64" \
       "--model mobilenet_v2 --width 0.5 --batch-size 32" "--model mobilenet_v2 --width 0.5 --batch-size 32 --checkpoint-activations" \
       "--model mobilenet_v2 --width 0.5 --batch-size 32 --amp bf16" "--model mobilenet_v2 --width 0.5 --cifar-stem --batch-size 8" \
-      "--model resnet18 --batch-size 8 --optimizer sgd"
+      "--model resnet18 --batch-size 8 --optimizer sgd" \
+      "--model mobilenet_v2 --width 0.5 --batch-size 32 --checkpoint-blocks 1-4" "--model resnet18 --batch-size 8 --optimizer sgd --checkpoint-blocks 2,5-6"
     ;;
   eval_checkpoint)
     make_subset "$dir" 640 200

@@ -348,6 +348,7 @@ std::string run_report_markdown(const RunReport& r) {
   out << markdown_row({"--data", o.data.empty() ? "Debian's Fashion-MNIST" : o.data});
   out << markdown_row({"--steps", o.steps ? std::to_string(*o.steps) : "all"});
   out << markdown_row({"--checkpoint-activations", o.checkpoint_activations ? "true" : "false"});
+  out << markdown_row({"--checkpoint-blocks", models::checkpointed_blocks(o.checkpoint_activations, o.checkpoint_blocks).str()});
   out << markdown_row({"--inplace-activations", o.inplace_activations ? "true" : "false"});
   out << markdown_row({"--device", result.device});
   out << markdown_row({"--memory-limit", o.memory_limit ? format_size(*o.memory_limit) : "none"});

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "models/registry.h"
 
 namespace frugal::train {
 
@@ -53,6 +54,12 @@ void validate(const TrainOptions& o) {
   FRUGAL_CHECK_VALUE(!o.amp || *o.amp == DType::f16 || *o.amp == DType::bf16, "--amp must be f16 or bf16");
   FRUGAL_CHECK_VALUE(o.save_every >= 0, "--save-every must be >= 0, got ", o.save_every);
   FRUGAL_CHECK_VALUE(o.save_every == 0 || !o.save.empty(), "--save-every needs --save FILE");
+  // --checkpoint-activations means every block; with a --checkpoint-blocks naming fewer, one of the
+  // two is a mistake, and which one cannot be guessed.
+  FRUGAL_CHECK_VALUE(!o.checkpoint_activations || o.checkpoint_blocks.empty() || o.checkpoint_blocks.is_all(),
+                     "--checkpoint-activations checkpoints every block, but --checkpoint-blocks ",
+                     o.checkpoint_blocks.str(), " names some: give one of the two");
+  if (!o.checkpoint_blocks.empty()) models::check_checkpoint_blocks(o.model, o.checkpoint_blocks);
 }
 
 // Keys are the flags' names, so a difference reads as the flag to change.

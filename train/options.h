@@ -12,6 +12,7 @@
 
 #include "core/device.h"
 #include "core/dtype.h"
+#include "models/block_selection.h"
 
 namespace frugal::train {
 
@@ -34,6 +35,7 @@ struct TrainOptions {
   bool cifar_stem = false;                   // MobileNetV2's stride-1 stem for 32x32 inputs
   std::optional<std::int64_t> num_classes;   // default: the dataset's
   bool checkpoint_activations = false;       // recompute each block's activations in backward
+  models::BlockSelection checkpoint_blocks = {};  // or only these blocks' (models/block_selection.h numbering)
   bool inplace_activations = true;           // ReLU/ReLU6 overwrite their input (torchvision's choice)
 
   // The data (data/open_dataset.h).
@@ -69,11 +71,15 @@ struct TrainOptions {
   bool leak_check = true;                    // memory at each step's end against the step before (train/leak_check.h)
 };
 
-// ValueError naming the first option out of range (a batch size of 0, an lr of -1, ...).
+// ValueError naming the first option out of range (a batch size of 0, an lr of -1, a checkpoint block
+// the model does not have, --checkpoint-activations with a --checkpoint-blocks other than "all", ...).
 void validate(const TrainOptions& options);
 
 // The options that define the run's arithmetic (model, data layout, recipe, seed), as one JSON text:
 // what a checkpoint stores, and what a resumed run must match for its numbers to continue the same run.
+// Memory options that leave every number as it is are not in it, so a run may resume with other ones:
+// which blocks are checkpointed (recomputation replays the same kernels on the same inputs and dropout
+// masks: bit-identical gradients, tests/cpu/test_model_memory_options.cpp) and in-place activations.
 std::string run_identity_json(const TrainOptions& options);
 // The first difference between two run_identity_json texts, as "--lr 0.001 but the checkpoint has
 // 0.002"; "" when they agree.

@@ -242,8 +242,32 @@ MemoryPlan plan_memory(const TrainOptions& o, const PlanShape& shape) {
 
 namespace {
 
-// Cheapest first: accumulation only costs speed; recomputation about a third more compute; bf16 changes the numbers.
-int cost_rank(const BudgetOption& b) { return (b.bf16 ? 4 : 0) + (b.checkpoint_activations ? 2 : 0); }
+std::int64_t block_count(const TrainOptions& o) { return static_cast<std::int64_t>(models::block_names(o.model).size()); }
+
+models::BlockSelection given_blocks(const TrainOptions& o) {
+  return models::checkpointed_blocks(o.checkpoint_activations, o.checkpoint_blocks);
+}
+
+// `o` with exactly `blocks` checkpointed.
+TrainOptions with_blocks(TrainOptions o, const models::BlockSelection& blocks) {
+  o.checkpoint_activations = false;
+  o.checkpoint_blocks = blocks;
+  return o;
+}
+
+// As given; the first quarter, half and three quarters of the blocks (the early blocks see the
+// largest feature maps, so they hold the most activations per block); all.
+std::vector<models::BlockSelection> checkpoint_candidates(const TrainOptions& o) {
+  const std::int64_t n = block_count(o);
+  std::vector<models::BlockSelection> candidates = {given_blocks(o)};
+  for (const std::int64_t quarters : {1, 2, 3})
+    if (const std::int64_t k = (n * quarters + 3) / 4; k < n) candidates.push_back(models::BlockSelection::first(k));
+  candidates.push_back(models::BlockSelection::all());
+  std::vector<models::BlockSelection> unique;
+  for (const auto& c : candidates)
+    if (std::find(unique.begin(), unique.end(), c) == unique.end()) unique.push_back(c);
+  return unique;
+}
 
 std::string cost_words(const BudgetOption& b, const TrainOptions& given) {
   std::string words;
@@ -253,9 +277,21 @@ std::string cost_words(const BudgetOption& b, const TrainOptions& given) {
   };
   if (b.accum != given.accum)
     add(std::to_string(b.accum) + " micro-batches of " + std::to_string(b.batch_size) + " per step");
-  if (b.checkpoint_activations && !given.checkpoint_activations) add("recompute activations (about one more forward)");
+  if (b.checkpoint_blocks != given_blocks(given)) {
+    if (b.checkpoint_blocks.is_all()) add("recompute activations (about one more forward)");
+    else add("recompute blocks " + b.checkpoint_blocks.str() + " (" + std::to_string(static_cast<int>(100 * b.recomputed + 0.5)) +
+             "% of the blocks)");
+  }
   if (b.bf16 && given.amp != DType::bf16) add("bf16 autocast (changes the numbers)");
   return words.empty() ? "as given" : words;
+}
+
+// Cheapest first: accumulation only costs speed; recomputation costs about the fraction of the
+// blocks recomputed of one more forward; bf16 changes the numbers.
+bool cheaper(const BudgetOption& a, const BudgetOption& b) {
+  if (a.bf16 != b.bf16) return b.bf16;
+  if (a.recomputed != b.recomputed) return a.recomputed < b.recomputed;
+  return a.accum < b.accum;
 }
 
 }  // namespace
@@ -263,20 +299,24 @@ std::string cost_words(const BudgetOption& b, const TrainOptions& given) {
 std::vector<BudgetOption> fit_budget(const TrainOptions& options, std::int64_t budget_bytes, const PlanShape& shape) {
   FRUGAL_CHECK_VALUE(budget_bytes > 0, "plan_memory: the budget must be positive");
   const std::int64_t samples = options.batch_size * options.accum;
+  const std::int64_t blocks = block_count(options);
   std::vector<BudgetOption> found;
   for (const bool bf16 : {options.amp == DType::bf16, true}) {
-    for (const bool checkpoint : {options.checkpoint_activations, true}) {
+    for (const models::BlockSelection& checkpoint : checkpoint_candidates(options)) {
       for (std::int64_t accum = 1; accum <= samples && samples / accum >= 2; accum *= 2) {
         if (samples % accum != 0) continue;
-        BudgetOption b{.batch_size = samples / accum, .accum = accum, .checkpoint_activations = checkpoint, .bf16 = bf16};
+        BudgetOption b{.batch_size = samples / accum,
+                       .accum = accum,
+                       .checkpoint_blocks = checkpoint,
+                       .recomputed = static_cast<double>(checkpoint.count(blocks)) / static_cast<double>(blocks),
+                       .bf16 = bf16};
         const bool duplicate = std::any_of(found.begin(), found.end(), [&b](const BudgetOption& f) {
-          return f.batch_size == b.batch_size && f.checkpoint_activations == b.checkpoint_activations && f.bf16 == b.bf16;
+          return f.batch_size == b.batch_size && f.checkpoint_blocks == b.checkpoint_blocks && f.bf16 == b.bf16;
         });
         if (duplicate) continue;
-        TrainOptions o = options;
+        TrainOptions o = with_blocks(options, checkpoint);
         o.batch_size = b.batch_size;
         o.accum = b.accum;
-        o.checkpoint_activations = checkpoint;
         if (bf16) o.amp = DType::bf16;
         b.peak_bytes = plan_memory(o, shape).peak_bytes;
         b.fits = b.peak_bytes <= budget_bytes;
@@ -288,13 +328,31 @@ std::vector<BudgetOption> fit_budget(const TrainOptions& options, std::int64_t b
   std::stable_sort(found.begin(), found.end(), [](const BudgetOption& a, const BudgetOption& b) {
     if (a.fits != b.fits) return a.fits;
     if (!a.fits) return a.peak_bytes < b.peak_bytes;
-    if (cost_rank(a) != cost_rank(b)) return cost_rank(a) < cost_rank(b);
-    return a.accum < b.accum;
+    return cheaper(a, b);
   });
   return found;
 }
 
-std::vector<MemoryFix> planned_fixes(const TrainOptions& failing, const PlanShape& shape) {
+std::optional<std::int64_t> smallest_checkpoint_prefix(const TrainOptions& options, std::int64_t limit_bytes,
+                                                       const PlanShape& shape) {
+  const auto fits = [&](std::int64_t k) {
+    return plan_memory(with_blocks(options, models::BlockSelection::first(k)), shape).peak_reserved_bytes <= limit_bytes;
+  };
+  std::int64_t low = 1, high = block_count(options);  // the answer, if any, is in [low, high]
+  if (high == 0 || !fits(high)) return std::nullopt;
+  while (low < high) {
+    const std::int64_t middle = low + (high - low) / 2;
+    if (fits(middle)) high = middle;
+    else low = middle + 1;
+  }
+  return low;
+}
+
+namespace {
+
+// The changes planned_fixes tries, each with its flags. Plans (and may throw) to choose k for
+// --checkpoint-blocks 1-k: the fewest first blocks that fit the limit the run had, else half of them.
+std::vector<std::pair<std::string, TrainOptions>> fix_candidates(const TrainOptions& failing, const PlanShape& shape) {
   std::vector<std::pair<std::string, TrainOptions>> changes;
   for (const std::int64_t parts : {2, 4}) {
     if (failing.batch_size % parts != 0 || failing.batch_size / parts < 2) continue;
@@ -303,20 +361,32 @@ std::vector<MemoryFix> planned_fixes(const TrainOptions& failing, const PlanShap
     o.accum *= parts;
     changes.emplace_back("--batch-size " + std::to_string(o.batch_size) + " --accum " + std::to_string(o.accum), o);
   }
-  if (!failing.checkpoint_activations) {
-    TrainOptions o = failing;
-    o.checkpoint_activations = true;
-    changes.emplace_back("--checkpoint-activations", o);
+  if (!given_blocks(failing).is_all()) {
+    const std::int64_t n = block_count(failing);
+    const std::optional<std::int64_t> k =
+        failing.memory_limit ? smallest_checkpoint_prefix(failing, static_cast<std::int64_t>(*failing.memory_limit), shape)
+                             : std::optional<std::int64_t>((n + 1) / 2);
+    if (k && *k < n && models::BlockSelection::first(*k) != given_blocks(failing))
+      changes.emplace_back("--checkpoint-blocks " + models::BlockSelection::first(*k).str(),
+                           with_blocks(failing, models::BlockSelection::first(*k)));
+    changes.emplace_back(failing.checkpoint_blocks.empty() ? "--checkpoint-activations" : "--checkpoint-blocks all",
+                         with_blocks(failing, models::BlockSelection::all()));
   }
   if (failing.amp != DType::bf16) {
     TrainOptions o = failing;
     o.amp = DType::bf16;
     changes.emplace_back("--amp bf16", o);
   }
+  return changes;
+}
+
+}  // namespace
+
+std::vector<MemoryFix> planned_fixes(const TrainOptions& failing, const PlanShape& shape) {
   std::vector<MemoryFix> fixes;
   try {
     const std::int64_t needed = plan_memory(failing, shape).peak_bytes;
-    for (const auto& [flags, o] : changes) {
+    for (const auto& [flags, o] : fix_candidates(failing, shape)) {
       const std::int64_t peak = plan_memory(o, shape).peak_bytes;
       if (peak < needed)
         fixes.push_back({flags + ": needs " + format_size(static_cast<std::size_t>(peak)) + " instead of " +

@@ -13,12 +13,15 @@
 // needs from it), and the most workspace it held at once. Per phase: what was allocated when it
 // started and ended and the most at any moment in it.
 // Under a budget (fit_budget): every way of keeping the same samples per optimizer step (the batch
-// split into accumulated micro-batches, activation checkpointing, bf16 autocast), each planned, the
-// ones that fit ranked cheapest first.
+// split into accumulated micro-batches, activation checkpointing of some or all blocks, bf16
+// autocast), each planned, the ones that fit ranked cheapest first.
+// Under a device limit (smallest_checkpoint_prefix): the fewest blocks to checkpoint, from the first,
+// for a run to fit.
 // Not here: formatting (cli/plan.cpp).
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -71,7 +74,8 @@ MemoryPlan plan_memory(const TrainOptions& options, const PlanShape& shape = {})
 // One way to run the same optimizer steps, and what it would need.
 struct BudgetOption {
   std::int64_t batch_size = 0, accum = 1;  // batch_size x accum = the samples per optimizer step
-  bool checkpoint_activations = false;
+  models::BlockSelection checkpoint_blocks = {};  // the blocks recomputed in backward (all, some, none)
+  double recomputed = 0.0;  // the fraction of the model's blocks that is: the recompute cost's measure
   bool bf16 = false;
   std::int64_t peak_bytes = 0;
   bool fits = false;
@@ -79,16 +83,27 @@ struct BudgetOption {
 };
 
 // Every combination of: the micro-batch (the step's samples split into 1, 2, 4, ... accumulated
-// micro-batches, down to 2 samples each), activation checkpointing off and on, and autocast as given
-// or bf16; each planned. Sorted: those that fit first, cheapest first (no change; then more
-// micro-batches, which cost speed only; then recomputing activations, which costs about one more
-// forward; then bf16, which changes the numbers), those that do not by how far over they are.
+// micro-batches, down to 2 samples each), the checkpointed blocks (as given; the first quarter, half
+// and three quarters of the blocks, where the feature maps, and so the activations, are largest; all),
+// and autocast as given or bf16; each planned. Sorted: those that fit first, cheapest first (no
+// change; then more micro-batches, which cost speed only; then recomputing, the fewer blocks the
+// cheaper: all of them costs about one more forward; then bf16, which changes the numbers), those
+// that do not by how far over they are.
 std::vector<BudgetOption> fit_budget(const TrainOptions& options, std::int64_t budget_bytes, const PlanShape& shape = {});
 
+// The smallest k for which checkpointing blocks 1..k (and no others) fits `limit_bytes`, fitting
+// meaning the predicted peak reserved (what the device must hand out, at least the peak allocated)
+// is within it; nullopt when not even every block does. A binary search over k: it takes
+// checkpointing one more block never to need more (so for the models here; test_planner.cpp checks
+// it on MobileNetV2).
+std::optional<std::int64_t> smallest_checkpoint_prefix(const TrainOptions& options, std::int64_t limit_bytes,
+                                                       const PlanShape& shape = {});
+
 // The planner's fixes for a run that ran out of memory: one change at a time (half and a quarter of
-// the batch with accumulation keeping the step's samples, activation checkpointing, bf16 autocast),
-// each planned, those predicted to need less listed largest saving first. Empty when the failing
-// configuration cannot be planned.
+// the batch with accumulation keeping the step's samples, checkpointing blocks 1..k, activation
+// checkpointing of every block, bf16 autocast), each planned, those predicted to need less listed
+// largest saving first. k is the smallest that fits when the run had a --memory-limit, else half the
+// blocks. Empty when the failing configuration cannot be planned.
 std::vector<MemoryFix> planned_fixes(const TrainOptions& failing, const PlanShape& shape);
 
 }  // namespace frugal::train

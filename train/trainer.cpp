@@ -51,6 +51,7 @@ models::ModelOptions model_options(const TrainOptions& o, std::int64_t in_channe
           .dropout = o.dropout,
           .cifar_stem = o.cifar_stem,
           .checkpoint_activations = o.checkpoint_activations,
+          .checkpoint_blocks = o.checkpoint_blocks,
           .inplace_activations = o.inplace_activations};
 }
 

@@ -1,7 +1,8 @@
-// The models' two memory options, checked on one training step: checkpoint_activations and
-// inplace_activations = false give the very same loss, gradients and BatchNorm running statistics
-// as the plain model (bit for bit: the same kernels run on the same values in the same order), while
-// the allocator's activation tag shows what each keeps. Names and shapes: test_models.cpp.
+// The models' memory options, checked on one training step: checkpoint_activations (or only some
+// blocks, checkpoint_blocks) and inplace_activations = false give the very same loss, gradients and
+// BatchNorm running statistics as the plain model (bit for bit: the same kernels run on the same
+// values in the same order), while the allocator's activation tag shows what each keeps. Names and
+// shapes: test_models.cpp.
 #include <doctest/doctest.h>
 
 #include <string>
@@ -109,6 +110,30 @@ TEST_CASE("model memory options: checkpointing and out-of-place activations chan
     if (c.copy_raises_peak) CHECK(copied.forward_peak > plain.forward_peak);
     else CHECK(copied.forward_peak == plain.forward_peak);
   }
+}
+
+TEST_CASE("model memory options: checkpointing some blocks gives the same results, keeping less than none and more than all") {
+  const Case cases[] = {
+      {"mobilenet_v2", {.width_mult = 0.35}, {4, 1, 32, 32}, 1.0, false},
+      {"resnet18", {}, {2, 1, 32, 32}, 1.0, false},
+      {"cnn", {}, {2, 1, 16, 16}, 1.0, false},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.name);
+    models::ModelOptions some = c.options, all = c.options;
+    some.checkpoint_blocks = models::BlockSelection::parse("1-2");
+    all.checkpoint_activations = true;
+    const Step plain = train_step(c.name, c.options, c.batch, 5);
+    const Step partial = train_step(c.name, some, c.batch, 5);
+    const Step every = train_step(c.name, all, c.batch, 5);
+    check_same_results(plain, partial);
+    CHECK(partial.saved_bytes < plain.saved_bytes);
+    CHECK(partial.saved_bytes > every.saved_bytes);
+  }
+  // "all" as a selection is checkpoint_activations.
+  models::ModelOptions all_blocks{.checkpoint_blocks = models::BlockSelection::all()};
+  CHECK(train_step("cnn", all_blocks, {2, 1, 16, 16}, 5).saved_bytes ==
+        train_step("cnn", {.checkpoint_activations = true}, {2, 1, 16, 16}, 5).saved_bytes);
 }
 
 TEST_CASE("model memory options: MobileNetV2's dropout from the default generator draws the same mask checkpointed") {

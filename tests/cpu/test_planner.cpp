@@ -1,9 +1,15 @@
 // The meta device and the memory planner: meta tensors have shapes and counted allocations but no
 // data; ops on them allocate what the CPU would; the planner's figures hold together (parameters
-// as the model's, activations linear in the batch, checkpointing and bf16 saving what they should).
+// as the model's, activations linear in the batch, checkpointing and bf16 saving what they should;
+// checkpointing some blocks among the budget's options and the out-of-memory fixes).
 // How close the plan comes to a measured run is checked against `frugal train` (tests/train_check.sh
 // plan_matches_train), since only a whole run measures what a run holds.
 #include <doctest/doctest.h>
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "core/allocator_registry.h"
 #include "core/caching_allocator.h"
@@ -22,6 +28,15 @@ train::TrainOptions small_mobilenet(std::int64_t batch) {
   o.model = "mobilenet_v2";
   o.width = 0.25;
   o.batch_size = batch;
+  return o;
+}
+
+// Full width at a batch of 32: the activations outweigh the parameters and AdamW's state, and the
+// caching allocator's 2 MiB segments are small beside the differences checkpointing makes.
+train::TrainOptions full_mobilenet() {
+  train::TrainOptions o;
+  o.model = "mobilenet_v2";
+  o.batch_size = 32;
   return o;
 }
 
@@ -92,4 +107,81 @@ TEST_CASE("the planner refuses what cannot train") {
   CHECK_THROWS_AS(train::plan_memory(o), ValueError);
   CHECK_THROWS_AS(train::plan_memory(small_mobilenet(1)), ValueError);  // BatchNorm needs two values per channel
   CHECK(meta_allocated() == 0);
+}
+
+TEST_CASE("the planner: checkpointing the first k blocks needs less as k grows, and the smallest fitting k is found") {
+  const auto planned = [](std::int64_t k) {
+    train::TrainOptions o = full_mobilenet();
+    o.checkpoint_blocks = models::BlockSelection::first(k);
+    return train::plan_memory(o);
+  };
+  std::int64_t previous_peak = 0, previous_saved = 0;
+  for (const std::int64_t k : {0, 1, 3, 6, 9, 13, 17}) {
+    CAPTURE(k);
+    const train::MemoryPlan plan = planned(k);
+    const std::int64_t saved = sum_of(plan, &train::LayerPlan::saved_bytes);
+    if (k > 0) {
+      CHECK(plan.peak_reserved_bytes <= previous_peak);  // what smallest_checkpoint_prefix's search takes
+      CHECK(saved < previous_saved);
+    }
+    previous_peak = plan.peak_reserved_bytes;
+    previous_saved = saved;
+  }
+  // Blocks 1-17 are every block: the same plan as checkpoint_activations.
+  train::TrainOptions all = full_mobilenet();
+  all.checkpoint_activations = true;
+  CHECK(train::plan_memory(all).peak_bytes == planned(17).peak_bytes);
+
+  // A limit between the plain peak and the all-blocks peak: the answer fits and one block fewer does not.
+  const std::int64_t limit = (planned(0).peak_reserved_bytes + planned(17).peak_reserved_bytes) / 2;
+  const std::optional<std::int64_t> k = train::smallest_checkpoint_prefix(full_mobilenet(), limit);
+  REQUIRE(k.has_value());
+  MESSAGE("limit ", limit, ": checkpoint blocks 1-", *k);
+  CHECK(*k >= 1);
+  CHECK(*k < 17);
+  CHECK(planned(*k).peak_reserved_bytes <= limit);
+  CHECK(planned(*k - 1).peak_reserved_bytes > limit);
+  CHECK_FALSE(train::smallest_checkpoint_prefix(full_mobilenet(), planned(17).peak_reserved_bytes - 1).has_value());
+  CHECK(meta_allocated() == 0);
+}
+
+TEST_CASE("the planner: fit_budget offers some blocks checkpointed, ranked by the fraction recomputed") {
+  train::TrainOptions o = small_mobilenet(4);
+  const std::int64_t plain = train::plan_memory(o).peak_bytes;
+  train::TrainOptions all = o;
+  all.checkpoint_activations = true;
+  const std::int64_t recomputed = train::plan_memory(all).peak_bytes;
+  const auto options = train::fit_budget(o, (plain + recomputed) / 2);
+  std::set<std::string> blocks;
+  for (const train::BudgetOption& b : options) blocks.insert(b.checkpoint_blocks.str());
+  CHECK(blocks == std::set<std::string>{"none", "1-5", "1-9", "1-13", "all"});  // a quarter, a half, three quarters of 17
+  // Among the options that fit at a batch of 16 in f32, fewer blocks recomputed come first.
+  std::vector<double> fractions;
+  for (const train::BudgetOption& b : options)
+    if (b.fits && b.accum == 1 && !b.bf16) fractions.push_back(b.recomputed);
+  REQUIRE_FALSE(fractions.empty());
+  CHECK(std::is_sorted(fractions.begin(), fractions.end()));
+  CHECK(fractions.front() < 1.0);  // some partial set fits: the whole model need not be recomputed
+  for (const train::BudgetOption& b : options)
+    if (b.checkpoint_blocks.str() == "1-9") CHECK(b.recomputed == doctest::Approx(9.0 / 17.0));
+}
+
+TEST_CASE("the planner: an out-of-memory run under a limit is offered the fewest first blocks that fit") {
+  train::TrainOptions failing = full_mobilenet();
+  train::TrainOptions all = failing;
+  all.checkpoint_activations = true;
+  const std::int64_t plain = train::plan_memory(failing).peak_reserved_bytes;
+  const std::int64_t limit = (plain + train::plan_memory(all).peak_reserved_bytes) / 2;
+  failing.memory_limit = static_cast<std::size_t>(limit);
+  const std::int64_t k = train::smallest_checkpoint_prefix(failing, limit).value();
+  const std::vector<train::MemoryFix> fixes = train::planned_fixes(failing, {});
+  const std::string expected = "--checkpoint-blocks 1-" + std::to_string(k) + ": needs ";
+  CHECK(std::any_of(fixes.begin(), fixes.end(), [&](const train::MemoryFix& f) { return f.text.rfind(expected, 0) == 0; }));
+  CHECK(std::any_of(fixes.begin(), fixes.end(),
+                    [](const train::MemoryFix& f) { return f.text.rfind("--checkpoint-activations: ", 0) == 0; }));
+  // Without a limit, half the blocks: 1-9 of 17.
+  failing.memory_limit.reset();
+  const std::vector<train::MemoryFix> unlimited = train::planned_fixes(failing, {});
+  CHECK(std::any_of(unlimited.begin(), unlimited.end(),
+                    [](const train::MemoryFix& f) { return f.text.rfind("--checkpoint-blocks 1-9: needs ", 0) == 0; }));
 }
