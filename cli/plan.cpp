@@ -142,9 +142,7 @@ PlanCommand::PlanCommand(CLI::App& app)
     : Subcommand(app.add_subcommand("plan", "Predict a training run's memory per phase and layer, without running it")) {
   const train::TrainOptions defaults;
   CLI::App* c = command_;
-  c->add_option("--model", model_, "Model: " + models::model_names())->check(not_empty());
-  c->add_option("--width", width_, "MobileNetV2's width multiplier (default 1.0)");
-  c->add_flag("--cifar-stem", cifar_stem_, "MobileNetV2's stem for 32x32 inputs");
+  model_.add_to(*c);
   c->add_option("--in-channels", in_channels_, "Channels of the input images (default 1, Fashion-MNIST's)")->check(between(1, 4096));
   c->add_option("--num-classes", num_classes_, "Classes of the classifier (default 10)")->check(between(2, 1'000'000));
   c->add_option("--image-size", image_size_, "Side of the square images (default " + std::to_string(defaults.image_size) + ")")
@@ -156,10 +154,6 @@ PlanCommand::PlanCommand(CLI::App& app)
       ->check(CLI::IsMember({"sgd", "adamw"}));
   c->add_option("--momentum", momentum_, "SGD's momentum (0: no momentum buffers)");
   c->add_option("--amp", amp_, "Autocast to f16 or bf16")->check(CLI::IsMember({"f16", "bf16"}));
-  c->add_flag("--checkpoint-activations", checkpoint_activations_, "Recompute each block's activations in backward");
-  c->add_option("--checkpoint-blocks", checkpoint_blocks_, "Recompute only these blocks' activations: 2-7, 1,3,5-9 or all");
-  c->add_flag("--inplace-activations,!--no-inplace-activations", inplace_activations_,
-              "ReLU/ReLU6 overwrite their input (default on)");
   c->add_option("--workers", workers_, "Loader threads, each holding prefetched batches (default " + std::to_string(defaults.workers) + ")")
       ->check(between(0, 64));
   c->add_option("--depth", depth_, "Group the layer table by the first N parts of the names (default 2; 0: every layer)")
@@ -172,12 +166,7 @@ PlanCommand::PlanCommand(CLI::App& app)
 int PlanCommand::run() const {
   try {
     train::TrainOptions o;
-    o.model = model_;
-    o.width = width_;
-    o.cifar_stem = cifar_stem_;
-    o.checkpoint_activations = checkpoint_activations_;
-    if (checkpoint_blocks_) o.checkpoint_blocks = models::BlockSelection::parse(*checkpoint_blocks_);
-    o.inplace_activations = inplace_activations_;
+    model_.apply(o);
     if (image_size_) o.image_size = *image_size_;
     if (batch_size_) o.batch_size = *batch_size_;
     if (accum_) o.accum = *accum_;

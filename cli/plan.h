@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 
+#include "cli/model_flags.h"
 #include "cli/subcommand.h"
 
 namespace frugal::cli {
@@ -27,14 +28,13 @@ class PlanCommand final : public Subcommand {
   int run() const override;
 
  private:
-  std::string model_ = "mobilenet_v2", optimizer_, amp_, json_, budget_;
-  std::optional<double> width_, momentum_;
+  ModelFlags model_;  // --model, --width, --cifar-stem, --checkpoint-activations, --checkpoint-blocks, --inplace-activations
+  std::string optimizer_, amp_, json_, budget_;
+  std::optional<double> momentum_;
   std::optional<std::int64_t> batch_size_, accum_, image_size_;
   std::int64_t in_channels_ = 1, num_classes_ = 10;
   std::optional<int> workers_;
   int depth_ = 2;
-  std::optional<std::string> checkpoint_blocks_;
-  bool cifar_stem_ = false, checkpoint_activations_ = false, inplace_activations_ = true;
 };
 
 }  // namespace frugal::cli

@@ -81,10 +81,8 @@ TrainCommand::TrainCommand(CLI::App& app)
   };
   CLI::App* c = command_;
   c->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a flag given twice: the last wins
-  c->add_option("--model", model_, "Model: " + models::model_names())->check(not_empty());
-  c->add_option("--width", width_, "MobileNetV2's width multiplier (default 1.0)");
+  model_.add_to(*c);
   c->add_option("--dropout", dropout_, "MobileNetV2's classifier dropout probability (default 0.2, torchvision's)");
-  c->add_flag("--cifar-stem", cifar_stem_, "MobileNetV2's stem for 32x32 inputs (stride 1 twice: 12x the compute)");
   c->add_option("--num-classes", num_classes_, "Classes of the classifier (default: the dataset's)")
       ->check(between(2, 1'000'000));
   c->add_option("--data", data_, "Training data: an IDX or CIFAR folder, a shard, an image folder (default: Debian's Fashion-MNIST)");
@@ -116,11 +114,6 @@ TrainCommand::TrainCommand(CLI::App& app)
   c->add_option("--device", device_, "cpu, cuda or cuda:N (default: cuda:0 when usable, else cpu)");
   c->add_option("--memory-limit", memory_limit_, "Cap the device's memory, e.g. 512MiB: a simulated device on the CPU too");
   c->add_option("--amp", amp_, "Autocast to f16 (with loss scaling) or bf16")->check(CLI::IsMember({"f16", "bf16"}));
-  c->add_flag("--checkpoint-activations", checkpoint_activations_, "Recompute each block's activations in backward");
-  c->add_option("--checkpoint-blocks", checkpoint_blocks_,
-                "Recompute only these blocks' activations: 2-7, 1,3,5-9 or all (frugal plan --budget suggests some)");
-  c->add_flag("--inplace-activations,!--no-inplace-activations", inplace_activations_,
-              "ReLU/ReLU6 overwrite their input, as torchvision's (default on)");
   c->add_option("--save", save_, "Checkpoint file: written at each epoch's end, on --steps, on Ctrl-C")->check(not_empty());
   c->add_option("--save-every", save_every_, "Also save every N optimizer steps")->check(between(1, 1'000'000'000));
   c->add_option("--resume", resume_, "Continue the run a checkpoint stopped (same flags)")->check(not_empty());
@@ -131,14 +124,9 @@ TrainCommand::TrainCommand(CLI::App& app)
 
 train::TrainOptions TrainCommand::options_from_flags() const {
   train::TrainOptions o;
-  o.model = model_;
-  o.width = width_;
+  model_.apply(o);
   o.dropout = dropout_;
-  o.cifar_stem = cifar_stem_;
   o.num_classes = num_classes_;
-  o.checkpoint_activations = checkpoint_activations_;
-  if (checkpoint_blocks_) o.checkpoint_blocks = models::BlockSelection::parse(*checkpoint_blocks_);
-  o.inplace_activations = inplace_activations_;
   o.data = data_;
   o.test_data = test_data_;
   if (image_size_) o.image_size = *image_size_;

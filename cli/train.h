@@ -20,6 +20,7 @@
 #include <optional>
 #include <string>
 
+#include "cli/model_flags.h"
 #include "cli/subcommand.h"
 #include "cli/train_memory.h"
 #include "train/batch_finder.h"
@@ -35,15 +36,15 @@ class TrainCommand final : public Subcommand {
   train::TrainOptions options_from_flags() const;  // ValueError naming the first bad flag
   void choose_batch(train::TrainOptions& o, const train::RunShape& shape, std::optional<train::BatchChoice>& choice) const;
 
-  std::string model_ = "mobilenet_v2", data_, test_data_, optimizer_, schedule_, device_ = "auto", memory_limit_, amp_,
+  std::string data_, test_data_, optimizer_, schedule_, device_ = "auto", memory_limit_, amp_,
               save_, resume_, json_, batch_size_;
-  std::optional<std::string> checkpoint_blocks_;
-  std::optional<double> width_, dropout_, lr_, momentum_, wd_, warmup_, label_smoothing_;
+  std::optional<double> dropout_, lr_, momentum_, wd_, warmup_, label_smoothing_;
   std::optional<std::int64_t> num_classes_, image_size_, epochs_, steps_, accum_, save_every_, global_batch_;
   std::optional<int> workers_;
   std::optional<std::uint64_t> seed_;
   MemoryFlags memory_;  // --memory-timeline, --chrome-trace, --memory-report, --report
-  bool cifar_stem_ = false, augment_ = false, no_eval_ = false, checkpoint_activations_ = false, inplace_activations_ = true;
+  ModelFlags model_;    // --model, --width, --cifar-stem, --checkpoint-activations, --checkpoint-blocks, --inplace-activations
+  bool augment_ = false, no_eval_ = false;
   bool no_leak_check_ = false;
 };
 

@@ -1,0 +1,31 @@
+// ModelFlags (see model_flags.h).
+#include "cli/model_flags.h"
+
+#include <CLI/CLI.hpp>
+
+#include "cli/subcommand.h"
+#include "models/registry.h"
+
+namespace frugal::cli {
+
+void ModelFlags::add_to(CLI::App& c) {
+  c.add_option("--model", model, "Model: " + models::model_names())->check(not_empty());
+  c.add_option("--width", width, "MobileNetV2's width multiplier (default 1.0)");
+  c.add_flag("--cifar-stem", cifar_stem, "MobileNetV2's stem for 32x32 inputs (stride 1 twice: 12x the compute)");
+  c.add_flag("--checkpoint-activations", checkpoint_activations, "Recompute each block's activations in backward");
+  c.add_option("--checkpoint-blocks", checkpoint_blocks,
+               "Recompute only these blocks' activations: 2-7, 1,3,5-9 or all (frugal plan --budget suggests some)");
+  c.add_flag("--inplace-activations,!--no-inplace-activations", inplace_activations,
+             "ReLU/ReLU6 overwrite their input, as torchvision's (default on)");
+}
+
+void ModelFlags::apply(train::TrainOptions& o) const {
+  o.model = model;
+  o.width = width;
+  o.cifar_stem = cifar_stem;
+  o.checkpoint_activations = checkpoint_activations;
+  if (checkpoint_blocks) o.checkpoint_blocks = models::BlockSelection::parse(*checkpoint_blocks);
+  o.inplace_activations = inplace_activations;
+}
+
+}  // namespace frugal::cli
