@@ -37,6 +37,7 @@ struct DTypeError : Error { using Error::Error; };        // wrong or mismatched
 struct DeviceError : Error { using Error::Error; };       // wrong device, or device unusable
 struct OutOfMemoryError : Error { using Error::Error; };  // an allocation could not be served
 struct LibraryError : Error { using Error::Error; };      // CUDA, cuBLAS, cuDNN, NCCL returned an error
+struct DistributedError : Error { using Error::Error; };  // a collective failed across ranks: mismatch, timeout, dead rank
 
 namespace detail {
 // Joins any streamable arguments into one string: str("got ", 3, " dims") == "got 3 dims".

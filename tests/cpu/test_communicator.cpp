@@ -34,3 +34,33 @@ TEST_CASE("Communicator: bad arguments are refused with the reason") {
   CHECK_THROWS_WITH_AS(comm.broadcast(m, 1), doctest::Contains("root 1 is not a rank of a world of 1"), IndexError);
   CHECK_THROWS_AS(comm.broadcast(Tensor(), 0), ValueError);
 }
+
+TEST_CASE("LocalCommunicator: reduce_scatter and all_gather of a world of one copy the one chunk") {
+  LocalCommunicator comm;
+  const Tensor input = from_vector(std::vector<float>{1, 2, 3, 4});
+  const Tensor output = zeros({2, 2});
+  const WorkHandle work = comm.reduce_scatter_async(input, output, ReduceOp::average);
+  CHECK(work->completed());
+  work->wait();
+  CHECK(output.view({-1}).to_vector<float>() == input.to_vector<float>());
+  const Tensor gathered = zeros({4});
+  comm.all_gather(output, gathered);
+  CHECK(gathered.to_vector<float>() == input.to_vector<float>());
+  comm.barrier_async()->wait();
+}
+
+TEST_CASE("Communicator: reduce_scatter, all_gather and the timeout refuse what cannot work") {
+  LocalCommunicator comm;
+  CHECK_THROWS_WITH_AS(comm.reduce_scatter(zeros({4}), zeros({3}), ReduceOp::sum),
+                       doctest::Contains("input has 4 elements, but a world of 1 needs 1 x the output's 3"), ShapeError);
+  CHECK_THROWS_WITH_AS(comm.all_gather(zeros({4}), zeros({4}, {.dtype = DType::f64})),
+                       doctest::Contains("input is f32 but output is f64"), DTypeError);
+  CHECK_THROWS_WITH_AS(comm.all_gather(zeros({4}), zeros({5})), doctest::Contains("output has 5 elements"), ShapeError);
+  CHECK_THROWS_WITH_AS(comm.reduce_scatter(zeros({4}, {.dtype = DType::i32}), zeros({4}, {.dtype = DType::i32}),
+                                           ReduceOp::average),
+                       doctest::Contains("average needs a floating dtype"), DTypeError);
+  CHECK(comm.timeout() == Communicator::kDefaultTimeout);
+  comm.set_timeout(std::chrono::milliseconds(1500));
+  CHECK(comm.timeout().count() == 1500);
+  CHECK_THROWS_AS(comm.set_timeout(std::chrono::milliseconds(0)), ValueError);
+}
