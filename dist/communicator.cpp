@@ -24,6 +24,50 @@ std::string_view collective_name(CollectiveKind kind) {
   FRUGAL_THROW(ValueError, "unknown collective ", static_cast<int>(kind));
 }
 
+std::array<std::int64_t, kDescriptorWords> encode(const CollectiveDescriptor& d) {
+  return {d.sequence, static_cast<std::int64_t>(d.kind), static_cast<std::int64_t>(d.dtype), d.count, d.root,
+          static_cast<std::int64_t>(d.op)};
+}
+
+CollectiveDescriptor decode(const std::int64_t* words) {
+  return {.sequence = words[0],
+          .kind = static_cast<CollectiveKind>(words[1]),
+          .dtype = static_cast<DType>(words[2]),
+          .count = words[3],
+          .root = static_cast<int>(words[4]),
+          .op = static_cast<ReduceOp>(words[5])};
+}
+
+std::string describe(const CollectiveDescriptor& d) {
+  std::string text = detail::str(collective_name(d.kind), " #", d.sequence);
+  if (d.kind == CollectiveKind::barrier) return text;
+  text += detail::str(" of ", d.count, " ", d.dtype);
+  if (d.kind == CollectiveKind::all_reduce || d.kind == CollectiveKind::reduce_scatter)
+    text += detail::str(" (", reduce_op_name(d.op), ")");
+  if (d.kind == CollectiveKind::broadcast) text += detail::str(" from rank ", d.root);
+  return text;
+}
+
+std::string descriptor_mismatch(const std::vector<CollectiveDescriptor>& by_rank) {
+  if (by_rank.empty()) return "";
+  const CollectiveDescriptor& first = by_rank.front();
+  const std::string name = detail::str(collective_name(first.kind), " #", first.sequence);
+  for (std::size_t r = 1; r < by_rank.size(); ++r) {
+    const CollectiveDescriptor& other = by_rank[r];
+    if (other.sequence != first.sequence || other.kind != first.kind)
+      return detail::str(name, ": rank 0 called ", describe(first), " but rank ", r, " called ", describe(other));
+    if (other.dtype != first.dtype || other.count != first.count)
+      return detail::str(name, ": rank 0 has ", first.count, " ", first.dtype, " elements but rank ", r, " has ",
+                         other.count, " ", other.dtype);
+    if (other.root != first.root)
+      return detail::str(name, ": rank 0 broadcasts from rank ", first.root, " but rank ", r, " from rank ", other.root);
+    if (other.op != first.op)
+      return detail::str(name, ": rank 0 reduces with ", reduce_op_name(first.op), " but rank ", r, " with ",
+                         reduce_op_name(other.op));
+  }
+  return "";
+}
+
 void Communicator::set_timeout(std::chrono::milliseconds timeout) {
   FRUGAL_CHECK_VALUE(timeout.count() > 0, "Communicator: the timeout must be > 0 ms, got ", timeout.count());
   timeout_ = timeout;

@@ -12,11 +12,13 @@
 // the collective, so a dead or disagreeing rank never hangs the others silently.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -27,6 +29,25 @@ std::string_view reduce_op_name(ReduceOp op);
 
 enum class CollectiveKind : std::uint8_t { all_reduce, broadcast, reduce_scatter, all_gather, barrier };
 std::string_view collective_name(CollectiveKind kind);  // "all_reduce", ...
+
+// What every rank must agree on for one collective, compared across ranks before it runs (a backend
+// gathers every rank's descriptor, encoded as kDescriptorWords i64 words).
+struct CollectiveDescriptor {
+  std::int64_t sequence = 0;  // collectives this communicator started before this one
+  CollectiveKind kind = CollectiveKind::barrier;
+  DType dtype = DType::f32;
+  std::int64_t count = 0;     // elements of the tensor (all_reduce, broadcast) or of the input
+  int root = 0;               // broadcast only
+  ReduceOp op = ReduceOp::sum;
+};
+inline constexpr int kDescriptorWords = 6;
+std::array<std::int64_t, kDescriptorWords> encode(const CollectiveDescriptor& d);
+CollectiveDescriptor decode(const std::int64_t* words);
+// "all_reduce #17 of 1024 f32 (average)": how messages name a collective.
+std::string describe(const CollectiveDescriptor& d);
+// The first way the ranks' descriptors (in rank order) disagree, as "all_reduce #17: rank 0 has 1024
+// f32 elements but rank 1 has 512"; "" when they agree.
+std::string descriptor_mismatch(const std::vector<CollectiveDescriptor>& by_rank);
 
 // A collective in flight. For host backends wait() returns when the result is in the tensors. For
 // device backends wait() orders the stream given to the collective after it (the host does not

@@ -64,3 +64,24 @@ TEST_CASE("Communicator: reduce_scatter, all_gather and the timeout refuse what 
   CHECK(comm.timeout().count() == 1500);
   CHECK_THROWS_AS(comm.set_timeout(std::chrono::milliseconds(0)), ValueError);
 }
+
+TEST_CASE("CollectiveDescriptor: encoded for the exchange, and the first disagreement named") {
+  const CollectiveDescriptor d{.sequence = 17, .kind = CollectiveKind::all_reduce, .dtype = DType::f32, .count = 1024,
+                               .root = 0, .op = ReduceOp::average};
+  const auto words = encode(d);
+  const CollectiveDescriptor back = decode(words.data());
+  CHECK(describe(back) == "all_reduce #17 of 1024 f32 (average)");
+  CHECK(descriptor_mismatch({d, d, d}).empty());
+  CollectiveDescriptor smaller = d;
+  smaller.count = 512;
+  CHECK(descriptor_mismatch({d, d, smaller}) == "all_reduce #17: rank 0 has 1024 f32 elements but rank 2 has 512 f32");
+  CollectiveDescriptor other = d;
+  other.kind = CollectiveKind::barrier;
+  CHECK(descriptor_mismatch({d, other}) == "all_reduce #17: rank 0 called all_reduce #17 of 1024 f32 (average) but rank 1 "
+                                           "called barrier #17");
+  CollectiveDescriptor summed = d;
+  summed.op = ReduceOp::sum;
+  CHECK(descriptor_mismatch({d, summed}) == "all_reduce #17: rank 0 reduces with average but rank 1 with sum");
+  const CollectiveDescriptor b{.sequence = 3, .kind = CollectiveKind::broadcast, .dtype = DType::u8, .count = 128, .root = 1};
+  CHECK(describe(b) == "broadcast #3 of 128 u8 from rank 1");
+}
