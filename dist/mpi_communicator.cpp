@@ -196,8 +196,7 @@ class MpiWork final : public Work {
     message << name_ << " did not complete within " << seconds_text(timeout_) << " on rank " << state_->rank
             << ": a rank died or the ranks called different collectives";
     state_->first_error = message.str();
-    state_->stalled = true;
-    mpi_mark_broken();
+    state_->stalled = true;  // the destructor will not wait for the worker
     state_->changed.notify_all();
   }
 
@@ -241,6 +240,7 @@ void run_worker(const std::shared_ptr<MpiCommunicator::State>& state) {
     }
     std::string error;
     bool mpi_failed = false;
+    mpi_note_in_flight(describe(next.descriptor).c_str());  // for the SIGTERM line of mpi_runtime.h
     try {
       check_descriptors(*state, next.descriptor);
     } catch (const Error& e) {
@@ -254,6 +254,7 @@ void run_worker(const std::shared_ptr<MpiCommunicator::State>& state) {
         error = describe(next.descriptor) + " failed on rank " + std::to_string(state->rank) + ": " + e.message();
       }
     }
+    mpi_note_in_flight("");
     const std::lock_guard lock(state->mutex);
     next.work->finish(error);
     if (!error.empty() && state->first_error.empty()) state->first_error = error;

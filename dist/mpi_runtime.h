@@ -6,6 +6,16 @@
 // its own (dist/mpi_communicator.h), so several threads call MPI at once; mpi_init() refuses an MPI
 // that provides less.
 //
+// Note [What a rank says when mpirun ends it]
+// When a rank dies (killed, crashed), OpenMPI's mpirun prints "mpirun noticed that process rank 1
+// ... exited on signal 9" and ends every other rank itself: SIGTERM, then SIGKILL a second later.
+// That comes long before a watchdog timeout, so the survivors never reach their DistributedError.
+// Started by mpirun, mpi_init() therefore installs a SIGTERM handler (where the disposition is still
+// the default) that writes one line naming the collective in flight, "frugal rank 0: ended by
+// mpirun (SIGTERM) while all_reduce #6 of 1024 f32 was in flight: ...", and then dies of SIGTERM as
+// before. (`mpirun --enable-recovery` leaves the survivors alone, so the watchdog fails them with a
+// DistributedError, but OpenMPI 4.1's mpirun then exits 0 even after MPI_Abort: not recommended.)
+//
 // Not here: collectives (dist/mpi_communicator.h). No MPI type appears in this header.
 #pragma once
 
@@ -33,5 +43,9 @@ int mpi_local_rank();
 // A communicator calls this when one of its collectives failed or stalled: from then on the job
 // cannot finish cleanly, and MPI_Finalize at exit (which waits for every rank) is skipped.
 void mpi_mark_broken() noexcept;
+
+// The collective a communicator's worker is running, for the SIGTERM line ("" when none). Kept in a
+// fixed buffer that the signal handler can read safely; with several communicators, the latest.
+void mpi_note_in_flight(const char* description) noexcept;
 
 }  // namespace frugal::dist
