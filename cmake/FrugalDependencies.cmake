@@ -8,6 +8,8 @@ find_package(OpenMP REQUIRED COMPONENTS CXX)
 find_package(nlohmann_json 3.10 CONFIG REQUIRED)
 find_package(CLI11 CONFIG REQUIRED)
 find_package(ZLIB REQUIRED)  # data/: gzipped IDX files, the shard header's CRC-32
+# MPI's C API (Debian libopenmpi-dev): the communicator of CPU ranks, dist/mpi_communicator.h.
+find_package(MPI REQUIRED COMPONENTS C)
 # stb (Debian libstb-dev), used header-only: data/image_folder.cpp compiles stb_image's implementation
 # for the formats it reads, the tests stb_image_write's. Debian's prebuilt libstb.so is not linked.
 find_path(FRUGAL_STB_INCLUDE_DIR stb/stb_image.h)
