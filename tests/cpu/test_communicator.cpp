@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include "dist/communicator.h"
+#include "dist/mirror_communicator.h"
 
 using namespace frugal;
 using namespace frugal::dist;
@@ -84,4 +85,28 @@ TEST_CASE("CollectiveDescriptor: encoded for the exchange, and the first disagre
   CHECK(descriptor_mismatch({d, summed}) == "all_reduce #17: rank 0 reduces with average but rank 1 with sum");
   const CollectiveDescriptor b{.sequence = 3, .kind = CollectiveKind::broadcast, .dtype = DType::u8, .count = 128, .root = 1};
   CHECK(describe(b) == "broadcast #3 of 128 u8 from rank 1");
+}
+
+TEST_CASE("MirrorCommunicator: a world of N where every rank holds what this one holds") {
+  MirrorCommunicator comm(3);
+  CHECK(comm.world_size() == 3);
+  CHECK(comm.rank() == 0);
+  const Tensor t = from_vector(std::vector<float>{1, -2});
+  comm.all_reduce(t, ReduceOp::sum);
+  CHECK(t.to_vector<float>() == std::vector<float>{3, -6});
+  comm.all_reduce(t, ReduceOp::average);
+  comm.all_reduce(t, ReduceOp::max);
+  CHECK(t.to_vector<float>() == std::vector<float>{3, -6});
+  const Tensor gathered = zeros({6});
+  comm.all_gather(t, gathered);
+  CHECK(gathered.to_vector<float>() == std::vector<float>{3, -6, 3, -6, 3, -6});
+  const Tensor chunk = zeros({2});
+  comm.reduce_scatter(gathered, chunk, ReduceOp::sum);
+  CHECK(chunk.to_vector<float>() == std::vector<float>{9, -18});
+  CHECK_THROWS_AS(comm.reduce_scatter(t, chunk, ReduceOp::sum), ShapeError);
+  CHECK_THROWS_AS(MirrorCommunicator(0), ValueError);
+  // On the meta device (the planner's) the collectives check shapes and move nothing.
+  const Tensor meta = empty({8}, {.device = Device::meta()});
+  comm.all_reduce(meta, ReduceOp::sum);
+  comm.all_gather(meta, empty({24}, {.device = Device::meta()}));
 }
