@@ -69,7 +69,8 @@ void GradScaler::unscale_(Optimizer& optimizer) {
     probes.push_back(finiteness_probe(grad));
   }
   // Read only once every probe is launched, so a GPU is waited on once, not once per gradient.
-  record.found_inf = std::any_of(probes.begin(), probes.end(), [](const Tensor& p) { return !std::isfinite(p.item<double>()); });
+  const bool found_here = std::any_of(probes.begin(), probes.end(), [](const Tensor& p) { return !std::isfinite(p.item<double>()); });
+  record.found_inf = optimizer.found_inf_anywhere(found_here);
   record.stage = Stage::unscaled;
 }
 

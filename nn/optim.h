@@ -41,11 +41,19 @@ class Optimizer {
   Optimizer(const Optimizer&) = delete;  // the state tensors would be shared by both copies
   Optimizer& operator=(const Optimizer&) = delete;
 
+  // step, zero_grad, the state dict and state_bytes are virtual for one subclass, ZeRO-1's sharded
+  // optimizer (dist/ddp.h), which updates its slice of every parameter through an ordinary
+  // optimizer and then gathers the parameters from the other ranks.
+
   // One update of every parameter that has a gradient, with no autograd recording.
-  void step();
+  virtual void step();
   // Forgets every gradient: set_to_none frees their memory (PyTorch >= 2.0's default); otherwise
   // they are filled with zeros and kept.
-  void zero_grad(bool set_to_none = true);
+  virtual void zero_grad(bool set_to_none = true);
+  // GradScaler asks before stepping: given whether this process found an inf or NaN gradient, did
+  // any process training with it? Each process alone decides, unless the ranks must step together
+  // because each updates a different part of the parameters (ZeRO-1 agrees across ranks).
+  virtual bool found_inf_anywhere(bool found_here) { return found_here; }
 
   std::vector<ParamGroup>& param_groups() { return groups_; }
   const std::vector<ParamGroup>& param_groups() const { return groups_; }
@@ -55,12 +63,12 @@ class Optimizer {
   // "state.I.step" (0-dim i64); and per group "param_groups.G.lr", "param_groups.G.weight_decay"
   // and, once a schedule set it, "param_groups.G.initial_lr" (0-dim f64). Momentum, betas and eps
   // are the constructor's: make the optimizer as it was made, then load.
-  StateDict state_dict() const;
+  virtual StateDict state_dict() const;
   // Copies a dict made by state_dict() of an optimizer over parameters of the same shapes into
   // this one's state (on each parameter's device and dtype). ValueError for missing or unexpected
   // keys, ShapeError for state of the wrong shape; nothing changes unless everything fits.
-  void load_state_dict(const StateDict& dict);
-  std::size_t state_bytes() const;  // what the state tensors hold now
+  virtual void load_state_dict(const StateDict& dict);
+  virtual std::size_t state_bytes() const;  // what the state tensors hold now
 
  protected:
   // `state_names`: the state tensors kept per parameter, in the order update() receives them.

@@ -18,7 +18,7 @@ declare -A allowed=(
   [models]="models nn kernels core"
   [train]="train models data nn kernels core"
   [data]="data core"
-  [dist]="dist core"
+  [dist]="dist nn kernels core"  # data parallelism wraps modules and optimizers
   [memory]="memory core"
   [emu]="emu core"
 )

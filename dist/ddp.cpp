@@ -1,0 +1,630 @@
+// DistributedDataParallel and ZeRO-1 (see ddp.h): the model check and broadcast at construction,
+// bucket assignment, the hooks that start each bucket's collective, synchronize(), and the sharded
+// optimizer with its consolidated state dict.
+#include "dist/ddp.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "core/allocator.h"
+#include "nn/autograd.h"
+
+namespace frugal::dist {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// FNV-1a, 64 bits: the same value on every rank and every build, which std::hash does not promise.
+std::int64_t fingerprint(const std::string& text) {
+  std::uint64_t hash = 14695981039346656037ULL;
+  for (const unsigned char c : text) {
+    hash ^= c;
+    hash *= 1099511628211ULL;
+  }
+  return static_cast<std::int64_t>(hash);
+}
+
+std::string describe(const char* kind, const std::string& name, const Tensor& t) {
+  std::ostringstream out;
+  out << kind << " '" << name << "' " << shape_str(t.shape()) << ' ' << t.dtype();
+  return out.str();
+}
+
+Tensor i64_tensor(std::int64_t value, Device device) {
+  return full({1}, static_cast<double>(value), {.dtype = DType::i64, .device = device});
+}
+
+// Every rank compares its list of parameters and buffers with rank 0's, by fingerprints, in three
+// collectives whose sizes depend on rank 0 alone (so they match even when the models do not): rank
+// 0's count, rank 0's fingerprints, then the smallest (index of the first difference, rank) pair
+// over the world. Every rank then throws the same error, describing the entry as it sees it. The
+// tensors live on the parameters' device: a GPU communicator moves GPU tensors only.
+void check_same_model(const nn::Module& model, Communicator& comm) {
+  const std::vector<Tensor> params = model.parameters();
+  const Device device = params.empty() ? Device::cpu() : params[0].device();
+  std::vector<std::string> entries;
+  for (const auto& [name, t] : model.named_parameters()) entries.push_back(describe("parameter", name, t));
+  for (const auto& [name, t] : model.named_buffers()) entries.push_back(describe("buffer", name, t));
+  const auto count = static_cast<std::int64_t>(entries.size());
+
+  const Tensor reference_count = i64_tensor(count, device);
+  comm.broadcast(reference_count, 0);
+  const auto n0 = reference_count.item<std::int64_t>();
+  std::vector<std::int64_t> mine;
+  for (const std::string& e : entries) mine.push_back(fingerprint(e));
+  // Sized by rank 0's count everywhere; the broadcast overwrites what the other ranks put in.
+  const Tensor reference = n0 > 0 && n0 == count ? from_vector(mine, {}, device)
+                                                 : zeros({std::max<std::int64_t>(n0, 1)}, {.dtype = DType::i64, .device = device});
+  comm.broadcast(reference, 0);
+  const std::vector<std::int64_t> theirs = reference.to_vector<std::int64_t>();
+
+  const std::int64_t none = n0 + 1;  // past any index where a difference can be
+  std::int64_t first = count == n0 ? none : std::min(count, n0);
+  for (std::int64_t i = 0; i < std::min(count, n0); ++i)
+    if (mine[static_cast<std::size_t>(i)] != theirs[static_cast<std::size_t>(i)]) {
+      first = i;
+      break;
+    }
+  const std::int64_t world = comm.world_size();
+  const Tensor code = i64_tensor(first * world + comm.rank(), device);
+  comm.all_reduce(code, ReduceOp::min);
+  const auto smallest = code.item<std::int64_t>();
+  const std::int64_t index = smallest / world;
+  if (index == none) return;
+  const std::string here = index < count ? entries[static_cast<std::size_t>(index)]
+                                         : "missing (this rank has " + std::to_string(count) + " parameters and buffers)";
+  FRUGAL_THROW(DistributedError, "DistributedDataParallel: the ranks' models differ at parameter-or-buffer #", index,
+               " (parameters, then buffers, in registration order): rank ", smallest % world, " differs from rank 0 ",
+               "there; on this rank (", comm.rank(), ") it is ", here, ". Every rank must build the same model");
+}
+
+// Rank 0's parameters and buffers, every collective started before the first is waited on.
+void broadcast_from_rank0(const nn::Module& model, Communicator& comm) {
+  std::vector<std::pair<Tensor, Tensor>> pairs;  // (the module's tensor, the packed one sent)
+  std::vector<WorkHandle> works;
+  for (const nn::NamedTensors& list : {model.named_parameters(), model.named_buffers()})
+    for (const auto& [name, t] : list) {
+      pairs.emplace_back(t, t.contiguous());
+      works.push_back(comm.broadcast_async(pairs.back().second, 0));
+    }
+  for (std::size_t i = 0; i < works.size(); ++i) {
+    works[i]->wait();
+    if (!pairs[i].first.is_same(pairs[i].second)) pairs[i].first.copy_(pairs[i].second);
+  }
+}
+
+}  // namespace
+
+// ---- the shared state
+
+struct DistributedDataParallel::State {
+  struct Slot {  // one parameter that requires grad
+    std::string name;
+    Tensor param;
+    int bucket = 0;
+    std::int64_t offset = 0;  // elements from the start of its bucket
+    bool ready = false;       // its gradient is in the bucket this round
+  };
+  struct Slice {  // ZeRO-1: the part of a parameter inside this rank's chunk of its bucket
+    int slot = 0;
+    Tensor tensor;                  // 1-D, aliasing the parameter; what the inner optimizer updates
+    std::int64_t param_offset = 0;  // where it starts in the flattened parameter
+    std::int64_t chunk_offset = 0;  // where it starts in this rank's chunk
+  };
+  struct BucketState {
+    Tensor buffer;              // flat; ZeRO-1 pads it to a multiple of the world size
+    std::vector<int> slots;     // in the order backward produces them
+    std::vector<int> slices;    // ZeRO-1: this rank's slices of its parameters
+    Tensor shard;               // ZeRO-1: the average of chunk rank() over the ranks
+    int pending = 0;            // gradients not in yet this round
+    WorkHandle work;            // the collective in flight this round
+    bool seen_done = false;     // its completion was observed (for communication_seconds)
+  };
+
+  State(Communicator& c, DdpOptions o) : comm(c), options(o) {}
+
+  Communicator& comm;
+  DdpOptions options;
+  std::vector<Slot> slots;
+  std::vector<BucketState> buckets;
+  std::vector<Bucket> described;
+  std::vector<Slice> slices;
+  bool attached = true;        // false once the DistributedDataParallel is gone: the hooks then do nothing
+  bool sync = true;
+  bool sharded = false;        // shard_optimizer() was called
+  bool shards_reduced = false; // ZeRO-1: synchronize() ran since the last step
+  std::size_t next_bucket = 0; // buckets start in index order
+  bool round_started = false;
+  std::vector<int> order;
+  double wait_seconds = 0.0, communication_seconds = 0.0;
+  int in_flight = 0;
+  Clock::time_point busy_since;
+
+  Tensor view_of(const Slot& s) const {
+    return buckets[static_cast<std::size_t>(s.bucket)].buffer.narrow(0, s.offset, s.param.numel()).view(s.param.shape());
+  }
+  std::int64_t chunk_numel(const BucketState& b) const { return b.buffer.numel() / comm.world_size(); }
+
+  // View mode: makes the parameter's .grad its bucket view, copying a gradient that arrived as a
+  // tensor of its own (after zero_grad set it to none) and freeing that tensor.
+  void adopt_view(const Slot& s) const {
+    Tensor view = view_of(s);
+    const Tensor g = autograd::grad(s.param);
+    if (g.defined() && g.data_ptr() == view.data_ptr() && g.shares_storage_with(view)) return;
+    if (g.defined()) {
+      view.copy_(g);
+    } else {
+      view.fill_(0.0);
+    }
+    autograd::set_grad(s.param, view);
+  }
+
+  void on_gradient(int index) {
+    Slot& s = slots[static_cast<std::size_t>(index)];
+    if (options.gradient_as_bucket_view) adopt_view(s);
+    if (!sync) return;  // accumulating: the last micro-batch's backward reduces the sum
+    FRUGAL_CHECK_VALUE(!s.ready, "DistributedDataParallel: the gradient of '", s.name, "' arrived twice before ",
+                       "synchronize(); call synchronize() after every backward made outside no_sync()");
+    s.ready = true;
+    if (!options.gradient_as_bucket_view) view_of(s).copy_(autograd::grad(s.param));
+    if (--buckets[static_cast<std::size_t>(s.bucket)].pending == 0) start_ready();
+    poll();
+  }
+
+  // The gradients that did not arrive through a hook this round: what .grad holds (accumulated
+  // under no_sync), or zeros for a parameter without one.
+  void fill_missing(BucketState& b) {
+    for (const int index : b.slots) {
+      Slot& s = slots[static_cast<std::size_t>(index)];
+      if (s.ready) continue;
+      const Tensor g = autograd::grad(s.param);
+      if (options.gradient_as_bucket_view && g.defined()) {
+        adopt_view(s);
+      } else if (g.defined()) {
+        view_of(s).copy_(g);
+      } else {
+        view_of(s).fill_(0.0);
+      }
+      s.ready = true;
+    }
+    b.pending = 0;
+  }
+
+  void start_ready() {
+    while (next_bucket < buckets.size() && buckets[next_bucket].pending == 0) start(next_bucket++);
+  }
+
+  void start(std::size_t index) {
+    FRUGAL_CHECK_VALUE(!options.zero1 || sharded, "DistributedDataParallel: zero1 reduce-scatters each bucket into ",
+                       "the shard a sharded optimizer steps; call shard_optimizer() before the first backward");
+    if (!round_started) {
+      order.clear();
+      round_started = true;
+    }
+    BucketState& b = buckets[index];
+    b.work = options.zero1 ? comm.reduce_scatter_async(b.buffer, b.shard, ReduceOp::average)
+                           : comm.all_reduce_async(b.buffer, ReduceOp::average);
+    order.push_back(static_cast<int>(index));
+    b.seen_done = false;
+    if (in_flight++ == 0) busy_since = Clock::now();
+  }
+
+  void mark_done(BucketState& b) {
+    b.seen_done = true;
+    if (--in_flight == 0) communication_seconds += seconds_since(busy_since);
+  }
+
+  void poll() {
+    for (const int index : order) {
+      BucketState& b = buckets[static_cast<std::size_t>(index)];
+      if (b.work && !b.seen_done && b.work->completed()) mark_done(b);
+    }
+  }
+
+  // The averages back where the optimizer reads them.
+  void finish(BucketState& b) {
+    for (const int index : b.slots) {
+      Slot& s = slots[static_cast<std::size_t>(index)];
+      s.ready = false;
+      if (options.zero1) continue;
+      if (options.gradient_as_bucket_view) {
+        adopt_view(s);  // the view already holds the average; this only gives a parameter without a gradient its view
+      } else if (Tensor g = autograd::grad(s.param); g.defined()) {
+        g.copy_(view_of(s));
+      } else {
+        autograd::set_grad(s.param, view_of(s).clone());
+      }
+    }
+    for (const int index : b.slices) {
+      const Slice& slice = slices[static_cast<std::size_t>(index)];
+      autograd::set_grad(slice.tensor, b.shard.narrow(0, slice.chunk_offset, slice.tensor.numel()));
+    }
+    b.pending = static_cast<int>(b.slots.size());
+    b.work.reset();
+  }
+
+  void synchronize() {
+    MemoryTagScope tag(MemoryTag::grad);
+    for (std::size_t i = next_bucket; i < buckets.size(); ++i) fill_missing(buckets[i]);
+    start_ready();
+    for (const int index : order) {
+      BucketState& b = buckets[static_cast<std::size_t>(index)];
+      if (b.seen_done) {
+        b.work->wait();  // returns at once, or rethrows the failure
+        continue;
+      }
+      const Clock::time_point start = Clock::now();
+      b.work->wait();
+      wait_seconds += seconds_since(start);
+      mark_done(b);
+    }
+    for (BucketState& b : buckets) finish(b);
+    next_bucket = 0;
+    round_started = false;
+    shards_reduced = options.zero1;
+  }
+
+  // ZeRO-1, after the inner optimizer updated this rank's slices: every bucket's chunks gathered
+  // from all ranks (into the bucket buffer, its gradients spent), then copied into the parameters.
+  void gather_parameters() {
+    MemoryTagScope tag(MemoryTag::param);
+    std::vector<Tensor> chunks;
+    std::vector<WorkHandle> works;
+    for (BucketState& b : buckets) {
+      Tensor chunk = zeros({chunk_numel(b)}, {.dtype = b.buffer.dtype(), .device = b.buffer.device()});
+      for (const int index : b.slices) {
+        const Slice& slice = slices[static_cast<std::size_t>(index)];
+        chunk.narrow(0, slice.chunk_offset, slice.tensor.numel()).copy_(slice.tensor);
+      }
+      works.push_back(comm.all_gather_async(chunk, b.buffer));
+      chunks.push_back(std::move(chunk));  // alive until its collective is waited on
+    }
+    for (std::size_t i = 0; i < buckets.size(); ++i) {
+      works[i]->wait();
+      for (const int index : buckets[i].slots) {
+        const Slot& s = slots[static_cast<std::size_t>(index)];
+        s.param.view({-1}).copy_(buckets[i].buffer.narrow(0, s.offset, s.param.numel()));
+      }
+      // The parameters' .grad are views of this buffer: zeros, not parameter values, until the next backward.
+      if (options.gradient_as_bucket_view) buckets[i].buffer.fill_(0.0);
+    }
+  }
+};
+
+namespace {
+
+using State = DistributedDataParallel::State;
+
+// Consecutive slots (in backward order) up to the cap, the first bucket up to its own cap; a
+// parameter larger than the cap gets a bucket of its own; a change of dtype starts a new bucket.
+std::vector<std::vector<int>> assign_buckets(const std::vector<State::Slot>& slots, const DdpOptions& options) {
+  std::vector<std::vector<int>> result;
+  std::vector<int> current;
+  std::size_t bytes = 0, cap = options.first_bucket_cap_bytes;
+  auto close = [&] {
+    result.push_back(std::move(current));
+    current.clear();
+    bytes = 0;
+    cap = options.bucket_cap_bytes;
+  };
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    const Tensor& p = slots[i].param;
+    const bool other_dtype = !current.empty() && slots[static_cast<std::size_t>(current[0])].param.dtype() != p.dtype();
+    if (!current.empty() && (bytes + p.nbytes() > cap || other_dtype)) close();
+    current.push_back(static_cast<int>(i));
+    bytes += p.nbytes();
+    if (bytes >= cap) close();
+  }
+  if (!current.empty()) close();
+  return result;
+}
+
+void build_buckets(State& state) {
+  const std::int64_t world = state.comm.world_size();
+  MemoryTagScope tag(MemoryTag::grad);
+  for (std::vector<int>& members : assign_buckets(state.slots, state.options)) {
+    const auto b = static_cast<int>(state.buckets.size());
+    State::BucketState bucket;
+    DistributedDataParallel::Bucket described{.parameters = {}, .bytes = 0};
+    std::int64_t numel = 0;
+    for (const int index : members) {
+      State::Slot& s = state.slots[static_cast<std::size_t>(index)];
+      s.bucket = b;
+      s.offset = numel;
+      numel += s.param.numel();
+      described.parameters.push_back(s.name);
+      described.bytes += s.param.nbytes();
+    }
+    if (state.options.zero1) numel = (numel + world - 1) / world * world;
+    const Tensor& first = state.slots[static_cast<std::size_t>(members[0])].param;
+    const TensorOptions options{.dtype = first.dtype(), .device = first.device()};
+    bucket.buffer = zeros({numel}, options);
+    if (state.options.zero1) bucket.shard = zeros({numel / world}, options);
+    bucket.pending = static_cast<int>(members.size());
+    bucket.slots = std::move(members);
+    state.buckets.push_back(std::move(bucket));
+    state.described.push_back(std::move(described));
+  }
+}
+
+// ZeRO-1: for every parameter, the part of it inside this rank's chunk of its bucket, if any.
+void build_slices(State& state) {
+  const std::int64_t rank = state.comm.rank();
+  for (State::BucketState& b : state.buckets) {
+    const std::int64_t chunk = state.chunk_numel(b), begin = rank * chunk, end = begin + chunk;
+    for (const int index : b.slots) {
+      const State::Slot& s = state.slots[static_cast<std::size_t>(index)];
+      const std::int64_t lo = std::max(begin, s.offset), hi = std::min(end, s.offset + s.param.numel());
+      if (lo >= hi) continue;
+      const Tensor tensor = autograd::detach(s.param).view({-1}).narrow(0, lo - s.offset, hi - lo);
+      b.slices.push_back(static_cast<int>(state.slices.size()));
+      state.slices.push_back({.slot = index, .tensor = tensor, .param_offset = lo - s.offset, .chunk_offset = lo - begin});
+    }
+  }
+}
+
+}  // namespace
+
+// ---- DistributedDataParallel
+
+DistributedDataParallel::DistributedDataParallel(nn::Module& model, Communicator& comm, DdpOptions options)
+    : state_(std::make_shared<State>(comm, options)) {
+  FRUGAL_CHECK_VALUE(options.bucket_cap_bytes > 0 && options.first_bucket_cap_bytes > 0,
+                     "DistributedDataParallel: bucket caps must be > 0 bytes, got ", options.first_bucket_cap_bytes,
+                     " (first) and ", options.bucket_cap_bytes);
+  check_same_model(model, comm);
+  broadcast_from_rank0(model, comm);
+  nn::NamedTensors params = model.named_parameters();
+  std::reverse(params.begin(), params.end());  // backward produces the last layers' gradients first
+  for (auto& [name, param] : params) {
+    if (!autograd::requires_grad(param)) continue;  // frozen: no gradient to average
+    FRUGAL_CHECK_VALUE(param.is_contiguous(), "DistributedDataParallel: parameter '", name, "' is not contiguous");
+    if (!state_->slots.empty()) {
+      const Tensor& first = state_->slots[0].param;
+      FRUGAL_CHECK_DEVICE(param.device() == first.device(), "DistributedDataParallel: parameter '", name, "' is on ",
+                          param.device(), " but '", state_->slots[0].name, "' on ", first.device(),
+                          "; the parameters must share one device");
+    }
+    state_->slots.push_back({.name = name, .param = param});
+  }
+  FRUGAL_CHECK_VALUE(!state_->slots.empty(), "DistributedDataParallel: the model has no parameter that requires grad");
+  build_buckets(*state_);
+  if (options.zero1) build_slices(*state_);
+  const std::weak_ptr<State> weak = state_;
+  for (std::size_t i = 0; i < state_->slots.size(); ++i)
+    autograd::register_post_accumulate_grad_hook(state_->slots[i].param, [weak, i](const Tensor&) {
+      if (const std::shared_ptr<State> state = weak.lock(); state && state->attached) state->on_gradient(static_cast<int>(i));
+    });
+}
+
+DistributedDataParallel::~DistributedDataParallel() { state_->attached = false; }
+
+void DistributedDataParallel::set_sync(bool enabled) { state_->sync = enabled; }
+bool DistributedDataParallel::sync_enabled() const { return state_->sync; }
+
+DistributedDataParallel::NoSync::NoSync(DistributedDataParallel& ddp) : ddp_(ddp), previous_(ddp.sync_enabled()) {
+  ddp_.set_sync(false);
+}
+DistributedDataParallel::NoSync::~NoSync() { ddp_.set_sync(previous_); }
+
+void DistributedDataParallel::synchronize() { state_->synchronize(); }
+
+const std::vector<DistributedDataParallel::Bucket>& DistributedDataParallel::buckets() const { return state_->described; }
+std::vector<int> DistributedDataParallel::start_order() const { return state_->order; }
+double DistributedDataParallel::wait_seconds() const { return state_->wait_seconds; }
+double DistributedDataParallel::communication_seconds() const { return state_->communication_seconds; }
+const DdpOptions& DistributedDataParallel::options() const { return state_->options; }
+
+// ---- ZeRO-1's optimizer
+
+namespace {
+
+std::string state_key(std::size_t index, const std::string& name) { return "state." + std::to_string(index) + "." + name; }
+
+// The optimizer a trainer steps under ZeRO-1 (see shard_optimizer in ddp.h). Its own groups are
+// the slice groups (what schedules change); the inner optimizer, built over the same slices,
+// holds the state and does the arithmetic.
+class ShardedOptimizer final : public nn::Optimizer {
+ public:
+  // full_slots[g][i]: the slot of parameter i of the caller's group g.
+  ShardedOptimizer(std::shared_ptr<State> state, std::vector<nn::ParamGroup> slice_groups, std::unique_ptr<nn::Optimizer> inner,
+                   std::vector<std::vector<int>> full_slots)
+      : nn::Optimizer(std::move(slice_groups), {}, "ZeRO-1"),
+        state_(std::move(state)),
+        inner_(std::move(inner)),
+        full_slots_(std::move(full_slots)) {}
+
+  void step() override {
+    FRUGAL_CHECK_VALUE(state_->shards_reduced, "ZeRO-1 step(): no reduced gradients; call synchronize() after backward");
+    autograd::NoGradGuard no_grad;
+    for (std::size_t g = 0; g < param_groups().size(); ++g) {
+      nn::ParamGroup& inner = inner_->param_groups()[g];
+      inner.lr = param_groups()[g].lr;
+      inner.weight_decay = param_groups()[g].weight_decay;
+      inner.initial_lr = param_groups()[g].initial_lr;
+    }
+    inner_->step();
+    state_->gather_parameters();
+    state_->shards_reduced = false;
+  }
+
+  void zero_grad(bool set_to_none) override {
+    for (const State::Slot& s : state_->slots) {
+      if (set_to_none) {
+        autograd::set_grad(s.param, Tensor());
+      } else if (Tensor g = autograd::grad(s.param); g.defined()) {
+        g.fill_(0.0);
+      }
+    }
+    nn::Optimizer::zero_grad(set_to_none);  // the slices' gradients: synchronize() sets them again
+  }
+
+  bool found_inf_anywhere(bool found_here) override {
+    const Tensor flag = full({1}, found_here ? 1.0 : 0.0, {.device = state_->slots[0].param.device()});
+    state_->comm.all_reduce(flag, ReduceOp::max);
+    return flag.item<float>() > 0.0f;
+  }
+
+  std::size_t state_bytes() const override { return inner_->state_bytes(); }
+  nn::StateDict state_dict() const override;
+  void load_state_dict(const nn::StateDict& dict) override;
+
+ private:
+  void update(const nn::ParamGroup&, const Batch&) override {
+    FRUGAL_THROW(Error, "ZeRO-1: step() updates through the inner optimizer, never through update()");
+  }
+  // The inner optimizer's number of the slice of `slot` on this rank, or -1.
+  int inner_index(int slot) const;
+
+  std::shared_ptr<State> state_;
+  std::unique_ptr<nn::Optimizer> inner_;
+  std::vector<std::vector<int>> full_slots_;
+};
+
+int ShardedOptimizer::inner_index(int slot) const {
+  int index = 0;
+  for (const nn::ParamGroup& group : inner_->param_groups())
+    for (const Tensor& slice : group.params) {
+      for (const State::Slice& s : state_->slices)
+        if (s.slot == slot && s.tensor.is_same(slice)) return index;
+      ++index;
+    }
+  return -1;
+}
+
+// Consolidated: for every state tensor kind, each bucket's chunks are all-gathered (one collective
+// per bucket and kind, the same on every rank) and cut into whole-parameter tensors, numbered as an
+// unsharded optimizer over the caller's groups numbers them.
+nn::StateDict ShardedOptimizer::state_dict() const {
+  const nn::StateDict inner = inner_->state_dict();
+  std::map<std::string, Tensor> by_key(inner.begin(), inner.end());
+  std::vector<std::string> names;  // the inner optimizer's state kinds, in its order
+  std::int64_t step = 0;
+  const std::string prefix = "state.0.";
+  for (const auto& [key, tensor] : inner)
+    if (key.starts_with(prefix)) {
+      const std::string name = key.substr(prefix.size());
+      if (name == "step") {
+        step = tensor.item<std::int64_t>();
+      } else {
+        names.push_back(name);
+      }
+    }
+  std::vector<std::vector<Tensor>> full_state(state_->slots.size(), std::vector<Tensor>(names.size()));
+  if (step > 0) {
+    MemoryTagScope tag(MemoryTag::optimizer);
+    for (std::size_t k = 0; k < names.size(); ++k)
+      for (const State::BucketState& b : state_->buckets) {
+        const TensorOptions options{.dtype = b.buffer.dtype(), .device = b.buffer.device()};
+        const Tensor chunk = zeros({state_->chunk_numel(b)}, options), gathered = zeros({b.buffer.numel()}, options);
+        for (const int index : b.slices) {
+          const State::Slice& slice = state_->slices[static_cast<std::size_t>(index)];
+          const int i = inner_index(slice.slot);
+          if (i < 0) continue;  // a parameter the caller's groups left out
+          chunk.narrow(0, slice.chunk_offset, slice.tensor.numel()).copy_(by_key.at(state_key(static_cast<std::size_t>(i), names[k])));
+        }
+        state_->comm.all_gather(chunk, gathered);
+        for (const int index : b.slots) {
+          const Tensor& param = state_->slots[static_cast<std::size_t>(index)].param;
+          full_state[static_cast<std::size_t>(index)][k] =
+              gathered.narrow(0, state_->slots[static_cast<std::size_t>(index)].offset, param.numel()).view(param.shape()).clone();
+        }
+      }
+  }
+  nn::StateDict dict;
+  std::size_t number = 0;
+  for (const std::vector<int>& group : full_slots_)
+    for (const int slot : group) {
+      const std::size_t i = number++;
+      if (step == 0) continue;
+      for (std::size_t k = 0; k < names.size(); ++k) dict.emplace_back(state_key(i, names[k]), full_state[static_cast<std::size_t>(slot)][k]);
+      dict.emplace_back(state_key(i, "step"), full({}, static_cast<double>(step), {.dtype = DType::i64}));
+    }
+  for (const auto& [key, tensor] : nn::Optimizer::state_dict())  // the groups' lr, weight decay, initial lr
+    if (key.starts_with("param_groups.")) dict.emplace_back(key, tensor);
+  return dict;
+}
+
+// Each rank keeps its slices of the whole-parameter state; the inner optimizer checks the rest.
+void ShardedOptimizer::load_state_dict(const nn::StateDict& dict) {
+  std::map<std::string, Tensor> remaining(dict.begin(), dict.end());
+  nn::StateDict inner, groups;
+  for (auto it = remaining.begin(); it != remaining.end();)
+    if (it->first.starts_with("param_groups.")) {
+      inner.emplace_back(*it);
+      groups.emplace_back(*it);
+      it = remaining.erase(it);
+    } else {
+      ++it;
+    }
+  std::size_t number = 0;
+  for (const std::vector<int>& group : full_slots_)
+    for (const int slot : group) {
+      const std::string prefix = "state." + std::to_string(number++) + ".";
+      const Tensor& param = state_->slots[static_cast<std::size_t>(slot)].param;
+      const int i = inner_index(slot);
+      for (auto it = remaining.lower_bound(prefix); it != remaining.end() && it->first.starts_with(prefix);) {
+        const std::string name = it->first.substr(prefix.size());
+        Tensor value = it->second;
+        if (name != "step") {
+          FRUGAL_CHECK_SHAPE(value.shape() == param.shape(), "ZeRO-1 load_state_dict: '", it->first, "' has shape ",
+                             shape_str(value.shape()), " but its parameter has shape ", shape_str(param.shape()));
+        }
+        if (i >= 0) {
+          if (name != "step") {
+            const State::Slice& slice = *std::find_if(state_->slices.begin(), state_->slices.end(),
+                                                      [&](const State::Slice& s) { return s.slot == slot; });
+            value = value.contiguous().view({-1}).narrow(0, slice.param_offset, slice.tensor.numel());
+          }
+          inner.emplace_back(state_key(static_cast<std::size_t>(i), name), value);
+        }
+        it = remaining.erase(it);
+      }
+    }
+  FRUGAL_CHECK_VALUE(remaining.empty(), "ZeRO-1 load_state_dict: unexpected key '", remaining.begin()->first,
+                     "' (a dict of another optimizer, or of other parameters?)");
+  inner_->load_state_dict(inner);
+  nn::Optimizer::load_state_dict(groups);
+}
+
+}  // namespace
+
+std::unique_ptr<nn::Optimizer> DistributedDataParallel::shard_optimizer(
+    std::function<std::unique_ptr<nn::Optimizer>(std::vector<nn::ParamGroup>)> make, std::vector<nn::ParamGroup> groups) {
+  State& state = *state_;
+  FRUGAL_CHECK_VALUE(state.options.zero1, "shard_optimizer: ZeRO-1 is off (DdpOptions::zero1); step an ordinary optimizer");
+  FRUGAL_CHECK_VALUE(!state.sharded, "shard_optimizer: already called; one sharded optimizer per DistributedDataParallel");
+  std::vector<nn::ParamGroup> slice_groups;
+  std::vector<std::vector<int>> full_slots;
+  std::size_t slice_count = 0;
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    nn::ParamGroup slices{.params = {}, .lr = groups[g].lr, .weight_decay = groups[g].weight_decay, .initial_lr = groups[g].initial_lr};
+    std::vector<int>& members = full_slots.emplace_back();
+    for (const Tensor& param : groups[g].params) {
+      const auto slot = std::find_if(state.slots.begin(), state.slots.end(), [&](const State::Slot& s) { return s.param.is_same(param); });
+      FRUGAL_CHECK_VALUE(slot != state.slots.end(), "shard_optimizer: a parameter of shape ", shape_str(param.shape()),
+                         " in group ", g, " is not one of the model's parameters that require grad");
+      const int index = static_cast<int>(slot - state.slots.begin());
+      members.push_back(index);
+      for (const State::Slice& s : state.slices)
+        if (s.slot == index) slices.params.push_back(s.tensor);
+    }
+    slice_count += slices.params.size();
+    slice_groups.push_back(std::move(slices));
+  }
+  FRUGAL_CHECK_VALUE(slice_count > 0, "shard_optimizer: rank ", state.comm.rank(), " of ", state.comm.world_size(),
+                     " holds no element of the given parameters (the buckets are too small to share among ",
+                     state.comm.world_size(), " ranks)");
+  std::unique_ptr<nn::Optimizer> inner = make(slice_groups);
+  FRUGAL_CHECK_VALUE(inner && inner->param_groups().size() == slice_groups.size(),
+                     "shard_optimizer: `make` must build an optimizer over the groups it is given");
+  state.sharded = true;
+  return std::make_unique<ShardedOptimizer>(state_, std::move(slice_groups), std::move(inner), std::move(full_slots));
+}
+
+}  // namespace frugal::dist

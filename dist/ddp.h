@@ -1,0 +1,135 @@
+// DistributedDataParallel: data parallelism over a Communicator, as torch.nn.parallel.DDP. Every
+// rank holds the whole model and runs forward and backward on its own part of the batch; the
+// gradients are averaged over the ranks before the optimizer step, so every rank takes the same
+// step and the replicas stay equal. With ZeRO-1 (zero1) each rank also keeps the optimizer state
+// of only 1/world_size of the parameters.
+//
+// Gradient buckets. The parameters are packed, in reverse registration order (the order backward
+// produces their gradients), into flat buckets of at most bucket_cap_bytes (the first one
+// first_bucket_cap_bytes, so communication starts early; a parameter larger than the cap gets a
+// bucket of its own). Each parameter's post-accumulate hook (nn/autograd.h) copies its gradient
+// into its bucket; when a bucket's last gradient is in, its collective starts asynchronously
+// while backward goes on computing the next gradients. Buckets start in index order on every rank
+// (a bucket ready early waits for the ones before it), because every rank must issue the same
+// collectives in the same order. synchronize() then waits for them and writes the averages back.
+// The loop:
+//     DistributedDataParallel ddp(model, comm);            // broadcasts rank 0's weights
+//     loss = ...(model(x_of_this_rank));  autograd::backward(loss);
+//     ddp.synchronize();  optimizer.step();  optimizer.zero_grad();
+// Gradient accumulation: backward under no_sync() only accumulates locally; the last micro-batch's
+// backward (outside no_sync) averages the accumulated gradients.
+//
+// gradient_as_bucket_view: each parameter's .grad is a view into its bucket, so gradients are not
+// held twice. When a gradient arrives as a new tensor (the first backward after zero_grad set the
+// gradients to none), the hook copies it into the bucket and frees it: one parameter's gradient at
+// a time is the only extra memory.
+//
+// ZeRO-1: the buckets are padded to a multiple of the world size and reduce-scattered instead of
+// all-reduced: rank r receives the average of chunk r of every bucket. The part of a parameter
+// inside this rank's chunk is a contiguous 1-D slice of it; shard_optimizer() builds the inner
+// optimizer over those slices (views aliasing the parameters, their gradients the reduced chunk),
+// so its state covers 1/world_size of the parameters. Its step() updates the slices, then every
+// bucket's parameters are all-gathered (into the gradient bucket, whose gradients are spent by
+// then). After a ZeRO-1 synchronize() only this rank's slices hold averaged gradients; the
+// parameters' own .grad keep the local ones (in view mode, zeros after the step).
+//
+// Parameters that no rank produced a gradient for in a synchronized backward get a zero gradient
+// (PyTorch's find_unused_parameters keeps them None at the price of an extra all-reduce), so every
+// rank's optimizer sees the same gradients. Buffers (BatchNorm's running statistics) are broadcast
+// from rank 0 at construction only. Build DDP after moving the model to its device and dtype:
+// buckets and slices are views of the memory the parameters have then.
+//
+// Not here: how the bytes travel (dist/communicator.h and its backends), splitting the data
+// between ranks (the trainer), sharding gradients or parameters (ZeRO-2/3, FSDP).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dist/communicator.h"
+#include "nn/module.h"
+#include "nn/optim.h"
+
+namespace frugal::dist {
+
+struct DdpOptions {
+  std::size_t bucket_cap_bytes = 25 << 20;       // PyTorch's default bucket_cap_mb = 25
+  std::size_t first_bucket_cap_bytes = 1 << 20;  // PyTorch's first bucket: small, so communication starts early
+  bool gradient_as_bucket_view = false;          // .grad tensors are views into the buckets: no second copy
+  bool zero1 = false;                            // shard optimizer state: reduce-scatter, local update, all-gather
+};
+
+class DistributedDataParallel {
+ public:
+  struct Bucket {
+    std::vector<std::string> parameters;  // dotted names, in the order backward produces their gradients
+    std::size_t bytes;                    // its gradients' bytes (ZeRO-1 pads the buffer by < world_size elements)
+  };
+
+  // Verifies that every rank's parameters and buffers have the same names, shapes and dtypes (a
+  // DistributedError on every rank naming the first difference and a rank that has it), broadcasts
+  // them from rank 0, builds the buckets (under MemoryTag::grad) and registers the hooks. The
+  // parameters that require grad must share one device. `model` and `comm` must outlive this.
+  DistributedDataParallel(nn::Module& model, Communicator& comm, DdpOptions options = {});
+  ~DistributedDataParallel();
+  DistributedDataParallel(const DistributedDataParallel&) = delete;
+  DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
+
+  // Off: backward only accumulates gradients locally (the micro-batches before the last).
+  void set_sync(bool enabled);
+  bool sync_enabled() const;
+  // set_sync(false) for its lifetime, then back to what it was.
+  class [[nodiscard]] NoSync {
+   public:
+    explicit NoSync(DistributedDataParallel& ddp);
+    ~NoSync();
+    NoSync(const NoSync&) = delete;
+    NoSync& operator=(const NoSync&) = delete;
+
+   private:
+    DistributedDataParallel& ddp_;
+    bool previous_;
+  };
+  NoSync no_sync() { return NoSync(*this); }
+
+  // After backward, before the optimizer step: starts every bucket not started yet (all of them
+  // after a backward under no_sync, or those holding a parameter that got no gradient), waits for
+  // every bucket's collective and leaves the gradients averaged over the ranks (ZeRO-1: this
+  // rank's slices). Every rank must call it the same number of times.
+  void synchronize();
+
+  // ZeRO-1 only (ValueError otherwise, or when called twice): the optimizer to step with. `make`
+  // builds the inner optimizer (SGD, AdamW, ...) from groups of this rank's slices, each group
+  // keeping the lr and weight decay of the group in `groups` its parameters come from; every
+  // parameter in `groups` must be one of the model's. The returned optimizer's param_groups() are
+  // those slice groups: a schedule changing their lr changes the inner optimizer's at the next
+  // step(). Its step() updates the slices and all-gathers the parameters; zero_grad() clears the
+  // model's gradients; state_bytes() is this rank's share. state_dict() is consolidated: every
+  // rank must call it together, and each gets the dict an unsharded optimizer of the same kind
+  // over `groups` would give (so checkpoints do not depend on the world size); load_state_dict
+  // takes such a dict on every rank and keeps this rank's slices. With loss scaling, the ranks
+  // agree on skipping a step (found_inf_anywhere all-reduces).
+  std::unique_ptr<nn::Optimizer> shard_optimizer(std::function<std::unique_ptr<nn::Optimizer>(std::vector<nn::ParamGroup>)> make,
+                                                 std::vector<nn::ParamGroup> groups);
+
+  const std::vector<Bucket>& buckets() const;
+  std::vector<int> start_order() const;  // bucket indices in the order the last round started their collectives
+  // Seconds synchronize() blocked waiting on communication, and seconds at least one collective
+  // was in flight (completion is seen when a hook or synchronize() polls): the overlap fraction is
+  // 1 - wait / communication. Device backends do not block the host in wait(), so there they
+  // measure the host's view only.
+  double wait_seconds() const;
+  double communication_seconds() const;
+  const DdpOptions& options() const;
+
+  struct State;  // everything the hooks and the sharded optimizer share (ddp.cpp)
+
+ private:
+  std::shared_ptr<State> state_;  // the hooks hold it weakly: after this object dies they do nothing
+};
+
+}  // namespace frugal::dist
