@@ -22,6 +22,8 @@
 #include "train/planner.h"
 #include "train/progress.h"
 #include "train/trainer.h"
+#include "dist/mpi_runtime.h"
+#include "dist/nccl_communicator.h"
 
 namespace frugal::cli {
 
@@ -120,6 +122,13 @@ TrainCommand::TrainCommand(CLI::App& app)
   c->add_option("--json", json_, "Write the run's summary as one JSON document to this file")->check(not_empty());
   add_memory_flags(*c, memory_);
   c->add_flag("--no-leak-check", no_leak_check_, "Do not compare memory at the end of each step with the step before");
+  c->add_flag("--ddp", ddp_, "Data parallel over the ranks mpirun started: MPI between CPUs, NCCL between GPUs; "
+              "--batch-size is per rank");
+  c->add_option("--bucket-cap", bucket_cap_, "With --ddp: gradient bucket size, e.g. 25MiB (default, PyTorch's)");
+  c->add_flag("--bucket-views", bucket_views_, "With --ddp: gradients live inside the buckets (no second copy)");
+  c->add_flag("--zero1", zero1_, "With --ddp: shard the optimizer state across the ranks (ZeRO stage 1)");
+  c->add_option("--ddp-timeout", ddp_timeout_, "With --ddp: seconds a collective may take before every rank stops (default " +
+                number(defaults.ddp_timeout) + ")");
 }
 
 train::TrainOptions TrainCommand::options_from_flags() const {
@@ -153,9 +162,28 @@ train::TrainOptions TrainCommand::options_from_flags() const {
   o.json = json_;
   o.leak_check = !no_leak_check_;
   FRUGAL_CHECK_VALUE(!(global_batch_ && accum_), "--global-batch sets --accum itself: give one of them");
+  apply_ddp_flags(o);
   train::validate(o);
   o.device = parse_device(device_);
+  if (o.ddp && o.device.is_cuda())  // one GPU per rank: each local rank takes its own
+    o.device = Device::cuda(dist::device_for_local_rank(dist::mpi_local_rank(), cuda_status().device_count));
   return o;
+}
+
+// --ddp and its options; the world's size comes from mpirun (MPI starts here, once).
+void TrainCommand::apply_ddp_flags(train::TrainOptions& o) const {
+  const bool any_ddp_option = bucket_views_ || zero1_ || ddp_timeout_ || !bucket_cap_.empty();
+  FRUGAL_CHECK_VALUE(ddp_ || !any_ddp_option, "--bucket-cap, --bucket-views, --zero1 and --ddp-timeout need --ddp");
+  if (!ddp_) return;
+  FRUGAL_CHECK_VALUE(batch_size_ != "auto", "--batch-size auto with --ddp is not supported: give the batch per rank "
+                     "(frugal plan --ddp N --budget SIZE finds one)");
+  o.ddp = true;
+  dist::mpi_init();
+  o.ranks = dist::mpi_world_size();
+  if (!bucket_cap_.empty()) o.bucket_cap_bytes = parse_size(bucket_cap_);
+  o.bucket_views = bucket_views_;
+  o.zero1 = zero1_;
+  if (ddp_timeout_) o.ddp_timeout = *ddp_timeout_;
 }
 
 // The batch size and accumulation: --batch-size auto searches (train/batch_finder.h) unless resuming,
@@ -199,43 +227,64 @@ std::optional<train::MemoryPlan> predict(const train::TrainOptions& o, const tra
   }
 }
 
+// With --ddp, what a rank's errors are prefixed with, and whether it is the rank that reports.
+struct RankIdentity {
+  bool ddp = false;
+  int rank = 0, ranks = 1;
+  bool root() const { return rank == 0; }
+  std::string command() const {
+    return ddp ? "train (rank " + std::to_string(rank) + " of " + std::to_string(ranks) + ")" : "train";
+  }
+  // After a rank reported its error: the others may be waiting in a collective for it, so every rank
+  // ends now (MPI_Abort), with this rank's exit code.
+  int end(int exit_code) const {
+    if (ddp && ranks > 1) dist::mpi_abort(exit_code);
+    return exit_code;
+  }
+};
+
 int TrainCommand::run() const {
   train::TrainOptions o;
+  RankIdentity rank;
   std::optional<TrainMemory> memory;  // the memory flags' recorder and output files
   std::optional<train::BatchChoice> batch_choice;
   std::optional<train::MemoryPlan> plan;
   try {
     o = options_from_flags();
+    if (o.ddp) rank = {.ddp = true, .rank = dist::mpi_rank(), .ranks = o.ranks};
     const train::RunShape shape = train::run_shape(o);
     choose_batch(o, shape, batch_choice);
-    memory.emplace(memory_, o);  // a bad output path fails here, before any planning
-    plan = predict(o, shape);
+    memory.emplace(rank.root() ? memory_ : MemoryFlags{}, o);  // a bad output path fails here, before any planning
+    if (rank.root()) plan = predict(o, shape);
     if (plan) memory->set_plan(*plan);
   } catch (const OutOfMemoryError& e) {
-    std::cerr << "frugal train: " << e.message() << "\n";
-    return kExitOutOfMemory;
+    std::cerr << "frugal " << rank.command() << ": " << e.message() << "\n";
+    return rank.end(kExitOutOfMemory);
   } catch (const Error& e) {
-    return report_error("train", e);
+    return rank.end(report_error(rank.command(), e));
   }
 
   const bool terminal = ::isatty(STDOUT_FILENO) == 1;
   train::Progress progress(std::cout, terminal, terminal_columns());
   train::StepInfo last_step;
   train::TrainHooks hooks;
-  hooks.on_start = [&](const std::string& line) { std::cout << line << std::endl; };
-  hooks.on_step = [&](const train::StepInfo& s) {
-    last_step = s;
-    progress.step(step_report(s));
-  };
-  hooks.on_epoch_end = [&](const train::EpochInfo& e) { progress.end_epoch(step_report(e.last), epoch_summary(e)); };
-  hooks.on_message = [&](const std::string& line) { progress.message(line); };
   hooks.should_stop = [] { return interrupted_signal() != 0; };
-  memory->attach(hooks);
-  hooks.on_warning = print_warning;
+  if (rank.root()) {  // with --ddp the other ranks train silently
+    hooks.on_start = [&](const std::string& line) { std::cout << line << std::endl; };
+    hooks.on_step = [&](const train::StepInfo& s) {
+      last_step = s;
+      progress.step(step_report(s));
+    };
+    hooks.on_epoch_end = [&](const train::EpochInfo& e) { progress.end_epoch(step_report(e.last), epoch_summary(e)); };
+    hooks.on_message = [&](const std::string& line) { progress.message(line); };
+    memory->attach(hooks);
+    hooks.on_warning = print_warning;
+  }
 
   const InterruptScope stop_signals(/*restart_system_calls=*/true);  // loader reads must not fail with EINTR
   try {
     const train::TrainResult result = train::train(o, hooks);
+    if (!result.root) return result.interrupted ? interrupted_exit_code() : 0;
     print_summary(std::cout, result);
     if (plan) print_planned_peak(std::cout, result, *plan);
     memory->finish(result, std::cout);
@@ -255,9 +304,9 @@ int TrainCommand::run() const {
     }
     return 0;
   } catch (const OutOfMemoryError& e) {
-    return report_out_of_memory(e, o, last_step.global_step + 1);
+    return rank.end(report_out_of_memory(e, o, last_step.global_step + 1));
   } catch (const Error& e) {
-    return report_error("train", e);
+    return rank.end(report_error(rank.command(), e));
   }
 }
 

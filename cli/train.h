@@ -5,6 +5,10 @@
 //   frugal train --resume run.safetensors --steps 2000
 //   frugal train --steps 3 --memory-timeline step.html --memory-report --report run.md
 //   frugal train --batch-size auto --global-batch 256 --memory-limit 512MiB
+//   mpirun -np 2 frugal train --ddp --model cnn --batch-size 32   # data parallel: 32 per rank
+// With --ddp, rank 0 alone prints progress, writes checkpoints, JSON and memory files, and ends with
+// every rank's peak memory and communication time; the other ranks print only their errors. An
+// error on one rank (a dead peer past --ddp-timeout included) ends every rank (MPI_Abort).
 // Output: on a terminal a progress line per epoch redrawn in place; otherwise plain lines. The leak
 // check's report, when memory grows from one step to the next, goes to stderr (--no-leak-check: off).
 // Exit codes: 0 done (or stopped by --steps); 1 a runtime failure; 2 a bad flag or bad input, one
@@ -34,6 +38,7 @@ class TrainCommand final : public Subcommand {
 
  private:
   train::TrainOptions options_from_flags() const;  // ValueError naming the first bad flag
+  void apply_ddp_flags(train::TrainOptions& o) const;
   void choose_batch(train::TrainOptions& o, const train::RunShape& shape, std::optional<train::BatchChoice>& choice) const;
 
   std::string data_, test_data_, optimizer_, schedule_, device_ = "auto", memory_limit_, amp_,
@@ -45,6 +50,9 @@ class TrainCommand final : public Subcommand {
   MemoryFlags memory_;  // --memory-timeline, --chrome-trace, --memory-report, --report
   ModelFlags model_;    // --model, --width, --cifar-stem, --checkpoint-activations, --checkpoint-blocks, --inplace-activations
   bool augment_ = false, no_eval_ = false;
+  bool ddp_ = false, bucket_views_ = false, zero1_ = false;  // data parallelism (dist/)
+  std::string bucket_cap_;
+  std::optional<double> ddp_timeout_;
   bool no_leak_check_ = false;
 };
 

@@ -59,6 +59,47 @@ std::string epoch_summary(const train::EpochInfo& e) {
   return line;
 }
 
+namespace {
+std::size_t tag_peak(const train::RankReport& r, MemoryTag tag) { return r.peak_bytes_by_tag[static_cast<std::size_t>(tag)]; }
+
+// With --ddp: each rank's peaks (activations about 1/N of one process on the whole batch; parameters,
+// gradients and, without ZeRO-1, optimizer state replicated) and how long it waited on communication.
+void print_ranks(std::ostream& out, const train::TrainResult& r) {
+  if (r.per_rank.empty()) return;
+  out << "ranks           " << r.ranks << " (batch " << r.batch_size << " per rank, "
+      << r.batch_size * r.ranks * r.accum << " samples per step)\n";
+  out << "rank   peak allocated   activation        param         grad    optimizer   comm wait / in flight\n";
+  for (const train::RankReport& rank : r.per_rank) {
+    char line[200];
+    std::snprintf(line, sizeof line, "%4d %16s %12s %12s %12s %12s   %.2f s / %.2f s\n", rank.rank,
+                  format_size(rank.peak_allocated_bytes).c_str(), format_size(tag_peak(rank, MemoryTag::activation)).c_str(),
+                  format_size(tag_peak(rank, MemoryTag::param)).c_str(), format_size(tag_peak(rank, MemoryTag::grad)).c_str(),
+                  format_size(tag_peak(rank, MemoryTag::optimizer)).c_str(), rank.communication_wait_seconds,
+                  rank.communication_seconds);
+    out << line;
+  }
+}
+
+nlohmann::ordered_json by_tag_json(const std::array<std::size_t, kNumMemoryTags>& bytes) {
+  nlohmann::ordered_json by_tag = nlohmann::ordered_json::object();
+  for (int t = 0; t < kNumMemoryTags; ++t)
+    by_tag[std::string(memory_tag_name(static_cast<MemoryTag>(t)))] = bytes[static_cast<std::size_t>(t)];
+  return by_tag;
+}
+
+nlohmann::ordered_json ranks_json(const train::TrainResult& r) {
+  nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
+  for (const train::RankReport& rank : r.per_rank)
+    ranks.push_back({{"rank", rank.rank},
+                     {"peak_allocated_bytes", rank.peak_allocated_bytes},
+                     {"peak_reserved_bytes", rank.peak_reserved_bytes},
+                     {"peak_bytes_by_tag", by_tag_json(rank.peak_bytes_by_tag)},
+                     {"communication_wait_seconds", rank.communication_wait_seconds},
+                     {"communication_seconds", rank.communication_seconds}});
+  return ranks;
+}
+}  // namespace
+
 void print_summary(std::ostream& out, const train::TrainResult& r) {
   out << "\n" << r.model << " (" << r.parameters << " parameters) on " << r.device << ", batch " << r.batch_size
       << (r.accum > 1 ? " x " + std::to_string(r.accum) + " accumulated" : "") << ", " << r.steps << " steps" << (r.stopped_early ? " (stopped early)" : "") << "\n";
@@ -73,6 +114,7 @@ void print_summary(std::ostream& out, const train::TrainResult& r) {
     out << " " << memory_tag_name(static_cast<MemoryTag>(t)) << " "
         << format_size(r.peak_bytes_by_tag[static_cast<std::size_t>(t)]) << (t + 1 < kNumMemoryTags ? "," : "\n");
   if (!r.checkpoint.empty()) out << "checkpoint      " << r.checkpoint << "\n";
+  print_ranks(out, r);
   out << std::flush;
 }
 
@@ -103,9 +145,7 @@ nlohmann::ordered_json batch_search_json(const train::BatchChoice& c) {
 }
 
 nlohmann::ordered_json result_json(const train::TrainResult& r) {
-  nlohmann::ordered_json by_tag = nlohmann::ordered_json::object();
-  for (int t = 0; t < kNumMemoryTags; ++t)
-    by_tag[std::string(memory_tag_name(static_cast<MemoryTag>(t)))] = r.peak_bytes_by_tag[static_cast<std::size_t>(t)];
+  const nlohmann::ordered_json by_tag = by_tag_json(r.peak_bytes_by_tag);
   return {{"model", r.model},
           {"parameters", r.parameters},
           {"device", r.device},
@@ -124,7 +164,9 @@ nlohmann::ordered_json result_json(const train::TrainResult& r) {
           {"seed", r.seed},
           {"interrupted", r.interrupted},
           {"checkpoint", r.checkpoint},
-          {"leak", r.leak ? nlohmann::ordered_json(train::to_json(*r.leak)) : nlohmann::ordered_json(nullptr)}};
+          {"leak", r.leak ? nlohmann::ordered_json(train::to_json(*r.leak)) : nlohmann::ordered_json(nullptr)},
+          {"ranks", r.ranks},
+          {"per_rank", ranks_json(r)}};
 }
 
 nlohmann::ordered_json eval_json(const train::EvalResult& r) {

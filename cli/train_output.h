@@ -19,7 +19,8 @@ int terminal_columns();  // of the terminal on stdout; 80 when it cannot tell
 train::StepReport step_report(const train::StepInfo& step);
 // "epoch 1/1: loss 0.4321, train accuracy 84.12%, test accuracy 87.03% (loss 0.3611), 312 images/s"
 std::string epoch_summary(const train::EpochInfo& epoch);
-// Test accuracy, wall time, images/s, peak allocated and reserved, and peak bytes by tag.
+// Test accuracy, wall time, images/s, peak allocated and reserved, and peak bytes by tag; with --ddp
+// each rank's peaks and communication time.
 void print_summary(std::ostream& out, const train::TrainResult& result);
 // "planned peak    12.00 MiB allocated (1.0000x measured/planned)": the planner held to account.
 void print_planned_peak(std::ostream& out, const train::TrainResult& result, const train::MemoryPlan& plan);
@@ -27,7 +28,9 @@ void print_planned_peak(std::ostream& out, const train::TrainResult& result, con
 // The --json document of a run: model, parameters, device, batch_size, steps, epochs, images_per_sec,
 // final_loss, test_accuracy (null without a test split), test_loss, peak_allocated_bytes,
 // peak_reserved_bytes, peak_bytes_by_tag {tag: bytes}, wall_seconds, seed, interrupted, checkpoint,
-// leak (null, or the leak check's report: train/leak_check.h to_json).
+// leak (null, or the leak check's report: train/leak_check.h to_json), ranks (1 without --ddp), per_rank
+// ([] without --ddp; else [{rank, peak_allocated_bytes, peak_reserved_bytes, peak_bytes_by_tag,
+// communication_wait_seconds, communication_seconds}] in rank order).
 nlohmann::ordered_json result_json(const train::TrainResult& result);
 // accuracy, loss, samples, and per_class [{class, correct, total, accuracy}].
 nlohmann::ordered_json eval_json(const train::EvalResult& result);

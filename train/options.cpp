@@ -60,6 +60,12 @@ void validate(const TrainOptions& o) {
                      "--checkpoint-activations checkpoints every block, but --checkpoint-blocks ",
                      o.checkpoint_blocks.str(), " names some: give one of the two");
   if (!o.checkpoint_blocks.empty()) models::check_checkpoint_blocks(o.model, o.checkpoint_blocks);
+  FRUGAL_CHECK_VALUE(o.ranks >= 1 && o.ranks <= 65536, "the number of ranks must be in [1, 65536], got ", o.ranks);
+  FRUGAL_CHECK_VALUE(o.ddp || o.ranks == 1, o.ranks, " ranks need --ddp");
+  FRUGAL_CHECK_VALUE(o.ddp || (!o.zero1 && !o.bucket_views), "--zero1 and --bucket-views need --ddp");
+  FRUGAL_CHECK_VALUE(o.bucket_cap_bytes >= 1024, "--bucket-cap must be at least 1 KiB, got ", o.bucket_cap_bytes, " bytes");
+  FRUGAL_CHECK_VALUE(std::isfinite(o.ddp_timeout) && o.ddp_timeout > 0, "--ddp-timeout must be a positive number of "
+                     "seconds, got ", o.ddp_timeout);
 }
 
 // Keys are the flags' names, so a difference reads as the flag to change.
@@ -84,6 +90,9 @@ std::string run_identity_json(const TrainOptions& o) {
   j["label-smoothing"] = o.label_smoothing;
   j["seed"] = o.seed;
   j["amp"] = o.amp ? dtype_name(*o.amp) : "off";
+  // The ranks share each step's samples: another number of ranks is another batch. One rank is the
+  // run without data parallelism, which has no key, so older checkpoints still match.
+  if (o.ranks > 1) j["ddp-ranks"] = o.ranks;
   return j.dump();
 }
 
@@ -99,6 +108,8 @@ std::string identity_difference(const std::string& ours, const std::string& chec
     if (!b.contains(key)) return "--" + key + " is not recorded in the checkpoint";
     if (b[key] != value) return "--" + key + " " + value.dump() + " but the checkpoint has " + b[key].dump();
   }
+  for (const auto& [key, value] : b.items())
+    if (!a.contains(key)) return "the checkpoint has --" + key + " " + value.dump() + ", this run has none";
   return "";
 }
 

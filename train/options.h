@@ -69,6 +69,16 @@ struct TrainOptions {
   std::string resume;                        // checkpoint to continue from
   std::string json;                          // where the run's summary goes as JSON
   bool leak_check = true;                    // memory at each step's end against the step before (train/leak_check.h)
+
+  // Data parallelism (dist/, docs/distributed.md): this process is one of `ranks` that mpirun
+  // started, each training on its share of every step's samples. batch_size is per rank (as in
+  // PyTorch's DDP), so an optimizer step sees ranks x batch_size x accum samples.
+  bool ddp = false;                          // --ddp: MPI between CPU ranks, NCCL between GPUs
+  int ranks = 1;                             // the world's size (frugal plan --ddp N sets it without ranks)
+  std::size_t bucket_cap_bytes = std::size_t{25} << 20;  // PyTorch's bucket_cap_mb default
+  bool bucket_views = false;                 // gradients live in the buckets: no second copy
+  bool zero1 = false;                        // optimizer state sharded across the ranks (ZeRO stage 1)
+  double ddp_timeout = 300.0;                // seconds a collective may take before every rank stops
 };
 
 // ValueError naming the first option out of range (a batch size of 0, an lr of -1, a checkpoint block

@@ -11,6 +11,11 @@
 #include "core/random.h"
 #include "data/loader.h"
 #include "data/open_dataset.h"
+#include "data/sampler.h"
+#include "dist/ddp.h"
+#include "dist/mpi_communicator.h"
+#include "dist/mpi_runtime.h"
+#include "dist/nccl_communicator.h"
 #include "kernels/loss.h"
 #include "models/registry.h"
 #include "nn/amp.h"
@@ -55,10 +60,14 @@ models::ModelOptions model_options(const TrainOptions& o, std::int64_t in_channe
           .inplace_activations = o.inplace_activations};
 }
 
-std::unique_ptr<nn::Optimizer> make_optimizer(const nn::Module& model, const TrainOptions& o) {
+std::unique_ptr<nn::Optimizer> make_optimizer(std::vector<nn::ParamGroup> groups, const TrainOptions& o) {
   if (o.optimizer == OptimizerKind::sgd)
-    return std::make_unique<nn::SGD>(param_groups(model, o), o.momentum, 0.0, /*nesterov=*/o.momentum > 0);
-  return std::make_unique<nn::AdamW>(param_groups(model, o), std::pair{o.momentum, 0.999});
+    return std::make_unique<nn::SGD>(std::move(groups), o.momentum, 0.0, /*nesterov=*/o.momentum > 0);
+  return std::make_unique<nn::AdamW>(std::move(groups), std::pair{o.momentum, 0.999});
+}
+
+std::unique_ptr<nn::Optimizer> make_optimizer(const nn::Module& model, const TrainOptions& o) {
+  return make_optimizer(param_groups(model, o), o);
 }
 
 namespace {
@@ -96,10 +105,45 @@ Memory memory_now(Device device) {
           static_cast<std::size_t>(s.allocated_bytes.peak)};
 }
 
+// The communicators of a --ddp run: MPI between the ranks mpirun started, which also carries the
+// run's small host-side agreements (step totals, stopping, the final report); for CUDA tensors,
+// NCCL over it. Gradients go through `gradients()`.
+struct Communicators {
+  std::unique_ptr<dist::Communicator> host, device;
+  dist::Communicator& gradients() const { return device ? *device : *host; }
+};
+
+Communicators open_communicators(const TrainOptions& o) {
+  dist::mpi_init();
+  Communicators c;
+  c.host = std::make_unique<dist::MpiCommunicator>();
+  const auto timeout = std::chrono::milliseconds(static_cast<std::int64_t>(o.ddp_timeout * 1000.0));
+  c.host->set_timeout(timeout);
+  FRUGAL_CHECK_VALUE(c.host->world_size() == o.ranks, "--ddp: mpirun started ", c.host->world_size(),
+                     " ranks but the run was set up for ", o.ranks);
+  if (o.device.is_cuda()) {
+    c.device = dist::make_nccl_communicator(*c.host, o.device.index());
+    c.device->set_timeout(timeout);
+  }
+  return c;
+}
+
+// The options of the gradient buckets (dist/ddp.h) a run asks for.
+dist::DdpOptions ddp_options(const TrainOptions& o) {
+  dist::DdpOptions d;
+  d.bucket_cap_bytes = o.bucket_cap_bytes;
+  d.first_bucket_cap_bytes = std::min(d.first_bucket_cap_bytes, o.bucket_cap_bytes);
+  d.gradient_as_bucket_view = o.bucket_views;
+  d.zero1 = o.zero1;
+  return d;
+}
+
 // Everything one run holds, built in the order train() needs it.
 struct Run {
   const TrainOptions& options;
   const TrainHooks& hooks;
+  Communicators comms;                             // with --ddp
+  std::unique_ptr<dist::DistributedDataParallel> ddp;
   RunData inputs;  // the splits and their transforms
   std::int64_t num_classes = 0;
   std::shared_ptr<nn::Module> model;
@@ -108,6 +152,7 @@ struct Run {
   std::unique_ptr<nn::GradScaler> scaler;
   std::unique_ptr<data::DataLoader> loader;
   std::optional<LeakCheck> leaks;  // when options.leak_check
+  std::int64_t samples_per_epoch = 0;  // this rank's: with --ddp its share of the training split
   std::int64_t batches_per_epoch = 0, steps_per_epoch = 0, total_steps = 0;
   TrainingPosition position;
   std::string last_checkpoint;
@@ -120,9 +165,13 @@ struct Run {
   void message(const std::string& line) const {
     if (hooks.on_message) hooks.on_message(line);
   }
+  // Rank 0 of a --ddp run, or the one process: who evaluates and writes checkpoints.
+  bool is_root() const { return !comms.host || comms.host->rank() == 0; }
+  int world_size() const { return comms.host ? comms.host->world_size() : 1; }
 };
 
 Run::Run(const TrainOptions& o, const TrainHooks& h) : options(o), hooks(h) {
+  if (o.ddp) comms = open_communicators(o);
   if (o.memory_limit) set_memory_limit(o.device, *o.memory_limit);
   manual_seed(o.seed);  // the initial weights and the dropout draws
   inputs = open_run_data(o.data, o.test_data, o.image_size, o.augment);
@@ -135,11 +184,25 @@ Run::Run(const TrainOptions& o, const TrainHooks& h) : options(o), hooks(h) {
     model = models::make_model(o.model, model_options(o, train_split->sample_shape()[0], num_classes));
     model->to(o.device);
   }
-  optimizer = make_optimizer(*model, o);
+  if (o.ddp) {
+    // Rank 0's weights reach every rank; the buckets are made and the hooks registered.
+    const MemoryContextScope made_by("gradient buckets");
+    ddp = std::make_unique<dist::DistributedDataParallel>(*model, comms.gradients(), ddp_options(o));
+  }
+  optimizer = o.zero1 ? ddp->shard_optimizer([&o](std::vector<nn::ParamGroup> groups) { return make_optimizer(std::move(groups), o); },
+                                             param_groups(*model, o))
+                      : make_optimizer(*model, o);
   scaler = std::make_unique<nn::GradScaler>(65536.0, 2.0, 0.5, 2000, /*enabled=*/o.amp == DType::f16);
+  // With --ddp each rank takes every world_size-th sample of the epoch's shuffled order, so at each
+  // step the ranks' batches together are the one-process run's batch of that step.
+  std::shared_ptr<data::Sampler> sampler;
+  if (o.ddp)
+    sampler = std::make_shared<data::DistributedSampler>(train_split->size(), world_size(), comms.host->rank(), true, o.seed);
+  samples_per_epoch = sampler ? sampler->size() : train_split->size();
   loader = std::make_unique<data::DataLoader>(
       train_split, data::LoaderOptions{.batch_size = o.batch_size,
-                                        .shuffle = true,
+                                        .shuffle = !sampler,
+                                        .sampler = sampler,
                                         .num_workers = o.workers,
                                         .transforms = inputs.train_transforms,
                                         .device = o.device,
@@ -173,8 +236,12 @@ void Run::resume_from(const std::string& path) {
 
 void Run::save(const std::string& why) {
   if (options.save.empty()) return;
+  // ZeRO-1's state is sharded: every rank takes part in consolidating it. The weights are the same
+  // on every rank, so rank 0 alone writes the file.
+  nn::StateDict optimizer_state = optimizer->state_dict();
+  if (!is_root()) return;
   position.generator = default_generator().state();
-  save_checkpoint(options.save, {model->state_dict(), optimizer->state_dict(), scaler->state_dict(),
+  save_checkpoint(options.save, {model->state_dict(), std::move(optimizer_state), scaler->state_dict(),
                                  schedule->state_dict(), position, run_identity_json(options)});
   last_checkpoint = options.save;
   message("checkpoint saved to " + options.save + " at step " + std::to_string(position.global_step) + " (" + why + ")");
@@ -200,7 +267,7 @@ class PhaseScope {
 
 // The test split's evaluation, when there is one and it is asked for.
 std::optional<EvalResult> evaluate_test(const Run& run) {
-  if (!run.inputs.splits.test || !run.options.evaluate) return std::nullopt;
+  if (!run.inputs.splits.test || !run.options.evaluate || !run.is_root()) return std::nullopt;
   const PhaseScope phase(run, Phase::evaluation);
   return evaluate(*run.model, run.inputs.splits.test, run.inputs.test_transforms, run.options.batch_size,
                   run.options.device, run.options.workers, run.num_classes);
@@ -213,13 +280,32 @@ std::int64_t samples_in(std::int64_t first, std::int64_t count, std::int64_t bat
   return std::min((first + count) * batch_size, dataset_size) - first * batch_size;
 }
 
+// What one optimizer step trained on, summed over its micro-batches (and with --ddp over the ranks).
+struct StepTotals {
+  double loss_sum = 0.0;  // of the samples' mean-reduced losses times their count
+  double correct = 0.0;
+  double samples = 0.0;
+};
+
+// With --ddp every rank adds every rank's totals, so each holds the whole run's loss, accuracy and
+// sample count (and rank 0's checkpoint the position of all of them). A 3-element host all-reduce.
+StepTotals all_ranks(const Run& run, const StepTotals& mine) {
+  if (!run.comms.host) return mine;
+  const Tensor sums = from_vector(std::vector<double>{mine.loss_sum, mine.correct, mine.samples});
+  run.comms.host->all_reduce(sums, dist::ReduceOp::sum);
+  const std::vector<double> all = sums.to_vector<double>();
+  return {all[0], all[1], all[2]};
+}
+
 // Forward, loss and backward of `micro_batches` loader batches, then one optimizer step. Each
 // micro-batch's mean loss is weighted by its share of the step's samples, so the accumulated
-// gradient is that of the mean over all of them, as one large batch would give.
+// gradient is that of the mean over all of them, as one large batch would give. With --ddp the
+// gradient buckets are all-reduced (averaged over the ranks) during the last micro-batch's backward
+// only: the earlier ones accumulate locally (no_sync).
 void optimizer_step(Run& run, std::int64_t micro_batches) {
   const TrainOptions& o = run.options;
-  const std::int64_t step_samples =
-      samples_in(run.position.batch, micro_batches, o.batch_size, run.inputs.splits.train->size());
+  const std::int64_t step_samples = samples_in(run.position.batch, micro_batches, o.batch_size, run.samples_per_epoch);
+  StepTotals step;
   for (std::int64_t m = 0; m < micro_batches; ++m) {
     std::optional<data::Batch> batch;
     Tensor loss, logits, weighted;
@@ -240,16 +326,18 @@ void optimizer_step(Run& run, std::int64_t micro_batches) {
     {
       const PhaseScope phase(run, Phase::backward);
       const MemoryContextScope made_by("backward");
+      if (run.ddp) run.ddp->set_sync(m == micro_batches - 1);
       autograd::backward(run.scaler->scale(weighted));
     }
-    run.position.loss_sum += loss.to(Device::cpu()).item<double>() * static_cast<double>(n);
-    run.position.correct += count_correct(autograd::detach(logits), batch->labels).to(Device::cpu()).item<std::int64_t>();
-    run.position.samples += n;
-    run.trained_samples += n;
+    step.loss_sum += loss.to(Device::cpu()).item<double>() * static_cast<double>(n);
+    step.correct += static_cast<double>(
+        count_correct(autograd::detach(logits), batch->labels).to(Device::cpu()).item<std::int64_t>());
+    step.samples += static_cast<double>(n);
     ++run.position.batch;
   }
   {
     const PhaseScope phase(run, Phase::optimizer);
+    if (run.ddp) run.ddp->synchronize();  // every bucket's gradients averaged over the ranks
     {
       const MemoryContextScope made_by("optimizer step");  // the optimizer's state is made by the first one
       run.scaler->step(*run.optimizer);
@@ -258,7 +346,22 @@ void optimizer_step(Run& run, std::int64_t micro_batches) {
     run.optimizer->zero_grad();
     run.schedule->step();
   }
+  const StepTotals all = all_ranks(run, step);
+  run.position.loss_sum += all.loss_sum;
+  run.position.correct += static_cast<std::int64_t>(all.correct);
+  run.position.samples += static_cast<std::int64_t>(all.samples);
+  run.trained_samples += static_cast<std::int64_t>(all.samples);
   ++run.position.global_step;
+}
+
+// Whether to stop now (SIGINT): with --ddp every rank stops when any was asked to, at the same step,
+// since a rank that went on would wait alone at its next collective.
+bool stop_requested(const Run& run) {
+  const bool mine = run.hooks.should_stop && run.hooks.should_stop();
+  if (!run.comms.host) return mine;
+  const Tensor flag = full({1}, mine ? 1 : 0, {.dtype = DType::i32});
+  run.comms.host->all_reduce(flag, dist::ReduceOp::max);
+  return flag.item<std::int32_t>() != 0;
 }
 
 StepInfo step_info(const Run& run, double epoch_seconds, std::int64_t epoch_samples) {
@@ -327,7 +430,7 @@ EpochEnd train_epoch(Run& run, StepInfo& last) {
       run.save("--steps " + std::to_string(*o.steps));
       return EpochEnd::stopped;
     }
-    if (run.hooks.should_stop && run.hooks.should_stop()) {
+    if (stop_requested(run)) {
       run.train_seconds += seconds_since(start);
       run.save("interrupted");
       return EpochEnd::interrupted;
@@ -401,6 +504,30 @@ EvalResult evaluate(nn::Module& model, data::DatasetPtr dataset, const data::Com
 
 namespace {
 
+// This rank's peaks and communication times, as every rank's (gathered over MPI) with --ddp.
+std::vector<RankReport> rank_reports(const Run& run, const TrainResult& result) {
+  if (!run.comms.host) return {};
+  std::vector<double> mine{static_cast<double>(result.peak_allocated_bytes), static_cast<double>(result.peak_reserved_bytes),
+                           run.ddp->wait_seconds(), run.ddp->communication_seconds()};
+  for (std::size_t bytes : result.peak_bytes_by_tag) mine.push_back(static_cast<double>(bytes));
+  const auto width = static_cast<std::int64_t>(mine.size());
+  const Tensor all = empty({run.world_size() * width}, {.dtype = DType::f64});
+  run.comms.host->all_gather(from_vector(mine), all);
+  const std::vector<double> values = all.to_vector<double>();
+  std::vector<RankReport> reports(static_cast<std::size_t>(run.world_size()));
+  for (std::size_t r = 0; r < reports.size(); ++r) {
+    const double* v = values.data() + r * static_cast<std::size_t>(width);
+    RankReport& report = reports[r];
+    report.rank = static_cast<int>(r);
+    report.peak_allocated_bytes = static_cast<std::size_t>(v[0]);
+    report.peak_reserved_bytes = static_cast<std::size_t>(v[1]);
+    report.communication_wait_seconds = v[2];
+    report.communication_seconds = v[3];
+    for (std::size_t t = 0; t < report.peak_bytes_by_tag.size(); ++t) report.peak_bytes_by_tag[t] = static_cast<std::size_t>(v[4 + t]);
+  }
+  return reports;
+}
+
 // `shape` is set once the data is open: what the planner needs to predict fixes for an out-of-memory.
 TrainResult run_training(const TrainOptions& options, const TrainHooks& hooks, PlanShape& shape) {
   const auto start = Clock::now();
@@ -448,6 +575,9 @@ TrainResult run_training(const TrainOptions& options, const TrainHooks& hooks, P
   result.interrupted = end == EpochEnd::interrupted;
   result.checkpoint = run.last_checkpoint;
   result.leak = run.leaks ? run.leaks->report() : std::nullopt;
+  result.ranks = run.world_size();
+  result.root = run.is_root();
+  result.per_rank = rank_reports(run, result);
   result.wall_seconds = seconds_since(start);
   return result;
 }

@@ -95,6 +95,15 @@ struct TrainHooks {
   FixPlanner plan_fixes;  // predicted fixes for an out-of-memory's explanation (train/oom_explainer.h)
 };
 
+// One rank's memory and communication in a --ddp run.
+struct RankReport {
+  int rank = 0;
+  std::size_t peak_allocated_bytes = 0, peak_reserved_bytes = 0;
+  std::array<std::size_t, kNumMemoryTags> peak_bytes_by_tag{};
+  double communication_wait_seconds = 0.0;  // blocked waiting for gradient collectives to finish
+  double communication_seconds = 0.0;       // gradient collectives in flight, hidden behind backward or not
+};
+
 struct TrainResult {
   std::string model;
   std::int64_t parameters = 0;
@@ -113,6 +122,9 @@ struct TrainResult {
   bool interrupted = false;    // should_stop said so
   std::string checkpoint;      // the last checkpoint written, "" if none
   std::optional<LeakReport> leak;  // when memory grew from one step's end to the next (options.leak_check)
+  int ranks = 1;                   // processes that trained together (--ddp)
+  bool root = true;                // this process is rank 0 (or the only one): the one that reports
+  std::vector<RankReport> per_rank;  // with --ddp: every rank's, in rank order
 };
 
 TrainResult train(const TrainOptions& options, const TrainHooks& hooks = {});

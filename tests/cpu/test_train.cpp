@@ -56,6 +56,10 @@ TEST_CASE("train options: each bad value is a ValueError naming its flag") {
   bad([](train::TrainOptions& o) { o.momentum = 1.0; }, "--momentum");
   bad([](train::TrainOptions& o) { o.amp = DType::f32; }, "--amp");
   bad([](train::TrainOptions& o) { o.save_every = 3; }, "--save-every needs --save");
+  bad([](train::TrainOptions& o) { o.ranks = 2; }, "2 ranks need --ddp");
+  bad([](train::TrainOptions& o) { o.zero1 = true; }, "--zero1 and --bucket-views need --ddp");
+  bad([](train::TrainOptions& o) { o.ddp = true, o.bucket_cap_bytes = 10; }, "--bucket-cap must be at least 1 KiB");
+  bad([](train::TrainOptions& o) { o.ddp = true, o.ddp_timeout = 0; }, "--ddp-timeout");
   CHECK_NOTHROW(train::validate(train::TrainOptions{}));
   CHECK_THROWS_AS(train::parse_optimizer("adam"), ValueError);
   CHECK(train::schedule_name(train::parse_schedule("onecycle")) == "onecycle");
@@ -72,6 +76,15 @@ TEST_CASE("train options: a resumed run must be the same run, and the difference
   b.checkpoint_activations = true;
   CHECK(train::identity_difference(train::run_identity_json(b), train::run_identity_json(a)).empty());
   CHECK(train::identity_difference(train::run_identity_json(a), "{").find("not valid JSON") != std::string::npos);
+  b = a;
+  b.ddp = true;
+  b.ranks = 2;  // two ranks of the same batch size are twice the batch
+  CHECK(train::identity_difference(train::run_identity_json(b), train::run_identity_json(a)) ==
+        "--ddp-ranks 2 is not recorded in the checkpoint");
+  CHECK(train::identity_difference(train::run_identity_json(a), train::run_identity_json(b)) ==
+        "the checkpoint has --ddp-ranks 2, this run has none");
+  b.ranks = 1;
+  CHECK(train::identity_difference(train::run_identity_json(b), train::run_identity_json(a)).empty());
 }
 
 TEST_CASE("checkpoints: every part and the position come back as saved, other files are refused") {
