@@ -105,7 +105,7 @@ std::string identity_difference(const std::string& ours, const std::string& chec
     return "the checkpoint's run options are not valid JSON";
   }
   for (const auto& [key, value] : a.items()) {
-    if (!b.contains(key)) return "--" + key + " is not recorded in the checkpoint";
+    if (!b.contains(key)) return "--" + key + " " + value.dump() + " but the checkpoint has none";
     if (b[key] != value) return "--" + key + " " + value.dump() + " but the checkpoint has " + b[key].dump();
   }
   for (const auto& [key, value] : b.items())

@@ -80,7 +80,7 @@ TEST_CASE("train options: a resumed run must be the same run, and the difference
   b.ddp = true;
   b.ranks = 2;  // two ranks of the same batch size are twice the batch
   CHECK(train::identity_difference(train::run_identity_json(b), train::run_identity_json(a)) ==
-        "--ddp-ranks 2 is not recorded in the checkpoint");
+        "--ddp-ranks 2 but the checkpoint has none");
   CHECK(train::identity_difference(train::run_identity_json(a), train::run_identity_json(b)) ==
         "the checkpoint has --ddp-ranks 2, this run has none");
   b.ranks = 1;
