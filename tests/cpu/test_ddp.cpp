@@ -256,7 +256,7 @@ TEST_CASE("DDP synchronize: buckets whose gradients never came start there, with
   }
 }
 
-TEST_CASE("DDP construction: rank 0's weights everywhere; a model that differs is an error naming where and which rank") {
+TEST_CASE("DDP construction: rank 0's weights everywhere, and a model that differs is an error naming where and which rank") {
   auto rank0 = make_mlp(1);
   RecordingCommunicator comm0(2, 0);
   DistributedDataParallel ddp0(*rank0, comm0);
@@ -296,7 +296,12 @@ TEST_CASE("DDP errors: bad caps, two backwards without synchronize, ZeRO-1 misus
                        ValueError);
   DistributedDataParallel ddp(*model, comm);
   backward(*model, 1);
-  CHECK_THROWS_WITH_AS(backward(*model, 1), doctest::Contains("arrived twice before synchronize()"), ValueError);
+  CHECK_THROWS_WITH_AS(backward(*model, 1), doctest::Contains("arrived while its bucket's collective is in flight"), ValueError);
+  auto split = make_mlp();  // two buckets: the second backward finds the second one not started yet
+  DistributedDataParallel small(*split, comm, {.bucket_cap_bytes = 1 << 20, .first_bucket_cap_bytes = 100});
+  autograd::backward(F::sum(F::mul(split->named_parameters()[4].second, 2.0)));  // 4.weight alone: bucket 1 waits
+  CHECK_THROWS_WITH_AS(autograd::backward(F::sum(F::mul(split->named_parameters()[4].second, 2.0))),
+                       doctest::Contains("arrived twice before synchronize()"), ValueError);
   auto make_sgd = [](std::vector<nn::ParamGroup> groups) { return std::make_unique<nn::SGD>(std::move(groups)); };
   CHECK_THROWS_WITH_AS(ddp.shard_optimizer(make_sgd, {{.params = model->parameters(), .lr = 0.1}}),
                        doctest::Contains("ZeRO-1 is off"), ValueError);

@@ -175,7 +175,7 @@ TEST_CASE("ZeRO-1 ends where plain DDP ends, with AdamW and with SGD, holding 1/
   }
 }
 
-TEST_CASE("DDP construction: differently initialised ranks start equal; a different model fails on every rank") {
+TEST_CASE("DDP construction: differently initialised ranks start equal, and a different model fails on every rank") {
   MpiCommunicator comm;
   comm.set_timeout(test::kTestTimeout);
   auto model = make_cnn(50 + static_cast<std::uint64_t>(comm.rank()));
