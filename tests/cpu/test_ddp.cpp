@@ -126,7 +126,8 @@ void check_close(const std::vector<std::vector<float>>& a, const std::vector<std
   }
 }
 
-std::int64_t grad_bytes() { return allocator_for(Device::cpu()).stats().tag_bytes[static_cast<int>(MemoryTag::grad)].current; }
+std::int64_t tag_bytes(MemoryTag tag) { return allocator_for(Device::cpu()).stats().tag_bytes[static_cast<int>(tag)].current; }
+std::int64_t grad_bytes() { return tag_bytes(MemoryTag::grad); }
 
 }  // namespace
 
@@ -400,6 +401,7 @@ TEST_CASE("ZeRO-1 as rank 1 of 3: reduce-scatter, this rank's chunk updated as u
   comm.calls.clear();
   backward(*model, 10);
   ddp.synchronize();
+  const std::int64_t state_before = tag_bytes(MemoryTag::optimizer);
   REQUIRE(comm.calls.size() == 1);
   CHECK(comm.calls[0].kind == CollectiveKind::reduce_scatter);
   CHECK(comm.calls[0].numel == 141);  // 139 elements padded to a multiple of 3
@@ -416,6 +418,7 @@ TEST_CASE("ZeRO-1 as rank 1 of 3: reduce-scatter, this rank's chunk updated as u
   REQUIRE(chunk.size() == 47);
   for (std::size_t i = 0; i < chunk.size(); ++i) CHECK(chunk[i] == doctest::Approx(expected[47 + i]).epsilon(1e-6));
   CHECK(sharded->state_bytes() == 2 * 47 * sizeof(float));  // exp_avg and exp_avg_sq of 47 elements, not 139
+  CHECK(tag_bytes(MemoryTag::optimizer) - state_before == static_cast<std::int64_t>(2 * 47 * sizeof(float)));  // and the allocator sees it there
 }
 
 TEST_CASE("ZeRO-1 with loss scaling: the ranks agree whether a gradient overflowed") {
