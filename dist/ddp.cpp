@@ -166,6 +166,10 @@ struct DistributedDataParallel::State {
 
   void on_gradient(int index) {
     Slot& s = slots[static_cast<std::size_t>(index)];
+    // The bucket may be on the wire (a worker thread reading it): a second backward must wait.
+    FRUGAL_CHECK_VALUE(!buckets[static_cast<std::size_t>(s.bucket)].work, "DistributedDataParallel: a gradient of '", s.name,
+                       "' arrived while its bucket's collective is in flight; call synchronize() after every backward ",
+                       "made outside no_sync()");
     if (options.gradient_as_bucket_view) adopt_view(s);
     if (!sync) return;  // accumulating: the last micro-batch's backward reduces the sum
     FRUGAL_CHECK_VALUE(!s.ready, "DistributedDataParallel: the gradient of '", s.name, "' arrived twice before ",

@@ -12,6 +12,8 @@
 // while backward goes on computing the next gradients. Buckets start in index order on every rank
 // (a bucket ready early waits for the ones before it), because every rank must issue the same
 // collectives in the same order. synchronize() then waits for them and writes the averages back.
+// Collectives are given the default stream (Stream{}), where frugal's kernels run: a device
+// backend orders each after the gradient copies queued there, and later kernels after it.
 // The loop:
 //     DistributedDataParallel ddp(model, comm);            // broadcasts rank 0's weights
 //     loss = ...(model(x_of_this_rank));  autograd::backward(loss);

@@ -126,7 +126,8 @@ void check_close(const std::vector<std::vector<float>>& a, const std::vector<std
   }
 }
 
-std::int64_t grad_bytes() { return allocator_for(Device::cpu()).stats().tag_bytes[static_cast<int>(MemoryTag::grad)].current; }
+std::int64_t tag_bytes(MemoryTag tag) { return allocator_for(Device::cpu()).stats().tag_bytes[static_cast<int>(tag)].current; }
+std::int64_t grad_bytes() { return tag_bytes(MemoryTag::grad); }
 
 }  // namespace
 
@@ -256,7 +257,7 @@ TEST_CASE("DDP synchronize: buckets whose gradients never came start there, with
   }
 }
 
-TEST_CASE("DDP construction: rank 0's weights everywhere; a model that differs is an error naming where and which rank") {
+TEST_CASE("DDP construction: rank 0's weights everywhere, and a model that differs is an error naming where and which rank") {
   auto rank0 = make_mlp(1);
   RecordingCommunicator comm0(2, 0);
   DistributedDataParallel ddp0(*rank0, comm0);
@@ -296,7 +297,12 @@ TEST_CASE("DDP errors: bad caps, two backwards without synchronize, ZeRO-1 misus
                        ValueError);
   DistributedDataParallel ddp(*model, comm);
   backward(*model, 1);
-  CHECK_THROWS_WITH_AS(backward(*model, 1), doctest::Contains("arrived twice before synchronize()"), ValueError);
+  CHECK_THROWS_WITH_AS(backward(*model, 1), doctest::Contains("arrived while its bucket's collective is in flight"), ValueError);
+  auto split = make_mlp();  // two buckets: the second backward finds the second one not started yet
+  DistributedDataParallel small(*split, comm, {.bucket_cap_bytes = 1 << 20, .first_bucket_cap_bytes = 100});
+  autograd::backward(F::sum(F::mul(split->named_parameters()[4].second, 2.0)));  // 4.weight alone: bucket 1 waits
+  CHECK_THROWS_WITH_AS(autograd::backward(F::sum(F::mul(split->named_parameters()[4].second, 2.0))),
+                       doctest::Contains("arrived twice before synchronize()"), ValueError);
   auto make_sgd = [](std::vector<nn::ParamGroup> groups) { return std::make_unique<nn::SGD>(std::move(groups)); };
   CHECK_THROWS_WITH_AS(ddp.shard_optimizer(make_sgd, {{.params = model->parameters(), .lr = 0.1}}),
                        doctest::Contains("ZeRO-1 is off"), ValueError);
@@ -395,6 +401,7 @@ TEST_CASE("ZeRO-1 as rank 1 of 3: reduce-scatter, this rank's chunk updated as u
   comm.calls.clear();
   backward(*model, 10);
   ddp.synchronize();
+  const std::int64_t state_before = tag_bytes(MemoryTag::optimizer);
   REQUIRE(comm.calls.size() == 1);
   CHECK(comm.calls[0].kind == CollectiveKind::reduce_scatter);
   CHECK(comm.calls[0].numel == 141);  // 139 elements padded to a multiple of 3
@@ -411,6 +418,7 @@ TEST_CASE("ZeRO-1 as rank 1 of 3: reduce-scatter, this rank's chunk updated as u
   REQUIRE(chunk.size() == 47);
   for (std::size_t i = 0; i < chunk.size(); ++i) CHECK(chunk[i] == doctest::Approx(expected[47 + i]).epsilon(1e-6));
   CHECK(sharded->state_bytes() == 2 * 47 * sizeof(float));  // exp_avg and exp_avg_sq of 47 elements, not 139
+  CHECK(tag_bytes(MemoryTag::optimizer) - state_before == static_cast<std::int64_t>(2 * 47 * sizeof(float)));  // and the allocator sees it there
 }
 
 TEST_CASE("ZeRO-1 with loss scaling: the ranks agree whether a gradient overflowed") {

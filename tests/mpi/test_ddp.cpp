@@ -78,7 +78,8 @@ std::vector<nn::ParamGroup> groups_of(const nn::Module& model) {
 
 // kSteps of training on this rank's share, with `micro` micro-batches per step (no_sync on all but
 // the last); zero1 steps the sharded optimizer.
-std::vector<float> train_ddp(Communicator& comm, const MakeOptimizer& make, DdpOptions options, int micro = 1) {
+std::vector<float> train_ddp(Communicator& comm, const MakeOptimizer& make, DdpOptions options, int micro = 1,
+                             bool report = false) {
   auto model = make_cnn(7 + static_cast<std::uint64_t>(comm.rank()));  // rank 0's weights win at construction
   DistributedDataParallel ddp(*model, comm, options);
   const std::unique_ptr<nn::Optimizer> optimizer =
@@ -101,6 +102,9 @@ std::vector<float> train_ddp(Communicator& comm, const MakeOptimizer& make, DdpO
     optimizer->zero_grad();
   }
   CHECK(ddp.start_order().size() == ddp.buckets().size());
+  if (report)
+    MESSAGE("rank ", comm.rank(), ": ", ddp.buckets().size(), " buckets; ", kSteps, " steps waited ", ddp.wait_seconds() * 1e3,
+            " ms of ", ddp.communication_seconds() * 1e3, " ms in flight");
   return flat_values(*model);
 }
 
@@ -124,7 +128,7 @@ TEST_CASE("DDP over N ranks on B/N samples each ends where one process on B ends
   MpiCommunicator comm;
   comm.set_timeout(test::kTestTimeout);
   const std::vector<float> alone = train_alone(sgd);
-  const std::vector<float> ddp = train_ddp(comm, sgd, kSmallBuckets);
+  const std::vector<float> ddp = train_ddp(comm, sgd, kSmallBuckets, 1, true);
   const double worst = worst_difference(ddp, alone, kRelative);
   MESSAGE("rank ", comm.rank(), " of ", comm.world_size(), ": worst |ddp - alone| = ", worst_difference(ddp, alone, 0.0));
   CHECK(worst <= kAbsolute);
@@ -175,7 +179,7 @@ TEST_CASE("ZeRO-1 ends where plain DDP ends, with AdamW and with SGD, holding 1/
   }
 }
 
-TEST_CASE("DDP construction: differently initialised ranks start equal; a different model fails on every rank") {
+TEST_CASE("DDP construction: differently initialised ranks start equal, and a different model fails on every rank") {
   MpiCommunicator comm;
   comm.set_timeout(test::kTestTimeout);
   auto model = make_cnn(50 + static_cast<std::uint64_t>(comm.rank()));
