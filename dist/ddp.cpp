@@ -46,7 +46,8 @@ Tensor i64_tensor(std::int64_t value, Device device) {
 // tensors live on the parameters' device: a GPU communicator moves GPU tensors only.
 void check_same_model(const nn::Module& model, Communicator& comm) {
   const std::vector<Tensor> params = model.parameters();
-  const Device device = params.empty() ? Device::cpu() : params[0].device();
+  // Meta tensors (the planner's, over a mirrored world) hold no numbers to compare: host ones do.
+  const Device device = params.empty() || params[0].device().is_meta() ? Device::cpu() : params[0].device();
   std::vector<std::string> entries;
   for (const auto& [name, t] : model.named_parameters()) entries.push_back(describe("parameter", name, t));
   for (const auto& [name, t] : model.named_buffers()) entries.push_back(describe("buffer", name, t));
@@ -280,7 +281,9 @@ struct DistributedDataParallel::State {
     std::vector<Tensor> chunks;
     std::vector<WorkHandle> works;
     for (BucketState& b : buckets) {
-      Tensor chunk = zeros({chunk_numel(b)}, {.dtype = b.buffer.dtype(), .device = b.buffer.device()});
+      // In place: this rank's chunk of the bucket buffer is the all-gather's input, so no temporary
+      // copy of 1/world of the parameters is made.
+      Tensor chunk = b.buffer.narrow(0, comm.rank() * chunk_numel(b), chunk_numel(b));
       for (const int index : b.slices) {
         const Slice& slice = slices[static_cast<std::size_t>(index)];
         chunk.narrow(0, slice.chunk_offset, slice.tensor.numel()).copy_(slice.tensor);

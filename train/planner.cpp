@@ -13,6 +13,7 @@
 #include "data/loader.h"
 #include "models/registry.h"
 #include "nn/amp.h"
+#include "dist/mirror_communicator.h"
 #include "nn/autograd.h"
 #include "nn/functional.h"
 #include "train/trainer.h"
@@ -86,7 +87,8 @@ struct Recorded {
 // Forward, loss and backward of one micro-batch, as train/trainer.cpp's optimizer_step runs them.
 // `record_layers`: mark this forward's layer calls (not the recomputations in backward).
 void micro_batch(nn::Module& model, const TrainOptions& o, const Tensor& images, const Tensor& labels,
-                 std::vector<Mark>& marks, const CachingAllocator& meta, LayerMarks& layer_marks, bool record_layers) {
+                 std::vector<Mark>& marks, const CachingAllocator& meta, LayerMarks& layer_marks, bool record_layers,
+                 dist::DistributedDataParallel* ddp, bool last) {
   marks.push_back({meta.history_size(), Mark::Kind::phase, kForward});
   layer_marks.recording = record_layers;
   Tensor loss;
@@ -98,6 +100,7 @@ void micro_batch(nn::Module& model, const TrainOptions& o, const Tensor& images,
   }
   layer_marks.recording = false;
   marks.push_back({meta.history_size(), Mark::Kind::phase, kBackward});
+  if (ddp) ddp->set_sync(last);  // the buckets are filled during the step's last backward
   autograd::backward(functional::mul(loss, 1.0 / static_cast<double>(o.accum)));
 }
 
@@ -118,7 +121,15 @@ Recorded run_on_meta(const TrainOptions& o, const PlanShape& shape) {
   r.layers = leaf_layers(*model, o, leaves);
   model->to(Device::meta());
   model->train();
-  const std::unique_ptr<nn::Optimizer> optimizer = make_optimizer(*model, o);
+  // With --ddp: the buckets and ZeRO-1's shards of `ranks` ranks, over a simulated world whose
+  // collectives move nothing (dist/mirror_communicator.h): what one rank holds.
+  std::optional<dist::MirrorCommunicator> world;
+  std::unique_ptr<dist::DistributedDataParallel> ddp;
+  if (o.ddp) {
+    world.emplace(o.ranks);
+    ddp = std::make_unique<dist::DistributedDataParallel>(*model, *world, ddp_options(o));
+  }
+  const std::unique_ptr<nn::Optimizer> optimizer = make_optimizer(*model, ddp.get(), o);
 
   std::vector<Tensor> batches;  // images and labels of every batch the loader holds at once
   {
@@ -134,8 +145,10 @@ Recorded run_on_meta(const TrainOptions& o, const PlanShape& shape) {
   nn::ModuleCallObserverScope observing(layer_marks);
   for (int step = 0; step < kPlannedSteps; ++step) {
     for (std::int64_t m = 0; m < o.accum; ++m)  // the layers of one forward of the steady step are recorded
-      micro_batch(*model, o, batches[0], batches[1], r.marks, meta, layer_marks, step == kPlannedSteps - 1 && m == 0);
+      micro_batch(*model, o, batches[0], batches[1], r.marks, meta, layer_marks, step == kPlannedSteps - 1 && m == 0,
+                  ddp.get(), m == o.accum - 1);
     r.marks.push_back({meta.history_size(), Mark::Kind::phase, kOptimizer});
+    if (ddp) ddp->synchronize();
     optimizer->step();
     optimizer->zero_grad();
   }

@@ -70,6 +70,23 @@ std::unique_ptr<nn::Optimizer> make_optimizer(const nn::Module& model, const Tra
   return make_optimizer(param_groups(model, o), o);
 }
 
+dist::DdpOptions ddp_options(const TrainOptions& o) {
+  dist::DdpOptions d;
+  d.bucket_cap_bytes = o.bucket_cap_bytes;
+  d.first_bucket_cap_bytes = std::min(d.first_bucket_cap_bytes, o.bucket_cap_bytes);
+  d.gradient_as_bucket_view = o.bucket_views;
+  d.zero1 = o.zero1;
+  return d;
+}
+
+std::unique_ptr<nn::Optimizer> make_optimizer(const nn::Module& model, dist::DistributedDataParallel* ddp,
+                                              const TrainOptions& o) {
+  if (!o.zero1) return make_optimizer(model, o);
+  FRUGAL_CHECK_VALUE(ddp != nullptr, "--zero1 needs --ddp");
+  return ddp->shard_optimizer([&o](std::vector<nn::ParamGroup> groups) { return make_optimizer(std::move(groups), o); },
+                              param_groups(model, o));
+}
+
 namespace {
 
 // The lr of every optimizer step over the whole run: `warmup` of the steps rising linearly from 1%
@@ -128,16 +145,6 @@ Communicators open_communicators(const TrainOptions& o) {
   return c;
 }
 
-// The options of the gradient buckets (dist/ddp.h) a run asks for.
-dist::DdpOptions ddp_options(const TrainOptions& o) {
-  dist::DdpOptions d;
-  d.bucket_cap_bytes = o.bucket_cap_bytes;
-  d.first_bucket_cap_bytes = std::min(d.first_bucket_cap_bytes, o.bucket_cap_bytes);
-  d.gradient_as_bucket_view = o.bucket_views;
-  d.zero1 = o.zero1;
-  return d;
-}
-
 // Everything one run holds, built in the order train() needs it.
 struct Run {
   const TrainOptions& options;
@@ -189,9 +196,7 @@ Run::Run(const TrainOptions& o, const TrainHooks& h) : options(o), hooks(h) {
     const MemoryContextScope made_by("gradient buckets");
     ddp = std::make_unique<dist::DistributedDataParallel>(*model, comms.gradients(), ddp_options(o));
   }
-  optimizer = o.zero1 ? ddp->shard_optimizer([&o](std::vector<nn::ParamGroup> groups) { return make_optimizer(std::move(groups), o); },
-                                             param_groups(*model, o))
-                      : make_optimizer(*model, o);
+  optimizer = make_optimizer(*model, ddp.get(), o);
   scaler = std::make_unique<nn::GradScaler>(65536.0, 2.0, 0.5, 2000, /*enabled=*/o.amp == DType::f16);
   // With --ddp each rank takes every world_size-th sample of the epoch's shuffled order, so at each
   // step the ranks' batches together are the one-process run's batch of that step.

@@ -35,6 +35,7 @@
 #include "data/dataset.h"
 #include "data/open_dataset.h"
 #include "data/transforms.h"
+#include "dist/ddp.h"
 #include "models/registry.h"
 #include "nn/module.h"
 #include "nn/optim.h"
@@ -134,6 +135,11 @@ TrainResult train(const TrainOptions& options, const TrainHooks& hooks = {});
 // parameter groups (weights decayed; biases and norm parameters not).
 models::ModelOptions model_options(const TrainOptions& options, std::int64_t in_channels, std::int64_t num_classes);
 std::unique_ptr<nn::Optimizer> make_optimizer(const nn::Module& model, const TrainOptions& options);
+// With --ddp: the gradient buckets' options, and the optimizer of the run (ZeRO-1's sharded one with
+// --zero1, over `ddp`'s slices; otherwise make_optimizer's).
+dist::DdpOptions ddp_options(const TrainOptions& options);
+std::unique_ptr<nn::Optimizer> make_optimizer(const nn::Module& model, dist::DistributedDataParallel* ddp,
+                                              const TrainOptions& options);
 
 // The data of a run: the splits of `data` (and `test_data`) and their transforms, normalised by the
 // training split's statistics (so evaluating a trained model sees what training saw).
