@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/subcommand.h"
+#include "core/caching_allocator.h"
 #include "models/registry.h"
 
 namespace frugal::cli {
@@ -26,6 +27,18 @@ void ModelFlags::apply(train::TrainOptions& o) const {
   o.checkpoint_activations = checkpoint_activations;
   if (checkpoint_blocks) o.checkpoint_blocks = models::BlockSelection::parse(*checkpoint_blocks);
   o.inplace_activations = inplace_activations;
+}
+
+void DdpFlags::add_to(CLI::App& c) {
+  c.add_option("--bucket-cap", bucket_cap, "With --ddp: gradient bucket size, e.g. 25MiB (default, PyTorch's)");
+  c.add_flag("--bucket-views", bucket_views, "With --ddp: gradients live inside the buckets (no second copy)");
+  c.add_flag("--zero1", zero1, "With --ddp: shard the optimizer state across the ranks (ZeRO stage 1)");
+}
+
+void DdpFlags::apply(train::TrainOptions& o) const {
+  if (!bucket_cap.empty()) o.bucket_cap_bytes = parse_size(bucket_cap);
+  o.bucket_views = bucket_views;
+  o.zero1 = zero1;
 }
 
 }  // namespace frugal::cli

@@ -1,7 +1,8 @@
 // The flags that say which model a run trains and how it spends memory on it, shared by `frugal
 // train` and `frugal plan` so that both read them alike and a plan is of the run the same flags train:
 // --model, --width, --cifar-stem, --checkpoint-activations, --checkpoint-blocks and
-// --(no-)inplace-activations.
+// --(no-)inplace-activations; and the data-parallel memory flags, DdpFlags: --bucket-cap,
+// --bucket-views and --zero1 (how many ranks differs: `train --ddp` takes mpirun's, `plan --ddp N` N).
 // Not here: the flags only one command has (data and recipe for train; --depth, --budget for plan).
 #pragma once
 
@@ -24,6 +25,16 @@ struct ModelFlags {
 
   void add_to(CLI::App& command);
   // Into `o`; ValueError for a block selection that does not parse.
+  void apply(train::TrainOptions& o) const;
+};
+
+struct DdpFlags {
+  std::string bucket_cap;
+  bool bucket_views = false, zero1 = false;
+
+  void add_to(CLI::App& command);
+  bool any() const { return bucket_views || zero1 || !bucket_cap.empty(); }
+  // Into `o` (which has ddp set); ValueError for a size that does not parse.
   void apply(train::TrainOptions& o) const;
 };
 

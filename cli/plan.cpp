@@ -47,6 +47,16 @@ std::vector<train::LayerPlan> grouped(const std::vector<train::LayerPlan>& layer
   return groups;
 }
 
+// ", rank 0 of 4 data-parallel ranks (ZeRO-1, bucket views)", or nothing.
+std::string ddp_words(const train::TrainOptions& o) {
+  if (!o.ddp) return "";
+  std::string words = ", rank 0 of " + std::to_string(o.ranks) + " data-parallel ranks";
+  if (o.zero1 || o.bucket_views)
+    words += std::string(" (") + (o.zero1 ? "ZeRO-1" : "") + (o.zero1 && o.bucket_views ? ", " : "") +
+             (o.bucket_views ? "bucket views" : "") + ")";
+  return words;
+}
+
 // ", checkpointed blocks" (all of them), ", checkpointed blocks 1-5", or nothing.
 std::string checkpoint_words(const train::TrainOptions& o) {
   const models::BlockSelection blocks = models::checkpointed_blocks(o.checkpoint_activations, o.checkpoint_blocks);
@@ -55,11 +65,11 @@ std::string checkpoint_words(const train::TrainOptions& o) {
 }
 
 void print_plan(const train::TrainOptions& o, const train::MemoryPlan& plan, int depth) {
-  std::printf("%s, batch %lld x %lld of %lldx%lld, %s%s%s: predicted peak %s allocated (in %s), %s reserved\n",
+  std::printf("%s, batch %lld x %lld of %lldx%lld, %s%s%s%s: predicted peak %s allocated (in %s), %s reserved\n",
               o.model.c_str(), static_cast<long long>(o.accum), static_cast<long long>(o.batch_size),
               static_cast<long long>(o.image_size), static_cast<long long>(o.image_size),
               train::optimizer_name(o.optimizer).c_str(), o.amp ? (", autocast " + std::string(dtype_name(*o.amp))).c_str() : "",
-              checkpoint_words(o).c_str(), size(plan.peak_bytes).c_str(),
+              checkpoint_words(o).c_str(), ddp_words(o).c_str(), size(plan.peak_bytes).c_str(),
               plan.peak_phase.c_str(), size(plan.peak_reserved_bytes).c_str());
   std::printf("\n%-16s %12s %12s %12s\n", "phase", "start", "peak", "end");
   for (const train::PhasePlan& p : plan.phases)
@@ -120,6 +130,9 @@ nlohmann::json plan_json(const train::TrainOptions& o, const train::MemoryPlan& 
                    {"checkpoint_activations", o.checkpoint_activations},
                    {"checkpoint_blocks", models::checkpointed_blocks(o.checkpoint_activations, o.checkpoint_blocks).str()},
                    {"inplace_activations", o.inplace_activations},
+                   {"ddp_ranks", o.ddp ? nlohmann::json(o.ranks) : nlohmann::json(nullptr)},
+                   {"zero1", o.zero1},
+                   {"bucket_views", o.bucket_views},
                    {"peak_bytes", plan.peak_bytes},
                    {"peak_reserved_bytes", plan.peak_reserved_bytes},
                    {"peak_phase", plan.peak_phase},
@@ -156,6 +169,9 @@ PlanCommand::PlanCommand(CLI::App& app)
   c->add_option("--amp", amp_, "Autocast to f16 or bf16")->check(CLI::IsMember({"f16", "bf16"}));
   c->add_option("--workers", workers_, "Loader threads, each holding prefetched batches (default " + std::to_string(defaults.workers) + ")")
       ->check(between(0, 64));
+  c->add_option("--ddp", ddp_, "Plan one rank of N data-parallel ranks (--batch-size per rank): its gradient buckets "
+                "and, with --zero1, its shard of the optimizer state")->check(between(1, 65536));
+  ddp_flags_.add_to(*c);
   c->add_option("--depth", depth_, "Group the layer table by the first N parts of the names (default 2; 0: every layer)")
       ->check(between(0, 64));
   c->add_option("--budget", budget_, "Also list the ways of running the same steps that fit in SIZE (e.g. 512MiB)")
@@ -174,6 +190,12 @@ int PlanCommand::run() const {
     if (!optimizer_.empty()) o.optimizer = train::parse_optimizer(optimizer_);
     if (momentum_) o.momentum = *momentum_;
     if (!amp_.empty()) o.amp = parse_dtype(amp_);
+    FRUGAL_CHECK_VALUE(ddp_ || !ddp_flags_.any(), "--bucket-cap, --bucket-views and --zero1 need --ddp N");
+    if (ddp_) {
+      o.ddp = true;
+      o.ranks = *ddp_;
+      ddp_flags_.apply(o);
+    }
     models::model_info(o.model);  // an unknown model is a bad flag, said before any work
     train::validate(o);           // and so is a checkpoint block the model does not have
     const std::int64_t budget = budget_.empty() ? 0 : static_cast<std::int64_t>(parse_size(budget_));

@@ -124,9 +124,7 @@ TrainCommand::TrainCommand(CLI::App& app)
   c->add_flag("--no-leak-check", no_leak_check_, "Do not compare memory at the end of each step with the step before");
   c->add_flag("--ddp", ddp_, "Data parallel over the ranks mpirun started: MPI between CPUs, NCCL between GPUs; "
               "--batch-size is per rank");
-  c->add_option("--bucket-cap", bucket_cap_, "With --ddp: gradient bucket size, e.g. 25MiB (default, PyTorch's)");
-  c->add_flag("--bucket-views", bucket_views_, "With --ddp: gradients live inside the buckets (no second copy)");
-  c->add_flag("--zero1", zero1_, "With --ddp: shard the optimizer state across the ranks (ZeRO stage 1)");
+  ddp_flags_.add_to(*c);
   c->add_option("--ddp-timeout", ddp_timeout_, "With --ddp: seconds a collective may take before every rank stops (default " +
                 number(defaults.ddp_timeout) + ")");
 }
@@ -172,17 +170,15 @@ train::TrainOptions TrainCommand::options_from_flags() const {
 
 // --ddp and its options; the world's size comes from mpirun (MPI starts here, once).
 void TrainCommand::apply_ddp_flags(train::TrainOptions& o) const {
-  const bool any_ddp_option = bucket_views_ || zero1_ || ddp_timeout_ || !bucket_cap_.empty();
-  FRUGAL_CHECK_VALUE(ddp_ || !any_ddp_option, "--bucket-cap, --bucket-views, --zero1 and --ddp-timeout need --ddp");
+  FRUGAL_CHECK_VALUE(ddp_ || !(ddp_flags_.any() || ddp_timeout_),
+                     "--bucket-cap, --bucket-views, --zero1 and --ddp-timeout need --ddp");
   if (!ddp_) return;
   FRUGAL_CHECK_VALUE(batch_size_ != "auto", "--batch-size auto with --ddp is not supported: give the batch per rank "
                      "(frugal plan --ddp N --budget SIZE finds one)");
   o.ddp = true;
   dist::mpi_init();
   o.ranks = dist::mpi_world_size();
-  if (!bucket_cap_.empty()) o.bucket_cap_bytes = parse_size(bucket_cap_);
-  o.bucket_views = bucket_views_;
-  o.zero1 = zero1_;
+  ddp_flags_.apply(o);
   if (ddp_timeout_) o.ddp_timeout = *ddp_timeout_;
 }
 

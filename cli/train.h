@@ -50,8 +50,8 @@ class TrainCommand final : public Subcommand {
   MemoryFlags memory_;  // --memory-timeline, --chrome-trace, --memory-report, --report
   ModelFlags model_;    // --model, --width, --cifar-stem, --checkpoint-activations, --checkpoint-blocks, --inplace-activations
   bool augment_ = false, no_eval_ = false;
-  bool ddp_ = false, bucket_views_ = false, zero1_ = false;  // data parallelism (dist/)
-  std::string bucket_cap_;
+  bool ddp_ = false;    // data parallelism (dist/)
+  DdpFlags ddp_flags_;  // --bucket-cap, --bucket-views, --zero1
   std::optional<double> ddp_timeout_;
   bool no_leak_check_ = false;
 };
