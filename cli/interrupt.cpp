@@ -17,19 +17,23 @@ constexpr int kStopSignals[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM};
 
 struct InterruptScope::Saved {
   struct sigaction previous[std::size(kStopSignals)] {};
+  bool sigterm_caught = true;
 };
 
-InterruptScope::InterruptScope(bool restart_system_calls) : saved_(new Saved) {
+InterruptScope::InterruptScope(bool restart_system_calls, bool catch_sigterm) : saved_(new Saved) {
   g_signal = 0;
   struct sigaction action {};
   action.sa_handler = on_stop_signal;
   action.sa_flags = restart_system_calls ? SA_RESTART : 0;
   sigemptyset(&action.sa_mask);
-  for (std::size_t i = 0; i < std::size(kStopSignals); ++i) sigaction(kStopSignals[i], &action, &saved_->previous[i]);
+  for (std::size_t i = 0; i < std::size(kStopSignals); ++i)
+    if (catch_sigterm || kStopSignals[i] != SIGTERM) sigaction(kStopSignals[i], &action, &saved_->previous[i]);
+  saved_->sigterm_caught = catch_sigterm;
 }
 
 InterruptScope::~InterruptScope() {
-  for (std::size_t i = 0; i < std::size(kStopSignals); ++i) sigaction(kStopSignals[i], &saved_->previous[i], nullptr);
+  for (std::size_t i = 0; i < std::size(kStopSignals); ++i)
+    if (saved_->sigterm_caught || kStopSignals[i] != SIGTERM) sigaction(kStopSignals[i], &saved_->previous[i], nullptr);
   delete saved_;
 }
 

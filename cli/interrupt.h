@@ -12,9 +12,11 @@ namespace frugal::cli {
 // restart_system_calls: false makes a read blocked in the kernel return early (EINTR), so a command
 // that only reads stops at once (pack); true lets the reads of worker threads finish normally, for a
 // command that stops at a boundary of its own and must not see its I/O fail (train).
+// catch_sigterm: false leaves SIGTERM as it was: under mpirun (train --ddp) a SIGTERM is mpirun ending
+// the job because another rank died, and dist/mpi_runtime.h's handler names the collective in flight.
 class InterruptScope {
  public:
-  explicit InterruptScope(bool restart_system_calls);
+  explicit InterruptScope(bool restart_system_calls, bool catch_sigterm = true);
   ~InterruptScope();
   InterruptScope(const InterruptScope&) = delete;
   InterruptScope& operator=(const InterruptScope&) = delete;

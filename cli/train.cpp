@@ -277,7 +277,8 @@ int TrainCommand::run() const {
     hooks.on_warning = print_warning;
   }
 
-  const InterruptScope stop_signals(/*restart_system_calls=*/true);  // loader reads must not fail with EINTR
+  // Loader reads must not fail with EINTR; under mpirun SIGTERM is the job's end (cli/interrupt.h).
+  const InterruptScope stop_signals(/*restart_system_calls=*/true, /*catch_sigterm=*/!o.ddp);
   try {
     const train::TrainResult result = train::train(o, hooks);
     if (!result.root) return result.interrupted ? interrupted_exit_code() : 0;

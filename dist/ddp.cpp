@@ -524,7 +524,9 @@ nn::StateDict ShardedOptimizer::state_dict() const {
     }
   std::vector<std::vector<Tensor>> full_state(state_->slots.size(), std::vector<Tensor>(names.size()));
   if (step > 0) {
-    MemoryTagScope tag(MemoryTag::optimizer);
+    // A copy made for a checkpoint and dropped once written, not state training keeps: under `other`,
+    // so the optimizer tag keeps showing each rank's 1/world share (the total peak shows the copy).
+    MemoryTagScope tag(MemoryTag::other);
     for (std::size_t k = 0; k < names.size(); ++k)
       for (const State::BucketState& b : state_->buckets) {
         const TensorOptions options{.dtype = b.buffer.dtype(), .device = b.buffer.device()};

@@ -48,6 +48,39 @@ small=(--model mobilenet_v2 --width 0.25 --batch-size 32 --epochs 2 --workers 2)
 # Three steps of it on 96 images, for the memory flags (step 2 is the timeline's default).
 tiny=(--model mobilenet_v2 --width 0.25 --batch-size 32 --steps 3 --workers 0)
 
+# Data parallelism: mpirun (FRUGAL_MPIRUN, set by tests/CMakeLists.txt) starting 2 ranks on 2 cores.
+ranks() { "${FRUGAL_MPIRUN:-mpirun}" -np "$1" --oversubscribe "${@:2}"; }
+
+# max_difference A B: the largest absolute difference between two checkpoints' f32 tensors (every
+# one: the weights and the optimizer's state), and a failure when their tensors differ in names.
+max_difference() {
+  python3 - "$1" "$2" <<'PY'
+import array, json, struct, sys
+def tensors(path):
+    data = open(path, "rb").read()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__" or info["dtype"] != "F32":
+            continue
+        begin, end = info["data_offsets"]
+        values = array.array("f")
+        values.frombytes(data[8 + n + begin:8 + n + end])
+        out[name] = values
+    return out
+a, b = tensors(sys.argv[1]), tensors(sys.argv[2])
+if a.keys() != b.keys():
+    sys.exit("the checkpoints hold different tensors: " + str(sorted(a.keys() ^ b.keys())))
+print(max(max(abs(x - y) for x, y in zip(a[k], b[k])) for k in a))
+PY
+}
+
+# json_rank_tag FILE RANK TAG: a rank's peak bytes of one memory tag in a --ddp run's JSON.
+json_rank_tag() {
+  python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["per_rank"][int(sys.argv[2])]["peak_bytes_by_tag"][sys.argv[3]])' "$@"
+}
+
 case $check in
   train_arguments)
     make_subset "$dir" 64 32
@@ -455,6 +488,100 @@ param = sum(1 for p in pixels if p == bytes([0x4e, 0x79, 0xa7]))
 assert len(colours) > 8 and param > 2000, (len(colours), param)  # the area, not just its 12x12 swatch
 print(f"rendered: {len(areas)} areas, peak {peak} bytes in {phase}; screenshot {width}x{height}, {len(colours)} colours")
 PY
+    ;;
+  ddp_matches_single)
+    # Two ranks of 32 see, at every step, exactly the samples one process of 64 sees (the
+    # DistributedSampler's interleaved share of the same shuffled order), and average their gradients:
+    # after 20 steps (4 epochs of 320 samples) the weights and AdamW's state agree within float
+    # rounding (the two ranks' sums are added in another order), and each rank's activations are
+    # half the single process's.
+    make_subset "$dir" 320 64
+    cnn=(--model cnn --epochs 4 --steps 20 --seed 7 --workers 0)
+    ranks 2 "$frugal" train --ddp "${cnn[@]}" --batch-size 32 --save "$dir/ddp.safetensors" --json "$dir/ddp.json" \
+      --data "$dir" >"$dir/out" 2>&1 || fail "the 2-rank run failed: $(cat "$dir/out")"
+    "$frugal" train "${cnn[@]}" --batch-size 64 --save "$dir/one.safetensors" --json "$dir/one.json" --data "$dir" >/dev/null
+    difference=$(max_difference "$dir/ddp.safetensors" "$dir/one.safetensors")
+    echo "largest difference after 20 steps: $difference"
+    python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) <= 1e-4 else 1)" "$difference" ||
+      fail "2 ranks of 32 end $difference away from 1 process of 64 (tolerance 1e-4)"
+    [ "$(json_field "$dir/ddp.json" ranks)" = 2 ] || fail "the JSON does not say 2 ranks"
+    [ "$(grep -c "^epoch 1/4" "$dir/out")" -ge 1 ] && [ "$(grep -c "checkpoint saved" "$dir/out")" -le 5 ] ||
+      fail "rank 0 alone should print progress and checkpoints: $(cat "$dir/out")"
+    one=$(json_field "$dir/one.json" peak_bytes_by_tag | python3 -c 'import ast,sys; print(ast.literal_eval(sys.stdin.read())["activation"])')
+    for rank in 0 1; do
+      mine=$(json_rank_tag "$dir/ddp.json" "$rank" activation)
+      python3 -c "import sys; r = float(sys.argv[1]) / float(sys.argv[2]); sys.exit(0 if 0.45 <= r <= 0.55 else 1)" "$mine" "$one" ||
+        fail "rank $rank's activation peak is $mine bytes, not about half of one process's $one"
+    done
+    ;;
+  ddp_zero1)
+    # ZeRO-1 ends where plain DDP ends, each rank holding half of AdamW's state; so do bucket views.
+    make_subset "$dir" 256 32
+    cnn=(--model cnn --epochs 1 --batch-size 32 --seed 3 --workers 0 --no-eval --data "$dir")
+    ranks 2 "$frugal" train --ddp "${cnn[@]}" --save "$dir/plain.safetensors" --json "$dir/plain.json" >/dev/null
+    ranks 2 "$frugal" train --ddp --zero1 "${cnn[@]}" --save "$dir/zero.safetensors" --json "$dir/zero.json" >/dev/null
+    ranks 2 "$frugal" train --ddp --bucket-views --bucket-cap 64KiB "${cnn[@]}" --save "$dir/views.safetensors" >/dev/null
+    difference=$(max_difference "$dir/zero.safetensors" "$dir/plain.safetensors")
+    python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) <= 1e-5 else 1)" "$difference" ||
+      fail "ZeRO-1 ends $difference away from plain DDP"
+    difference=$(max_difference "$dir/views.safetensors" "$dir/plain.safetensors")
+    python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) <= 1e-5 else 1)" "$difference" ||
+      fail "bucket views with 64 KiB buckets end $difference away from plain DDP"
+    plain=$(json_rank_tag "$dir/plain.json" 1 optimizer)
+    zero=$(json_rank_tag "$dir/zero.json" 1 optimizer)
+    python3 -c "import sys; r = float(sys.argv[1]) / float(sys.argv[2]); sys.exit(0 if 0.45 <= r <= 0.55 else 1)" "$zero" "$plain" ||
+      fail "rank 1's optimizer state is $zero bytes with ZeRO-1, not about half of $plain"
+    ;;
+  ddp_resume)
+    # A 2-rank run stopped at step 3 and resumed on 2 ranks is the uninterrupted one, byte for byte;
+    # resuming it in one process is refused, since its batches would be another run's.
+    make_subset "$dir" 256 32
+    cnn=(--model cnn --epochs 2 --batch-size 32 --seed 4 --workers 0 --no-eval --data "$dir")
+    ranks 2 "$frugal" train --ddp "${cnn[@]}" --save "$dir/straight.safetensors" >/dev/null
+    ranks 2 "$frugal" train --ddp "${cnn[@]}" --steps 3 --save "$dir/part.safetensors" >/dev/null
+    ranks 2 "$frugal" train --ddp --zero1 "${cnn[@]}" --resume "$dir/part.safetensors" --save "$dir/resumed.safetensors" >/dev/null
+    difference=$(max_difference "$dir/straight.safetensors" "$dir/resumed.safetensors")
+    python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) <= 1e-5 else 1)" "$difference" ||
+      fail "a resumed 2-rank run (resumed under ZeRO-1) ends $difference away from an uninterrupted one"
+    ranks 2 "$frugal" train --ddp "${cnn[@]}" --resume "$dir/part.safetensors" --save "$dir/again.safetensors" >/dev/null
+    cmp "$dir/straight.safetensors" "$dir/again.safetensors" || fail "a resumed 2-rank run differs from an uninterrupted one"
+    expect_exit 2 "$frugal" train "${cnn[@]}" --resume "$dir/part.safetensors"
+    grep -q "the checkpoint has --ddp-ranks 2, this run has none" <<<"$err" || fail "no reason given: $err"
+    ;;
+  ddp_killed_rank)
+    # A rank killed mid-run ends the other: mpirun notices and names it, the survivor says which
+    # collective it was in, and it all ends long before the watchdog's timeout would.
+    make_subset "$dir" 8192 32
+    start=$SECONDS
+    ranks 2 "$frugal" train --ddp --model cnn --batch-size 16 --workers 0 --no-eval --ddp-timeout 30 --data "$dir" \
+      >"$dir/out" 2>&1 &
+    launcher=$!
+    for _ in $(seq 1500); do grep -q "steps per epoch" "$dir/out" 2>/dev/null && break; sleep 0.02; done
+    sleep 1  # into the steps: the collectives of training, not setup's
+    victim=$(pgrep -f "frugal train --ddp --model cnn --batch-size 16" | grep -v "^$launcher\$" | tail -1)
+    [ -n "$victim" ] || fail "no rank to kill: $(cat "$dir/out")"
+    kill -9 "$victim"
+    set +e; wait "$launcher"; code=$?; set -e
+    seconds=$((SECONDS - start))
+    [ "$code" -ne 0 ] || fail "mpirun exited 0 after a rank was killed"
+    [ "$seconds" -lt 30 ] || fail "the job took $seconds s to end, not less than the 30 s timeout"
+    grep -q "exited on signal 9" "$dir/out" || fail "mpirun did not name the killed rank: $(cat "$dir/out")"
+    grep -Eq "frugal rank [01]: ended by mpirun \(SIGTERM\) while .* was in flight|DistributedError" "$dir/out" ||
+      fail "the surviving rank did not say which collective it was in: $(cat "$dir/out")"
+    echo "ended in $seconds s with exit code $code"
+    ;;
+  ddp_arguments)
+    # Bad --ddp usage is refused in one line, exit 2, before any training.
+    expect_exit 2 "$frugal" train --zero1 --steps 1
+    grep -q "need --ddp" <<<"$err" || fail "no reason for --zero1 without --ddp: $err"
+    expect_exit 2 "$frugal" train --ddp --batch-size auto --steps 1
+    grep -q "batch-size auto with --ddp is not supported" <<<"$err" || fail "$err"
+    expect_exit 2 "$frugal" train --ddp --bucket-cap 12 --steps 1
+    grep -q "bucket-cap must be at least 1 KiB" <<<"$err" || fail "$err"
+    expect_exit 2 "$frugal" train --ddp --ddp-timeout 0 --steps 1
+    expect_exit 2 "$frugal" plan --bucket-views
+    grep -q "need --ddp N" <<<"$err" || fail "$err"
+    expect_exit 2 "$frugal" plan --ddp 0
     ;;
   *) fail "unknown check $check" ;;
 esac
