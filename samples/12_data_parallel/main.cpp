@@ -1,0 +1,380 @@
+// Sample 12: data parallelism. The same global batch trained by one process and by N ranks, each
+// rank holding the whole model and computing on 1/N of every batch (dist/ddp.h):
+//   1. The one-process baseline: train::train on a global batch of 64, a few AdamW steps.
+//   2. The same run on N ranks under mpirun, plain DDP and then ZeRO-1: the sample starts itself as
+//      `mpirun -np N <this program> --rank-run plain|zero1 <folder>`; every rank trains with
+//      TrainOptions::ddp on a batch of 64 / N, and rank 0 writes every rank's measured peaks and
+//      communication times, with a checkpoint of the final model, into the folder.
+//   3. The comparison: activations per rank are about 1/N of the single process's, parameters and
+//      gradients are replicated (every rank holds them whole), the optimizer state is replicated by
+//      plain DDP and split N ways by ZeRO-1; how much of the gradient communication backward hid;
+//      and whether all three runs end with the same parameters.
+// The cnn (models/cnn.h): it has no BatchNorm, so N ranks compute exactly the gradient of one process
+// on the whole batch and the parameters can be compared value for value (BatchNorm would normalise
+// each rank's share by its own statistics, a different function). On the CPU by default, started
+// alone; it needs Debian's dataset-fashion-mnist and OpenMPI's mpirun (it says so and exits 0 when
+// either is missing).
+// Not here: the collectives (dist/), the training loop (train/trainer.h), `frugal train --ddp`.
+#include <spawn.h>
+#include <stdlib.h>  // mkdtemp
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "core/cuda_status.h"
+#include "core/error.h"
+#include "data/idx.h"
+#include "dist/mpi_runtime.h"
+#include "dist/nccl_communicator.h"
+#include "kernels/cpu_runtime.h"
+#include "train/checkpoint.h"
+#include "train/trainer.h"
+
+extern char** environ;
+
+using namespace frugal;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::int64_t kGlobalBatch = 64;  // samples per optimizer step, in every run
+constexpr int kRanks = 2;                  // 2 cores here; --oversubscribe lets mpirun start more
+constexpr std::int64_t kSteps = 8;         // enough steps for AdamW's state and several gradient averages
+constexpr std::uint64_t kSeed = 12;
+// The cnn's gradients are 0.36 MiB: under DDP's default 25 MiB cap they would make one bucket, sent
+// only when backward has finished, so nothing could overlap. 64 KiB buckets make several (the
+// largest weight, 288 KiB, gets one of its own), the first sent while backward still computes.
+constexpr std::size_t kBucketCap = std::size_t{64} << 10;
+// The ranks sum their shares of the batch, and the gradients are averaged, in another order than one
+// process sums the whole batch: the results differ by float rounding, which AdamW's normalised steps
+// carry into the weights at about the size of the learning rate times the relative rounding. The
+// same bound tests/train_check.sh (ddp_matches_single) holds `frugal train --ddp` to.
+constexpr double kTolerance = 1e-4;
+
+double mib(std::size_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
+
+// The run every process trains, differing only in how many ranks share each batch.
+train::TrainOptions lesson_options(int ranks, Device device) {
+  train::TrainOptions o;
+  o.model = "cnn";
+  o.steps = kSteps;
+  o.batch_size = kGlobalBatch / ranks;  // per rank, as in PyTorch's DDP
+  o.seed = kSeed;
+  o.evaluate = false;
+  o.leak_check = false;
+  o.workers = 0;  // the ranks already share the 2 cores; loader threads would only contend
+  o.bucket_cap_bytes = kBucketCap;
+  o.device = device;
+  return o;
+}
+
+// One GPU per rank when there are enough GPUs for all of them (cuda:local_rank, as `frugal train
+// --ddp` does); otherwise every run stays on the CPU, the baseline too, so their memory compares.
+// One GPU is not enough: NCCL refuses two ranks on the same device.
+Device lesson_device(int local_rank) {
+  const int gpus = cuda_status().device_count;
+  if (!cuda_available() || gpus < kRanks) return Device::cpu();
+  return Device::cuda(dist::device_for_local_rank(local_rank, gpus));
+}
+
+// What a run measured, one entry per rank (the single process is a world of one).
+struct RunReport {
+  double final_loss = 0.0;
+  std::vector<train::RankReport> ranks;
+};
+
+// Text, one line per rank: peaks and seconds, then the peak bytes of each MemoryTag in enum order.
+void write_report(const fs::path& path, const RunReport& report) {
+  std::ofstream out(path);
+  FRUGAL_CHECK(out.good(), "12_data_parallel: cannot write ", path.string());
+  out.precision(17);
+  out << report.final_loss << " " << report.ranks.size() << "\n";
+  for (const train::RankReport& r : report.ranks) {
+    out << r.rank << " " << r.peak_allocated_bytes << " " << r.communication_wait_seconds << " " << r.communication_seconds;
+    for (std::size_t bytes : r.peak_bytes_by_tag) out << " " << bytes;
+    out << "\n";
+  }
+  out.close();
+  FRUGAL_CHECK(out.good(), "12_data_parallel: cannot write ", path.string());
+}
+
+RunReport read_report(const fs::path& path) {
+  std::ifstream in(path);
+  RunReport report;
+  std::size_t ranks = 0;
+  FRUGAL_CHECK(in >> report.final_loss >> ranks, "12_data_parallel: ", path.string(), " is missing or damaged");
+  report.ranks.resize(ranks);
+  for (train::RankReport& r : report.ranks) {
+    in >> r.rank >> r.peak_allocated_bytes >> r.communication_wait_seconds >> r.communication_seconds;
+    for (std::size_t& bytes : r.peak_bytes_by_tag) in >> bytes;
+  }
+  FRUGAL_CHECK(!in.fail(), "12_data_parallel: ", path.string(), " is damaged");
+  return report;
+}
+
+// The one-process run's report: its own peaks, and no communication.
+RunReport single_report(const train::TrainResult& result) {
+  train::RankReport r;
+  r.peak_allocated_bytes = result.peak_allocated_bytes;
+  r.peak_reserved_bytes = result.peak_reserved_bytes;
+  r.peak_bytes_by_tag = result.peak_bytes_by_tag;
+  return {result.final_loss, {r}};
+}
+
+// The largest absolute difference between the models of two checkpoints (same names and shapes).
+double max_difference(const fs::path& a, const fs::path& b) {
+  const nn::StateDict x = train::load_checkpoint(a.string()).model, y = train::load_checkpoint(b.string()).model;
+  FRUGAL_CHECK(x.size() == y.size(), "12_data_parallel: ", a.string(), " and ", b.string(), " hold different models");
+  double worst = 0.0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const std::vector<double> u = x[i].second.to_vector<double>(), v = y[i].second.to_vector<double>();
+    FRUGAL_CHECK(x[i].first == y[i].first && u.size() == v.size(), "12_data_parallel: ", x[i].first, " differs in name or size");
+    for (std::size_t k = 0; k < u.size(); ++k) worst = std::max(worst, std::abs(u[k] - v[k]));
+  }
+  return worst;
+}
+
+// ---- Under mpirun: one rank of a data-parallel run ----
+
+// Every rank trains; rank 0 writes the report and (through TrainOptions::save) the final model.
+int rank_run(const std::string& mode, const fs::path& folder) {
+  try {
+    FRUGAL_CHECK_VALUE(mode == "plain" || mode == "zero1", "--rank-run takes plain or zero1, got '", mode, "'");
+    const int ranks = dist::mpi_world_size();
+    FRUGAL_CHECK_VALUE(kGlobalBatch % ranks == 0, "the global batch of ", kGlobalBatch, " does not split over ", ranks, " ranks");
+    train::TrainOptions o = lesson_options(ranks, lesson_device(dist::mpi_local_rank()));
+    o.ddp = true;
+    o.ranks = ranks;
+    o.zero1 = mode == "zero1";
+    o.save = (folder / (mode + ".safetensors")).string();
+    const train::TrainResult result = train::train(o);
+    if (result.root) write_report(folder / (mode + ".txt"), {result.final_loss, result.per_rank});
+    return 0;
+  } catch (const Error& e) {
+    // The other ranks may be waiting for this one in a collective: end them all.
+    std::fprintf(stderr, "12_data_parallel rank %d: %s\n", dist::mpi_rank(), e.what());
+    dist::mpi_abort(1);
+  }
+}
+
+// ---- Started alone: the baseline, the two mpirun jobs, the comparison ----
+
+// mpirun from PATH, or "" when it is not installed.
+std::string find_mpirun() {
+  const char* path = std::getenv("PATH");
+  std::string folders = path ? path : "";
+  for (std::size_t start = 0; start <= folders.size();) {
+    const std::size_t end = std::min(folders.find(':', start), folders.size());
+    const fs::path candidate = fs::path(folders.substr(start, end - start)) / "mpirun";
+    if (end > start && ::access(candidate.c_str(), X_OK) == 0) return candidate.string();
+    start = end + 1;
+  }
+  return "";
+}
+
+// A fresh folder for the ranks' reports and checkpoints, removed with everything in it at the end.
+class ResultFolder {
+ public:
+  ResultFolder() {
+    std::string pattern = (fs::temp_directory_path() / "frugal-12-data-parallel-XXXXXX").string();  // mkdtemp fills in the X
+    FRUGAL_CHECK(::mkdtemp(pattern.data()) != nullptr, "12_data_parallel: cannot create a folder in ",
+                 fs::temp_directory_path().string(), ": ", std::strerror(errno));
+    path_ = pattern;
+  }
+  ~ResultFolder() {
+    std::error_code ignored;  // a folder left in /tmp is no reason to fail the lesson
+    fs::remove_all(path_, ignored);
+  }
+  ResultFolder(const ResultFolder&) = delete;
+  ResultFolder& operator=(const ResultFolder&) = delete;
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+// Runs `mpirun -np kRanks --oversubscribe <this program> --rank-run mode folder` and waits for it.
+void launch_ranks(const std::string& mpirun, const std::string& mode, const fs::path& folder) {
+  const std::string self = fs::read_symlink("/proc/self/exe").string();
+  const std::string np = std::to_string(kRanks), dir = folder.string();
+  std::vector<std::string> args = {mpirun, "-np", np, "--oversubscribe", self, "--rank-run", mode, dir};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  // OpenMPI's mpirun refuses to start as root unless both variables say it is meant (containers and
+  // CI run as root); they change nothing else, so they are added only for root.
+  std::vector<std::string> variables;
+  for (char** e = environ; *e != nullptr; ++e) variables.emplace_back(*e);
+  if (::geteuid() == 0) {
+    variables.emplace_back("OMPI_ALLOW_RUN_AS_ROOT=1");
+    variables.emplace_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1");
+  }
+  std::vector<char*> envp;
+  for (std::string& v : variables) envp.push_back(v.data());
+  envp.push_back(nullptr);
+
+  pid_t pid = 0;
+  const int failed = ::posix_spawn(&pid, mpirun.c_str(), nullptr, nullptr, argv.data(), envp.data());
+  FRUGAL_CHECK(failed == 0, "12_data_parallel: cannot start ", mpirun, ": ", std::strerror(failed));
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0) FRUGAL_CHECK(errno == EINTR, "12_data_parallel: waitpid: ", std::strerror(errno));
+  FRUGAL_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "12_data_parallel: the ", mode, " run on ", kRanks,
+               " ranks failed (", WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status)) : "killed by a signal", ")");
+}
+
+std::size_t tag(const train::RankReport& r, MemoryTag t) { return r.peak_bytes_by_tag[static_cast<int>(t)]; }
+
+void print_row(const std::string& label, const train::RankReport& r, bool communicates) {
+  std::printf("   %-20s %8.2f %8.2f %8.2f %8.2f %8.2f", label.c_str(), mib(r.peak_allocated_bytes), mib(tag(r, MemoryTag::activation)),
+              mib(tag(r, MemoryTag::param)), mib(tag(r, MemoryTag::grad)), mib(tag(r, MemoryTag::optimizer)));
+  if (communicates)
+    std::printf(" %8.3f %8.3f %7.0f%%\n", r.communication_wait_seconds, r.communication_seconds,
+                100.0 * (1.0 - r.communication_wait_seconds / std::max(r.communication_seconds, 1e-12)));
+  else
+    std::printf(" %8s %8s %8s\n", "-", "-", "-");
+}
+
+void print_table(const RunReport& single, const RunReport& plain, const RunReport& zero1) {
+  std::printf("3. Per process, MiB (peak during the run) and seconds of gradient communication\n");
+  std::printf("   %-20s %8s %8s %8s %8s %8s %8s %8s %8s\n", "", "peak", "activ.", "param", "grad", "optim.", "wait", "inflight",
+              "overlap");
+  print_row("1 process, batch " + std::to_string(kGlobalBatch), single.ranks[0], false);
+  for (const auto& [name, run] : {std::pair{"DDP", &plain}, std::pair{"ZeRO-1", &zero1}})
+    for (const train::RankReport& r : run->ranks)
+      print_row(std::string(name) + " rank " + std::to_string(r.rank) + ", " + std::to_string(kGlobalBatch / kRanks), r, true);
+  std::printf("   wait: seconds a rank sat blocked for its gradients' collectives; in flight: seconds any collective\n"
+              "   was under way. overlap = 1 - wait / in flight, the share of communication hidden behind backward,\n"
+              "   which goes on computing earlier layers' gradients while later layers' buckets travel. Here the\n"
+              "   ranks, MPI's threads and the other runs share the same CPU cores, so these seconds vary from run\n"
+              "   to run; the memory does not.\n\n");
+}
+
+// One number per rank of `run`, value(rank's report), as "0.50 0.50".
+template <class Value>
+std::string per_rank(const RunReport& run, Value value) {
+  std::string text;
+  for (const train::RankReport& r : run.ranks) {
+    char number[32];
+    std::snprintf(number, sizeof number, "%s%.2f", text.empty() ? "" : " ", value(r));
+    text += number;
+  }
+  return text;
+}
+
+void print_ratios(const RunReport& single, const RunReport& plain, const RunReport& zero1) {
+  const train::RankReport& one = single.ranks[0];
+  const auto ratio = [](std::size_t part, std::size_t whole) {
+    return static_cast<double>(part) / static_cast<double>(std::max<std::size_t>(whole, 1));
+  };
+  std::printf("4. Each rank against the one process (rank 0, rank 1, ...; 1/%d = %.2f)\n", kRanks, 1.0 / kRanks);
+  std::printf("   %-12s %-12s %-12s\n", "", "DDP", "ZeRO-1");
+  const auto peak = [&](const train::RankReport& r) { return ratio(r.peak_allocated_bytes, one.peak_allocated_bytes); };
+  std::printf("   %-12s %-12s %-12s\n", "peak", per_rank(plain, peak).c_str(), per_rank(zero1, peak).c_str());
+  for (const MemoryTag t : {MemoryTag::activation, MemoryTag::param, MemoryTag::grad, MemoryTag::optimizer}) {
+    const auto of_tag = [&](const train::RankReport& r) { return ratio(tag(r, t), tag(one, t)); };
+    std::printf("   %-12s %-12s %-12s\n", std::string(memory_tag_name(t)).c_str(), per_rank(plain, of_tag).c_str(),
+                per_rank(zero1, of_tag).c_str());
+  }
+  // What backward holds beyond its per-sample part: the replicated gradients and DDP's buckets.
+  const auto beyond = [&](const train::RankReport& r) { return mib(tag(r, MemoryTag::grad)) - mib(tag(one, MemoryTag::grad)) / kRanks; };
+  std::printf("   grad beyond 1/%d of one process's, MiB: DDP %s, ZeRO-1 %s (the parameters' gradients: %.2f MiB)\n\n", kRanks,
+              per_rank(plain, beyond).c_str(), per_rank(zero1, beyond).c_str(), mib(tag(one, MemoryTag::param)));
+  std::printf("   activation: what the forward keeps for backward, one set per sample. Each rank computes on %lld\n"
+              "     of the %lld samples, so it keeps about 1/%d of them: the memory data parallelism divides.\n"
+              "   param: replicated. Every rank holds the whole model.\n"
+              "   grad: everything backward allocates. Most of it is the gradient flowing back through the\n"
+              "     activations, per sample like them, so it shrinks too; on top sit the parameters' gradients,\n"
+              "     replicated, and DDP's buckets, a second copy of them that the collectives average\n"
+              "     (--bucket-views makes each .grad a view into its bucket instead).\n"
+              "   optimizer: AdamW's two moments per parameter. Plain DDP replicates them; ZeRO-1 keeps on each\n"
+              "     rank only the moments of its 1/%d of the parameters, updates that part, then all-gathers the\n"
+              "     parameters. It saves what grows with the model, not with the batch.\n\n",
+              static_cast<long long>(kGlobalBatch / kRanks), static_cast<long long>(kGlobalBatch), kRanks, kRanks);
+}
+
+// Whether plain DDP and ZeRO-1 ended where the one process did, within kTolerance.
+bool print_agreement(const fs::path& folder, const RunReport& single, const RunReport& plain, const RunReport& zero1) {
+  std::printf("5. Do the runs end with the same model? (largest |difference| of any parameter, tolerance %.0e)\n", kTolerance);
+  bool agree = true;
+  for (const auto& [name, mode, run] : {std::tuple{"DDP", "plain", &plain}, std::tuple{"ZeRO-1", "zero1", &zero1}}) {
+    const double difference = max_difference(folder / (std::string(mode) + ".safetensors"), folder / "single.safetensors");
+    std::printf("   %-7s vs 1 process: %.2e, final loss %.6f vs %.6f: %s\n", name, difference, run->final_loss, single.final_loss,
+                difference <= kTolerance ? "the same model, to float rounding" : "DIFFERENT beyond float rounding");
+    agree = agree && difference <= kTolerance;
+  }
+  std::printf("   Each step the %d ranks see the %lld samples one process sees (each takes one in %d of the shuffled\n"
+              "   order), and the averaged gradient is that of the whole batch: the same step, summed in another order.\n",
+              kRanks, static_cast<long long>(kGlobalBatch), kRanks);
+  return agree;
+}
+
+int lesson() {
+  std::printf("Sample 12: data parallelism, one process against %d ranks on the same batch of %lld\n\n", kRanks,
+              static_cast<long long>(kGlobalBatch));
+  if (!fs::exists(std::string(data::kFashionMnistFolder) + "/train-images-idx3-ubyte.gz")) {
+    std::printf("Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist): nothing to train on.\n");
+    return 0;
+  }
+  const Device device = lesson_device(0);
+  std::printf("The cnn (no BatchNorm) on Fashion-MNIST, AdamW, %lld steps, on %s%s\n\n", static_cast<long long>(kSteps),
+              device.str().c_str(), device.is_cuda() ? " and one GPU per rank" : ": every rank on the CPU as well");
+  const ResultFolder folder;
+
+  std::printf("1. One process, batch %lld\n", static_cast<long long>(kGlobalBatch));
+  train::TrainOptions o = lesson_options(1, device);
+  o.save = (folder.path() / "single.safetensors").string();
+  const train::TrainResult result = train::train(o);
+  const RunReport single = single_report(result);
+  std::printf("   %lld steps in %.1f s, final loss %.4f, %lld parameters\n\n", static_cast<long long>(result.steps),
+              result.wall_seconds, result.final_loss, static_cast<long long>(result.parameters));
+
+  const std::string mpirun = find_mpirun();
+  if (mpirun.empty()) {
+    std::printf("mpirun is not on PATH (apt-get install openmpi-bin): the data-parallel runs need it.\n");
+    return 0;
+  }
+  std::printf("2. %d ranks of batch %lld: %s -np %d --oversubscribe <this program> --rank-run plain|zero1 <folder>\n", kRanks,
+              static_cast<long long>(kGlobalBatch / kRanks), mpirun.c_str(), kRanks);
+  for (const char* mode : {"plain", "zero1"}) {
+    const auto start = std::chrono::steady_clock::now();
+    launch_ranks(mpirun, mode, folder.path());
+    std::printf("   %-5s: %.1f s, MPI's start and end included\n", mode,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::printf("\n");
+  const RunReport plain = read_report(folder.path() / "plain.txt"), zero1 = read_report(folder.path() / "zero1.txt");
+  print_table(single, plain, zero1);
+  print_ratios(single, plain, zero1);
+  return print_agreement(folder.path(), single, plain, zero1) ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  frugal::configure_cpu_runtime(argv);  // kernels/cpu_runtime.h
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  if (!args.empty() && (args[0] != "--rank-run" || args.size() != 3 || !dist::mpi_launched())) {
+    std::fprintf(stderr, "12_data_parallel: takes no arguments (--rank-run plain|zero1 FOLDER is how it starts itself under mpirun)\n");
+    return 2;
+  }
+  if (!args.empty()) return rank_run(args[1], args[2]);
+  try {
+    return lesson();
+  } catch (const Error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
+}
