@@ -229,6 +229,7 @@ void launch_ranks(const std::string& mpirun, const std::string& mode, const fs::
   for (std::string& v : variables) envp.push_back(v.data());
   envp.push_back(nullptr);
 
+  std::fflush(stdout);  // what this process printed comes before what the ranks print
   pid_t pid = 0;
   const int failed = ::posix_spawn(&pid, mpirun.c_str(), nullptr, nullptr, argv.data(), envp.data());
   FRUGAL_CHECK(failed == 0, "12_data_parallel: cannot start ", mpirun, ": ", std::strerror(failed));
