@@ -48,12 +48,13 @@ case $check in
     ;;
   rank_stalls)
     # Rank 1 never calls the last all_reduce: rank 0's watchdog fails it, rank 0 reports and aborts
-    # the job with exit code 3 (what mpi_abort was given).
+    # the job with exit code 3 (what mpi_abort was given); rank 1 is ended by mpirun.
     run_scenario rank_stalls
     [ "$code" -eq 3 ] || fail "mpirun exited $code, expected 3 (mpi_abort's code): $out"
     grep -q "rank 0: DistributedError: all_reduce #2 of 1024 f32 did not complete within 2 s on rank 0" <<<"$out" \
       || fail "rank 0 did not report the stalled all_reduce: $out"
-    grep -q "MPI_ABORT was invoked on rank 0" <<<"$out" || fail "the job was not aborted: $out"
+    # (mpirun's own "MPI_ABORT was invoked" text is not checked: its help printer sometimes fails with
+    # "ORTE_ERROR_LOG: Out of resource in show_help.c" and prints nothing; the exit code is the evidence.)
     ;;
   bench_allreduce)
     # With 2 ranks: one JSON report (rank 0's), algbw and busbw of MPI per size (busbw = algbw for
