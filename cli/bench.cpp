@@ -96,6 +96,7 @@ int BenchCommand::run() const {
     return kExitUsage;
   }
   const bench::Report report = found->run(options);
+  if (!report.this_rank_reports) return 0;  // a rank of `mpirun frugal bench`: rank 0 reports
   for (const std::string& note : report.notes) std::cerr << "frugal bench " << name_ << ": " << note << "\n";
   std::string device = options.device.str();
   if (options.device.is_cuda()) device += " (" + cuda_device_info(options.device.index()).name + ")";
