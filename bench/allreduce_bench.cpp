@@ -1,8 +1,10 @@
-// `frugal bench allreduce`: all-reduce bandwidth per message size over MPI on CPU ranks, beside a
-// local memcpy of the same message (how fast this machine moves the bytes without communicating).
-// Run it as `mpirun -np N frugal bench allreduce`: every rank measures, rank 0 alone reports. Run as
-// one process it has nothing to communicate, says so in a note, and reports the memcpy rows alone.
-// Not here: GPUs (MPI moves CPU tensors).
+// `frugal bench allreduce`: all-reduce bandwidth per message size, beside a local memcpy of the same
+// message (how fast this machine moves the bytes without communicating), and DDP's overlap: the
+// fraction of gradient communication hidden behind backward. Over MPI on CPU ranks; with --device
+// cuda, over NCCL between the ranks' GPUs (one GPU per rank). Run it as `mpirun -np N frugal bench
+// allreduce`: every rank measures, rank 0 alone reports. Run as one process it has nothing to
+// communicate, says so in a note, and reports the memcpy rows alone (and, on a GPU, NCCL's one-rank
+// all-reduce, a copy on the device).
 #include "bench/allreduce_bench.h"
 
 #include <algorithm>
@@ -10,8 +12,15 @@
 #include <cstring>
 #include <string>
 
+#include "core/cuda_status.h"
+#include "core/random.h"
+#include "dist/ddp.h"
 #include "dist/mpi_communicator.h"
 #include "dist/mpi_runtime.h"
+#include "dist/nccl_communicator.h"
+#include "models/registry.h"
+#include "nn/autograd.h"
+#include "nn/functional.h"
 
 namespace frugal::bench {
 
@@ -64,6 +73,44 @@ std::vector<Result> memcpy_rows(bool quick) {
   return rows;
 }
 
+// DDP's overlap: MobileNetV2 (width 0.5, 32x32 inputs) trains a few steps with gradient buckets of
+// 1 MiB (several buckets, so the first ones' all-reduce can run while backward computes the rest;
+// with the default 25 MiB its 6.7 MiB of gradients would be one bucket, started at backward's end).
+constexpr std::size_t kOverlapBucketBytes = std::size_t{1} << 20;
+constexpr std::int64_t kOverlapBatch = 16;
+constexpr int kOverlapSteps = 4, kQuickOverlapSteps = 1;
+
+std::vector<Result> ddp_overlap(dist::Communicator& comm, Device device, bool quick) {
+  const std::string impl = std::string(comm.backend()) + " (" + std::to_string(comm.world_size()) + " ranks)";
+  const auto model = models::make_model("mobilenet_v2", {.num_classes = 10, .in_channels = 1, .width_mult = quick ? 0.25 : 0.5});
+  model->to(device);
+  model->train();
+  dist::DistributedDataParallel ddp(*model, comm, {.bucket_cap_bytes = kOverlapBucketBytes,
+                                                   .first_bucket_cap_bytes = kOverlapBucketBytes});
+  const Tensor images = normal({quick ? 4 : kOverlapBatch, 1, 32, 32}, 0.0, 1.0, {.device = device});
+  const Tensor labels = zeros({images.size(0)}, {.dtype = DType::i64, .device = device});
+  const int steps = quick ? kQuickOverlapSteps : kOverlapSteps;
+  double wait = 0.0, flight = 0.0, compute = 0.0;
+  for (int step = 0; step <= steps; ++step) {
+    const double wait_before = ddp.wait_seconds(), flight_before = ddp.communication_seconds();
+    const auto start = std::chrono::steady_clock::now();
+    autograd::backward(functional::cross_entropy((*model)(images), labels));
+    ddp.synchronize();
+    const double elapsed = seconds_since(start);
+    for (const Tensor& p : model->parameters()) autograd::set_grad(p, Tensor());
+    if (step == 0) continue;  // the warm-up: first touch of every buffer and connection
+    wait += ddp.wait_seconds() - wait_before;
+    flight += ddp.communication_seconds() - flight_before;
+    compute += elapsed - (ddp.wait_seconds() - wait_before);
+  }
+  const double hidden = flight > 0 ? std::clamp(1.0 - wait / flight, 0.0, 1.0) : 0.0;
+  const std::string name = "ddp mobilenet_v2 " + std::to_string(ddp.buckets().size()) + " buckets";
+  return {{name + " overlap", impl, hidden, "fraction of communication hidden", true},
+          {name + " communication", impl, flight / steps * 1e3, "ms per step in flight", false},
+          {name + " wait", impl, wait / steps * 1e3, "ms per step waited", false},
+          {name + " forward+backward", impl, compute / steps * 1e3, "ms per step", false}};
+}
+
 }  // namespace
 
 std::vector<Result> all_reduce_bandwidth(dist::Communicator& comm, Device device, bool quick) {
@@ -88,26 +135,44 @@ std::vector<Result> all_reduce_bandwidth(dist::Communicator& comm, Device device
   return rows;
 }
 
+// Each all-reduce row followed by the memcpy row of its size, for the table's ratio.
+std::vector<Result> beside_copies(const std::vector<Result>& rows, const std::vector<Result>& copies) {
+  std::vector<Result> out;
+  for (const Result& row : rows) {
+    out.push_back(row);
+    for (const Result& copy : copies)
+      if (copy.case_name == row.case_name && row.case_name.ends_with("algbw")) out.push_back(copy);
+  }
+  return out;
+}
+
 Report allreduce_benchmark(const Options& options) {
   Report report;
   if (!dist::mpi_launched()) {
     report.notes.push_back("one process: one rank has nothing to communicate, so only a local memcpy of each message "
                            "size is measured; run `mpirun -np N frugal bench allreduce` (N >= 2) for MPI's all-reduce");
     report.results = memcpy_rows(options.quick);
+    if (options.device.is_cuda()) {  // NCCL with one rank still runs its kernels: a copy on the device
+      dist::LocalCommunicator alone;
+      const std::unique_ptr<dist::Communicator> nccl = dist::make_nccl_communicator(alone, options.device.index());
+      nccl->set_timeout(kBenchTimeout);
+      for (const Result& row : all_reduce_bandwidth(*nccl, options.device, options.quick)) report.results.push_back(row);
+    }
     return report;
   }
-  if (!options.device.is_cpu())
-    report.notes.push_back("MPI moves CPU tensors: measured on the CPU, not on " + options.device.str());
   dist::MpiCommunicator comm;
   comm.set_timeout(kBenchTimeout);
-  const std::vector<Result> mpi = all_reduce_bandwidth(comm, Device::cpu(), options.quick);
-  comm.barrier();  // every rank copies at once, as they would beside each other in training
-  const std::vector<Result> copies = memcpy_rows(options.quick);
-  for (const Result& row : mpi) {  // each size's memcpy row under its algbw row, for the table's ratio
-    report.results.push_back(row);
-    for (const Result& copy : copies)
-      if (copy.case_name == row.case_name) report.results.push_back(copy);
+  std::vector<Result> rows = all_reduce_bandwidth(comm, Device::cpu(), options.quick);
+  for (const Result& row : ddp_overlap(comm, Device::cpu(), options.quick)) rows.push_back(row);
+  if (options.device.is_cuda()) {  // one GPU per rank, NCCL between them, bootstrapped over MPI
+    const Device gpu = Device::cuda(dist::device_for_local_rank(dist::mpi_local_rank(), cuda_status().device_count));
+    const std::unique_ptr<dist::Communicator> nccl = dist::make_nccl_communicator(comm, gpu.index());
+    nccl->set_timeout(kBenchTimeout);
+    for (const Result& row : all_reduce_bandwidth(*nccl, gpu, options.quick)) rows.push_back(row);
+    for (const Result& row : ddp_overlap(*nccl, gpu, options.quick)) rows.push_back(row);
   }
+  comm.barrier();  // every rank copies at once, as they would beside each other in training
+  report.results = beside_copies(rows, memcpy_rows(options.quick));
   report.this_rank_reports = comm.rank() == 0;
   return report;
 }

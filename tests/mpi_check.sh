@@ -58,7 +58,8 @@ case $check in
     ;;
   bench_allreduce)
     # With 2 ranks: one JSON report (rank 0's), algbw and busbw of MPI per size (busbw = algbw for
-    # n = 2: 2 (n - 1) / n = 1), each beside a memcpy row. Alone: a note and the memcpy rows only.
+    # n = 2: 2 (n - 1) / n = 1), each beside a memcpy row, and DDP's overlap (a fraction) with its
+    # communication, wait and compute times. Alone: a note and the memcpy rows only.
     start=$SECONDS
     expect_exit 0 "$mpirun" -np 2 --oversubscribe "$tests" bench allreduce --quick --json
     seconds=$((SECONDS - start)); code=0
@@ -73,7 +74,9 @@ for size in ("4 KiB", "64 KiB"):
     busbw = rows[(f"all_reduce {size} busbw", "mpi (2 ranks)")]
     assert algbw > 0 and abs(busbw - algbw) <= 1e-9 * algbw, (size, algbw, busbw)
     assert rows[(f"all_reduce {size} algbw", "memcpy (one local copy)")] > 0, size
-assert len(rows) == 6, rows
+overlap = [v for (case, impl), v in rows.items() if case.startswith("ddp mobilenet_v2") and case.endswith("overlap")]
+assert len(overlap) == 1 and 0.0 <= overlap[0] <= 1.0, rows
+assert len(rows) == 10, rows
 PY
     expect_exit 0 "$tests" bench allreduce --quick --json
     grep -q "one rank has nothing to communicate" <<<"$err" || fail "one process: no note saying why: $err"
