@@ -123,7 +123,7 @@ void divide(const Tensor& tensor, int world_size) {
       T* data = tensor.data<T>();
       for (std::int64_t i = 0; i < tensor.numel(); ++i) data[i] /= static_cast<T>(world_size);
     } else {
-      FRUGAL_THROW(DTypeError, "MpiCommunicator: average of ", tensor.dtype(), " is reduced as f32 first");
+      FRUGAL_THROW(DTypeError, "MpiCommunicator: average divides f32 and f64 only, got ", tensor.dtype());
     }
   });
 }
