@@ -35,6 +35,8 @@ struct Options {
 struct Report {
   std::vector<Result> results;
   std::vector<std::string> notes;
+  // false on the ranks other than 0 of a benchmark run by mpirun: rank 0 reports for them all.
+  bool this_rank_reports = true;
   Report(std::vector<Result> r = {}, std::vector<std::string> n = {}) : results(std::move(r)), notes(std::move(n)) {}
 };
 

@@ -18,6 +18,7 @@ std::vector<Result> ops_benchmark(const Options& options);     // bench/ops_benc
 std::vector<Result> alloc_benchmark(const Options& options);   // bench/alloc_bench.cpp
 std::vector<Result> loader_benchmark(const Options& options);  // bench/loader_bench.cpp
 Report train_benchmark(const Options& options);                // bench/train_bench.cpp
+Report allreduce_benchmark(const Options& options);            // bench/allreduce_bench.cpp
 
 const std::vector<Benchmark>& all_benchmarks() {
   static const std::vector<Benchmark> benchmarks = {
@@ -38,6 +39,10 @@ const std::vector<Benchmark>& all_benchmarks() {
        "MobileNetV2 training steps and eval forwards on a batch of 64 1x32x32 images (standard and CIFAR stem): "
        "images/s, peak memory and saved activations per sample, beside PyTorch when /usr/bin/python3 has it",
        train_benchmark},
+      {"allreduce",
+       "all-reduce algorithm and bus bandwidth (nccl-tests' algbw, busbw) per message size, 4 KiB to 64 MiB, over MPI "
+       "on CPU ranks (run under mpirun -np N; rank 0 reports), beside a local memcpy of each message",
+       allreduce_benchmark},
   };
   return benchmarks;
 }

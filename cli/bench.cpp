@@ -13,6 +13,7 @@
 #include "cli/info.h"
 #include "core/cuda_status.h"
 #include "core/error.h"
+#include "dist/mpi_runtime.h"
 
 namespace frugal::cli {
 
@@ -95,7 +96,16 @@ int BenchCommand::run() const {
     std::cerr << "frugal bench: --device " << device_ << ": " << e.message() << "\n";
     return kExitUsage;
   }
-  const bench::Report report = found->run(options);
+  bench::Report report;
+  try {
+    report = found->run(options);
+  } catch (const Error& e) {
+    // Under mpirun the other ranks may wait in a collective for this one: every rank ends now.
+    const int code = report_error("bench " + name_, e);
+    if (dist::mpi_launched()) dist::mpi_abort(code);
+    return code;
+  }
+  if (!report.this_rank_reports) return 0;  // a rank of `mpirun frugal bench`: rank 0 reports
   for (const std::string& note : report.notes) std::cerr << "frugal bench " << name_ << ": " << note << "\n";
   std::string device = options.device.str();
   if (options.device.is_cuda()) device += " (" + cuda_device_info(options.device.index()).name + ")";

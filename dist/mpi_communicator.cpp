@@ -123,7 +123,7 @@ void divide(const Tensor& tensor, int world_size) {
       T* data = tensor.data<T>();
       for (std::int64_t i = 0; i < tensor.numel(); ++i) data[i] /= static_cast<T>(world_size);
     } else {
-      FRUGAL_THROW(DTypeError, "MpiCommunicator: average of ", tensor.dtype(), " is reduced as f32 first");
+      FRUGAL_THROW(DTypeError, "MpiCommunicator: average divides f32 and f64 only, got ", tensor.dtype());
     }
   });
 }
@@ -209,15 +209,36 @@ class MpiWork final : public Work {
 
 namespace {
 
-// Every rank's descriptor, compared with rank 0's: a DistributedError, the same on every rank, at
-// the first rank that disagrees.
-void check_descriptors(const MpiCommunicator::State& state, const Descriptor& mine) {
+// Every rank's descriptor, compared with rank 0's: why the first rank that disagrees does (the same
+// text on every rank), or "" when all agree. A DistributedError when MPI fails.
+std::string world_disagreement(const MpiCommunicator::State& state, const Descriptor& mine) {
   std::vector<Descriptor> all(static_cast<std::size_t>(state.world_size));
   mpi_check(MPI_Allgather(&mine, kDescriptorFields, MPI_INT64_T, all.data(), kDescriptorFields, MPI_INT64_T, state.comm),
             "MPI_Allgather of the collective's descriptor");
   for (int r = 1; r < state.world_size; ++r) {
-    const std::string why = disagreement(all[0], 0, all[static_cast<std::size_t>(r)], r);
-    FRUGAL_CHECK_AS(DistributedError, why.empty(), why);
+    std::string why = disagreement(all[0], 0, all[static_cast<std::size_t>(r)], r);
+    if (!why.empty()) return why;
+  }
+  return "";
+}
+
+struct Outcome {
+  std::string error;        // "" on success
+  bool mpi_failed = false;  // MPI itself failed: ranks may be left inside the collective
+};
+
+// One collective: the descriptor check, then its MPI calls.
+Outcome run_collective(const MpiCommunicator::State& state, const QueuedCollective& collective) {
+  const std::string failed = describe(collective.descriptor) + " failed on rank " + std::to_string(state.rank) + ": ";
+  try {
+    std::string why = world_disagreement(state, collective.descriptor);
+    if (!why.empty()) return {std::move(why), false};
+    collective.run(state.comm);
+    return {};
+  } catch (const Error& e) {
+    return {failed + e.message(), true};
+  } catch (const std::exception& e) {  // out of memory for a widened copy: nothing escapes the thread
+    return {failed + e.what(), true};
   }
 }
 
@@ -238,22 +259,8 @@ void run_worker(const std::shared_ptr<MpiCommunicator::State>& state) {
         continue;
       }
     }
-    std::string error;
-    bool mpi_failed = false;
     mpi_note_in_flight(describe(next.descriptor).c_str());  // for the SIGTERM line of mpi_runtime.h
-    try {
-      check_descriptors(*state, next.descriptor);
-    } catch (const Error& e) {
-      error = e.message();
-    }
-    if (error.empty()) {
-      try {
-        next.run(state->comm);
-      } catch (const Error& e) {
-        mpi_failed = true;
-        error = describe(next.descriptor) + " failed on rank " + std::to_string(state->rank) + ": " + e.message();
-      }
-    }
+    const auto [error, mpi_failed] = run_collective(*state, next);
     mpi_note_in_flight("");
     // The tensors the collective captured are released before the caller learns it is done, so a
     // caller that then measures memory (the trainer's leak check) does not see them still held.

@@ -20,11 +20,13 @@
 // wait() waits at most timeout(); past it, or when MPI returns an error (the communicator uses
 // MPI_ERRORS_RETURN, so a failure MPI detects is an error code, not an abort inside MPI), the handle
 // fails with a DistributedError naming the collective, and the communicator is broken: every
-// collective queued behind it and every later one fails at once with that first error, and
-// mpi_runtime skips MPI_Finalize at exit. Blocking MPI calls cannot be cancelled, so a stalled
-// worker thread stays blocked: the destructor waits up to timeout() for the queue to drain and then
-// abandons the thread (detached) and the MPI communicator (never freed), so it never hangs. main()
-// reports the error and calls mpi_abort() to end every rank.
+// collective queued behind it and every later one fails at once with that first error (a mismatch
+// breaks it too, though MPI itself is left clean). Blocking MPI calls cannot be cancelled, so a
+// stalled worker stays blocked: the destructor waits up to timeout() for the queue to drain, not at
+// all after a stall, and then abandons the thread (detached) and the MPI communicator (never freed),
+// so it never hangs. After an abandoned worker or an MPI error, mpi_runtime skips MPI_Finalize at
+// exit (it would wait for the missing rank). main() reports the error and calls mpi_abort() to end
+// every rank.
 //
 // Dtypes: f32, f64, i32, i64, u8 move and reduce as themselves; f16 and bf16 are widened to f32,
 // reduced in f32 and rounded once (MPI has no 16-bit float sum); bool moves (broadcast, all_gather)

@@ -61,28 +61,30 @@ void append(char* line, std::size_t& used, std::size_t capacity, const char* tex
   for (; *text != '\0' && used + 1 < capacity; ++text) line[used++] = *text;
 }
 
+void append_number(char* line, std::size_t& used, std::size_t capacity, int value) {
+  char digits[12];  // an int's digits, last first
+  std::size_t count = 0;
+  do {
+    digits[count++] = static_cast<char>('0' + value % 10);
+    value /= 10;
+  } while (value > 0 && count < sizeof(digits));
+  while (count > 0 && used + 1 < capacity) line[used++] = digits[--count];
+}
+
 // Async-signal-safe: fixed buffers, no allocation, write(2), then the default action.
 void on_sigterm(int signal_number) {
   char line[512];
   std::size_t used = 0;
-  char rank[16];
-  int rank_value = runtime().rank;
-  std::size_t digits = 0;
-  do {
-    rank[digits++] = static_cast<char>('0' + rank_value % 10);
-    rank_value /= 10;
-  } while (rank_value > 0 && digits < sizeof(rank) - 1);
-  char rank_text[16];
-  for (std::size_t i = 0; i < digits; ++i) rank_text[i] = rank[digits - 1 - i];
-  rank_text[digits] = '\0';
   append(line, used, sizeof(line), "frugal rank ");
-  append(line, used, sizeof(line), rank_text);
+  append_number(line, used, sizeof(line), runtime().rank);
   append(line, used, sizeof(line), ": ended by mpirun (SIGTERM) while ");
   char in_flight[kInFlightText];
   const unsigned before = g_in_flight_version.load();
   std::memcpy(in_flight, g_in_flight, kInFlightText);
   in_flight[kInFlightText - 1] = '\0';
-  if (before % 2 == 0 && g_in_flight_version.load() == before && in_flight[0] != '\0') {
+  if (before % 2 != 0 || g_in_flight_version.load() != before) {  // caught between two collectives
+    append(line, used, sizeof(line), "a collective was starting or ending");
+  } else if (in_flight[0] != '\0') {
     append(line, used, sizeof(line), in_flight);
     append(line, used, sizeof(line), " was in flight");
   } else {

@@ -2,7 +2,7 @@
 # Checks the layering that docs/architecture.md draws, on the sources: tests/layering_check.sh SOURCE_DIR
 #   - each layer includes only its own headers and those of the layers below it;
 #   - core/ neither includes nor links a CUDA library other than the runtime (cuBLAS and cuDNN belong
-#     to kernels/, NCCL to dist/), and no layer but dist/ includes NCCL;
+#     to kernels/, NCCL to dist/), and no layer but dist/ includes NCCL or MPI;
 #   - the tools stay out of the runtime: no emulator and no allocation traces under core/;
 #   - memory/ and core/ know no model: a model's trace is recorded under models/, never described there.
 set -uo pipefail
@@ -40,6 +40,8 @@ bad=$(grep -nE 'target_link_libraries.*(cublas|cudnn|nccl|curand)' core/CMakeLis
 [ -z "$bad" ] || fail "core/ links a CUDA library other than the runtime:"$'\n'"$bad"
 bad=$(grep -rlE '^#include <nccl' --include='*.h' --include='*.cpp' --include='*.cu' --include='*.cuh' --exclude-dir='build*' --exclude-dir=.git . | grep -v '^\./dist/')
 [ -z "$bad" ] || fail "NCCL is included outside dist/:"$'\n'"$bad"
+bad=$(grep -rlE '^#include <mpi\.h>' --include='*.h' --include='*.cpp' --include='*.cu' --include='*.cuh' --exclude-dir='build*' --exclude-dir=.git . | grep -vE '^\./dist/[a-z_]+\.cpp$')
+[ -z "$bad" ] || fail "MPI is included outside dist/'s sources (no header names an MPI type):"$'\n'"$bad"
 
 [ ! -e core/emu ] || fail "the CUDA emulator is a tool, not the runtime: it belongs in emu/, not core/emu/"
 bad=$(find core -name 'alloc_trace*')

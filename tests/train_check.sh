@@ -527,6 +527,11 @@ PY
     difference=$(max_difference "$dir/views.safetensors" "$dir/plain.safetensors")
     python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) <= 1e-5 else 1)" "$difference" ||
       fail "bucket views with 64 KiB buckets end $difference away from plain DDP"
+    # The planner (frugal plan --ddp 2, which frugal train --ddp prints first) predicted rank 0's peak.
+    for run in plain zero; do
+      python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); r=d["peak_allocated_bytes"]/d["predicted_peak_bytes"]; sys.exit(0 if 0.99 <= r <= 1.01 else 1)' \
+        "$dir/$run.json" || fail "the $run run's peak is not the planned one: $(cat "$dir/$run.json")"
+    done
     plain=$(json_rank_tag "$dir/plain.json" 1 optimizer)
     zero=$(json_rank_tag "$dir/zero.json" 1 optimizer)
     python3 -c "import sys; r = float(sys.argv[1]) / float(sys.argv[2]); sys.exit(0 if 0.45 <= r <= 0.55 else 1)" "$zero" "$plain" ||

@@ -16,6 +16,11 @@
 // dotted name and class, "loss", "backward", "optimizer step", "model construction"); from the second
 // step on, the leak check compares what each step leaves allocated with the step before and reports
 // the first growth (train/leak_check.h).
+// Data parallelism (options.ddp, docs/distributed.md): this process is one of the ranks mpirun
+// started. Each takes its DistributedSampler share of every step's samples, DistributedDataParallel
+// (dist/ddp.h) averages the gradients in buckets while backward runs (no_sync for all micro-batches
+// but the last), ZeRO-1 shards the optimizer; the ranks add their step totals and agree on stopping
+// over MPI; rank 0 alone evaluates and writes checkpoints; the result gathers every rank's peaks.
 // Errors escape as frugal exceptions: an OutOfMemoryError during the run as a TrainingOutOfMemoryError
 // carrying the explanation of what filled the device (train/oom_explainer.h) when the device, real or
 // simulated by memory_limit, cannot hold the run.
