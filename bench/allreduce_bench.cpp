@@ -160,7 +160,8 @@ Report allreduce_benchmark(const Options& options) {
     }
     return report;
   }
-  dist::MpiCommunicator comm;
+  const std::unique_ptr<dist::Communicator> mpi = dist::make_mpi_communicator();
+  dist::Communicator& comm = *mpi;
   comm.set_timeout(kBenchTimeout);
   std::vector<Result> rows = all_reduce_bandwidth(comm, Device::cpu(), options.quick);
   for (const Result& row : ddp_overlap(comm, Device::cpu(), options.quick)) rows.push_back(row);

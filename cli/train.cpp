@@ -163,12 +163,16 @@ train::TrainOptions TrainCommand::options_from_flags() const {
   apply_ddp_flags(o);
   train::validate(o);
   o.device = parse_device(device_);
-  if (o.ddp && o.device.is_cuda())  // one GPU per rank: each local rank takes its own
-    o.device = Device::cuda(dist::device_for_local_rank(dist::mpi_local_rank(), cuda_status().device_count));
+  if (o.ddp) {  // MPI starts once the flags are known good; the world's size comes from mpirun
+    dist::mpi_init();
+    o.ranks = dist::mpi_world_size();
+    if (o.device.is_cuda())  // one GPU per rank: each local rank takes its own
+      o.device = Device::cuda(dist::device_for_local_rank(dist::mpi_local_rank(), cuda_status().device_count));
+  }
   return o;
 }
 
-// --ddp and its options; the world's size comes from mpirun (MPI starts here, once).
+// --ddp and its options (the world's size is read once MPI starts, in options_from_flags).
 void TrainCommand::apply_ddp_flags(train::TrainOptions& o) const {
   FRUGAL_CHECK_VALUE(ddp_ || !(ddp_flags_.any() || ddp_timeout_),
                      "--bucket-cap, --bucket-views, --zero1 and --ddp-timeout need --ddp");
@@ -176,8 +180,6 @@ void TrainCommand::apply_ddp_flags(train::TrainOptions& o) const {
   FRUGAL_CHECK_VALUE(batch_size_ != "auto", "--batch-size auto with --ddp is not supported: give the batch per rank "
                      "(frugal plan --ddp N --budget SIZE finds one)");
   o.ddp = true;
-  dist::mpi_init();
-  o.ranks = dist::mpi_world_size();
   ddp_flags_.apply(o);
   if (ddp_timeout_) o.ddp_timeout = *ddp_timeout_;
 }

@@ -8,8 +8,14 @@ find_package(OpenMP REQUIRED COMPONENTS CXX)
 find_package(nlohmann_json 3.10 CONFIG REQUIRED)
 find_package(CLI11 CONFIG REQUIRED)
 find_package(ZLIB REQUIRED)  # data/: gzipped IDX files, the shard header's CRC-32
-# MPI's C API (Debian libopenmpi-dev): the communicator of CPU ranks, dist/mpi_communicator.h.
-find_package(MPI REQUIRED COMPONENTS C)
+# MPI's C API (Debian libopenmpi-dev): the communicator of CPU ranks, dist/mpi_communicator.h, and
+# what starts ranks for data parallelism. Optional (FRUGAL_MPI, ON when found): the lent GPU machine
+# has no OpenMPI, and a build without it is one process whose --ddp says so (dist/mpi_absent.cpp).
+find_package(MPI COMPONENTS C)
+option(FRUGAL_MPI "Build the MPI communicator and data parallelism's rank tests (needs OpenMPI)" ${MPI_C_FOUND})
+if(FRUGAL_MPI AND NOT MPI_C_FOUND)
+  message(FATAL_ERROR "frugal: FRUGAL_MPI=ON but MPI's C API was not found (Debian: libopenmpi-dev)")
+endif()
 # stb (Debian libstb-dev), used header-only: data/image_folder.cpp compiles stb_image's implementation
 # for the formats it reads, the tests stb_image_write's. Debian's prebuilt libstb.so is not linked.
 find_path(FRUGAL_STB_INCLUDE_DIR stb/stb_image.h)

@@ -431,4 +431,6 @@ WorkHandle MpiCommunicator::barrier_async() {
   return enqueue(state_, timeout(), {.kind = static_cast<std::int64_t>(CollectiveKind::barrier)}, [](MPI_Comm) {});
 }
 
+std::unique_ptr<Communicator> make_mpi_communicator() { return std::make_unique<MpiCommunicator>(); }
+
 }  // namespace frugal::dist

@@ -43,6 +43,10 @@
 
 namespace frugal::dist {
 
+// A new MpiCommunicator over the world, as a Communicator: what the trainer and the benchmarks call,
+// so that a build without MPI (FRUGAL_MPI=OFF, dist/mpi_absent.cpp) links and says why it cannot.
+std::unique_ptr<Communicator> make_mpi_communicator();
+
 class MpiCommunicator final : public Communicator {
  public:
   MpiCommunicator();  // initialises MPI when needed, duplicates MPI_COMM_WORLD; collective over the world

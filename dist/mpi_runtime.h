@@ -21,6 +21,11 @@
 
 namespace frugal::dist {
 
+// Whether this build has MPI (FRUGAL_MPI, on where OpenMPI was found): without it every function
+// below treats the process as a world of one and mpi_init() throws LibraryError saying what is missing
+// (dist/mpi_absent.cpp).
+bool mpi_built();
+
 // Initialises MPI if nobody has (idempotent, thread-safe) and arranges MPI_Finalize at exit. A
 // DistributedError when MPI cannot give MPI_THREAD_MULTIPLE.
 void mpi_init();

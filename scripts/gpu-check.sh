@@ -57,6 +57,7 @@ record bench_tensor_gpu build-gpu/bin/frugal bench tensor --json --device cuda:0
 record bench_tensor_cpu build-gpu/bin/frugal bench tensor --json --device cpu
 record bench_alloc_gpu build-gpu/bin/frugal bench alloc --json --device cuda:0
 record bench_ops_gpu build-gpu/bin/frugal bench ops --json --device cuda:0
+record bench_allreduce_gpu build-gpu/bin/frugal bench allreduce --json --device cuda:0  # NCCL, one rank
 record tensor_tour build-gpu/bin/01_tensor_tour
 record caching_allocator_sample build-gpu/bin/02_caching_allocator "$out/allocator_trace.json"
 record convolution_sample build-gpu/bin/03_convolution

@@ -575,6 +575,11 @@ PY
       fail "the surviving rank did not say which collective it was in: $(cat "$dir/out")"
     echo "ended in $seconds s with exit code $code"
     ;;
+  ddp_without_mpi)
+    # A build without MPI (FRUGAL_MPI=OFF) trains as one process, and --ddp says what is missing.
+    expect_exit 1 "$frugal" train --ddp --model cnn --steps 1
+    grep -q "built without MPI (FRUGAL_MPI=OFF)" <<<"$err" || fail "no reason given: $err"
+    ;;
   ddp_arguments)
     # Bad --ddp usage is refused in one line, exit 2, before any training.
     expect_exit 2 "$frugal" train --zero1 --steps 1

@@ -133,7 +133,7 @@ struct Communicators {
 Communicators open_communicators(const TrainOptions& o) {
   dist::mpi_init();
   Communicators c;
-  c.host = std::make_unique<dist::MpiCommunicator>();
+  c.host = dist::make_mpi_communicator();
   const auto timeout = std::chrono::milliseconds(static_cast<std::int64_t>(o.ddp_timeout * 1000.0));
   c.host->set_timeout(timeout);
   FRUGAL_CHECK_VALUE(c.host->world_size() == o.ranks, "--ddp: mpirun started ", c.host->world_size(),

@@ -353,6 +353,10 @@ int lesson() {
   std::printf("   %lld steps in %.1f s, mean training loss %.4f, %lld parameters\n\n", static_cast<long long>(result.steps),
               result.wall_seconds, result.final_loss, static_cast<long long>(result.parameters));
 
+  if (!dist::mpi_built()) {
+    std::printf("this build has no MPI (FRUGAL_MPI=OFF): the data-parallel runs need OpenMPI (libopenmpi-dev).\n");
+    return 0;
+  }
   const std::string mpirun = find_mpirun();
   if (mpirun.empty()) {
     std::printf("mpirun is not on PATH (apt-get install openmpi-bin): the data-parallel runs need it.\n");
