@@ -8,11 +8,13 @@
 // kernels of kernels/conv_backends.h.
 #include "kernels/conv.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <limits>
 
-#include "kernels/conv_backends.h"
+#include "core/cpu/parallel.h"
 #include "core/dispatch.h"
+#include "kernels/conv_backends.h"
 #include "kernels/elementwise.h"
 #include "kernels/gemm.h"
 #include "kernels/reduce.h"
@@ -203,12 +205,143 @@ void record_native(const Problem& p, const Tensor& columns, std::size_t extra = 
 
 Tensor bias_view(const Tensor& bias, const Problem& p) { return bias.view({1, p.out_channels, 1, 1}); }
 
+// ---- Note [Pointwise convolutions over the batch]
+// A 1x1 convolution (stride 1, no padding, one group) is one GEMM per sample, y[n] = W x[n] with
+// x[n] the [C_in, H * W] matrix of sample n. Late in MobileNetV2 H * W is 16, 4 or 1: per-sample
+// GEMMs are then matrix-vector products that read all of W for a handful of columns, and OpenBLAS
+// runs them on one thread. So the samples go in chunks of at least kChunkColumns columns: a chunk's
+// [samples, C, H * W] block is gathered into one [C, samples * H * W] matrix (a transposing copy,
+// tag `workspace`) and one GEMM serves the chunk; from H * W >= kChunkColumns on a chunk is one
+// sample and x itself is the operand. On the CPU the chunks run in parallel, each GEMM on one
+// thread (OpenBLAS inside an OpenMP region runs on its caller's thread); a lone chunk leaves the
+// threading to OpenBLAS. How the batch is cut depends on the shapes alone, and every output value
+// comes from one GEMM whose shape is fixed by them, so the results do not depend on the thread count.
+constexpr std::int64_t kChunkColumns = 256;  // OpenBLAS's AVX-512 kernels reach their rate from a few hundred columns
+// Gathered chunks are processed kChunksPerWave at a time, so the workspace holds (C_in + C_out) x
+// (a wave's columns) values however large the batch: enough chunks for 8 threads.
+constexpr std::int64_t kChunksPerWave = 8;
+// A weight gradient of at most kSmallWeight elements is summed by kWeightGroups fixed groups of
+// samples in parallel (a partial gradient each, added in group order): its GEMMs are too small for
+// OpenBLAS to thread. A larger one is summed sample by sample, each GEMM threaded by OpenBLAS.
+constexpr std::int64_t kSmallWeight = 64 * 1024;  // 256 KiB of f32: kWeightGroups partials stay in L2
+constexpr std::int64_t kWeightGroups = 4;
+
+// Runs body(i) for each of `count` chunks: in parallel on the CPU (when there are two or more),
+// in order on other devices.
+template <typename Body>
+void for_each_chunk(Device device, std::int64_t count, std::int64_t work, Body&& body) {
+  if (device.is_cpu() && count > 1) return cpu::parallel_for(count, work, body);
+  for (std::int64_t i = 0; i < count; ++i) body(i);
+}
+
+struct Chunking {
+  std::int64_t samples = 1;  // per chunk
+  std::int64_t plane = 1;    // H * W
+  bool gathered() const { return samples > 1; }
+  std::int64_t columns() const { return samples * plane; }
+};
+
+Chunking pointwise_chunking(const Problem& p) {
+  const std::int64_t plane = p.g.out_plane();
+  const std::int64_t samples = std::clamp<std::int64_t>((kChunkColumns + plane - 1) / plane, 1, std::max<std::int64_t>(p.batch, 1));
+  return {samples, plane};
+}
+
+bool batched_pointwise(const Problem& p) { return p.pointwise() && p.groups == 1; }
+
+// Slot `slot` of a gathering buffer: a contiguous [channels, columns] matrix.
+Tensor slot_matrix(const Tensor& buffer, std::int64_t slot, std::int64_t channels, std::int64_t columns,
+                   std::int64_t slot_columns) {
+  return buffer.narrow(0, slot * channels * slot_columns, channels * columns).view({channels, columns});
+}
+
+// Samples [first, first + count) of the contiguous [N, C, H, W] tensor t as a [C, count, H * W] view.
+Tensor samples_by_channel(const Tensor& t, std::int64_t first, std::int64_t count) {
+  return t.narrow(0, first, count).view({count, t.size(1), t.size(2) * t.size(3)}).permute({1, 0, 2});
+}
+
+// dst = a x src per sample, src and dst [N, *, H, W]: the forward (a = W) and the input gradient
+// (a = W^T) of a pointwise convolution.
+void pointwise_over_batch(const Tensor& a, const Tensor& src, const Tensor& dst, const Problem& p) {
+  const Chunking c = pointwise_chunking(p);
+  const std::int64_t rows = a.size(0), inner = a.size(1), chunks = (p.batch + c.samples - 1) / c.samples;
+  const std::int64_t work = rows * inner * c.columns();  // multiply-adds per chunk
+  if (!c.gathered()) {
+    for_each_chunk(src.device(), p.batch, work * p.batch, [&](std::int64_t n) {
+      matmul_into(dst.select(0, n).view({rows, c.plane}), a, src.select(0, n).view({inner, c.plane}));
+    });
+    return record_native(p, Tensor());
+  }
+  const std::int64_t slots = std::min(chunks, kChunksPerWave);
+  const TensorOptions like{.dtype = src.dtype(), .device = src.device()};
+  const Tensor in = empty_workspace({slots * inner * c.columns()}, like), out = empty_workspace({slots * rows * c.columns()}, like);
+  for (std::int64_t wave = 0; wave < chunks; wave += slots) {
+    const std::int64_t in_wave = std::min(slots, chunks - wave);
+    for_each_chunk(src.device(), in_wave, work * in_wave, [&](std::int64_t slot) {
+      const std::int64_t first = (wave + slot) * c.samples, count = std::min(c.samples, p.batch - first);
+      Tensor operand = slot_matrix(in, slot, inner, count * c.plane, c.columns());
+      Tensor product = slot_matrix(out, slot, rows, count * c.plane, c.columns());
+      operand.view({inner, count, c.plane}).copy_(samples_by_channel(src, first, count));
+      matmul_into(product, a, operand);
+      samples_by_channel(dst, first, count).copy_(product.view({rows, count, c.plane}));
+    });
+  }
+  record({ConvImpl::native, "1x1 gemm", in.nbytes() + out.nbytes()});
+}
+
+// dW = sum over samples of dy[n] x[n]^T for a pointwise convolution, f32 or f64.
+void pointwise_weight_over_batch(const Tensor& dy, const Tensor& x, const Tensor& dw, const Problem& p) {
+  const Chunking c = pointwise_chunking(p);
+  const std::int64_t rows = p.out_channels, cols = p.in_channels, chunks = (p.batch + c.samples - 1) / c.samples;
+  const Tensor weight = dw.view({rows, cols});
+  const TensorOptions like{.dtype = dw.dtype(), .device = dw.device()};
+  if (c.gathered()) {  // one GEMM per chunk, in chunk order, threaded by OpenBLAS
+    const Tensor in = empty_workspace({cols * c.columns()}, like), grad = empty_workspace({rows * c.columns()}, like);
+    for (std::int64_t chunk = 0; chunk < chunks; ++chunk) {
+      const std::int64_t first = chunk * c.samples, count = std::min(c.samples, p.batch - first);
+      Tensor xs = slot_matrix(in, 0, cols, count * c.plane, c.columns());
+      Tensor dys = slot_matrix(grad, 0, rows, count * c.plane, c.columns());
+      xs.view({cols, count, c.plane}).copy_(samples_by_channel(x, first, count));
+      dys.view({rows, count, c.plane}).copy_(samples_by_channel(dy, first, count));
+      matmul_into(weight, dys, xs.t(), 1.0, chunk == 0 ? 0.0 : 1.0);
+    }
+    return record({ConvImpl::native, "1x1 gemm", in.nbytes() + grad.nbytes()});
+  }
+  auto sample_sum = [&](const Tensor& target, std::int64_t first, std::int64_t last) {
+    for (std::int64_t n = first; n < last; ++n)
+      matmul_into(target, dy.select(0, n).view({rows, c.plane}), x.select(0, n).view({cols, c.plane}).t(), 1.0,
+                  n == first ? 0.0 : 1.0);
+  };
+  const std::int64_t groups = std::min(p.batch, kWeightGroups);
+  if (rows * cols > kSmallWeight || groups < 2) {
+    sample_sum(weight, 0, p.batch);
+    return record_native(p, Tensor());
+  }
+  const Tensor partials = empty_workspace({groups, rows, cols}, like);
+  const std::int64_t per_group = (p.batch + groups - 1) / groups;
+  for_each_chunk(dw.device(), groups, rows * cols * c.plane * p.batch, [&](std::int64_t g) {
+    sample_sum(partials.select(0, g), g * per_group, std::min(p.batch, (g + 1) * per_group));
+  });
+  Tensor(weight).copy_(partials.select(0, 0));
+  for (std::int64_t g = 1; g < groups; ++g) {
+    Tensor total = weight;
+    add_(total, partials.select(0, g));
+  }
+  record({ConvImpl::native, "1x1 gemm", partials.nbytes()});
+}
+
 void native_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, const Problem& p) {
   const NativeKernels& k = native_kernels(x.device(), "conv2d");
   if (p.depthwise()) {
     k.depthwise_forward(x.dtype(), p.whole_sample(), p.batch, p.group_out(), x.data_ptr(), w.data_ptr(),
                         bias.defined() ? bias.data_ptr() : nullptr, y.data_ptr());
     return record_native(p, Tensor());
+  }
+  if (batched_pointwise(p)) {
+    pointwise_over_batch(group_weight(w, p, 0), x, y, p);
+    Tensor out = y;
+    if (bias.defined()) add_(out, bias_view(bias, p));  // sum + bias, the order of a GEMM with beta = 1
+    return;
   }
   // With a bias, y starts as the bias broadcast and each GEMM adds onto it (beta = 1): no temporary.
   if (bias.defined()) Tensor(y).copy_(bias_view(bias, p).expand(y.shape()));
@@ -226,6 +359,7 @@ void native_backward_input(const Tensor& dy, const Tensor& w, const Tensor& dx, 
     k.depthwise_backward_input(dy.dtype(), p.whole_sample(), p.batch, p.group_out(), dy.data_ptr(), w.data_ptr(), dx.data_ptr());
     return record_native(p, Tensor());
   }
+  if (batched_pointwise(p)) return pointwise_over_batch(group_weight(w, p, 0).t(), dy, dx, p);
   const Tensor columns = make_columns(dy, p);
   for (std::int64_t n = 0; n < p.batch; ++n)
     for (std::int64_t g = 0; g < p.groups; ++g) {
@@ -242,12 +376,13 @@ void native_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dw,
     k.depthwise_backward_weight(dy.dtype(), p.whole_sample(), p.batch, p.group_out(), dy.data_ptr(), x.data_ptr(), dw.data_ptr());
     return record_native(p, Tensor());
   }
+  const bool low_precision = dw.dtype() == DType::f16 || dw.dtype() == DType::bf16;
+  if (batched_pointwise(p) && !low_precision && p.batch > 0) return pointwise_weight_over_batch(dy, x, dw, p);
   Tensor(dw).fill_(0.0);  // an empty batch has a zero gradient; otherwise every sample adds onto it
   const Tensor columns = make_columns(x, p);
   // f16/bf16: each sample's product is rounded once and the batch is summed in f32. Summing in the
   // 16-bit dw itself would round the running total once per sample, and a late sample's small
   // contribution would vanish into a large total (bf16 keeps 8 bits of mantissa).
-  const bool low_precision = dw.dtype() == DType::f16 || dw.dtype() == DType::bf16;
   const Tensor total = low_precision ? empty_workspace(dw.shape(), {.device = dw.device()}) : dw;
   const Tensor part = low_precision ? empty_workspace({p.group_out(), p.rows()}, {.dtype = dw.dtype(), .device = dw.device()})
                                     : Tensor();
