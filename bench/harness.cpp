@@ -19,6 +19,7 @@ std::vector<Result> alloc_benchmark(const Options& options);   // bench/alloc_be
 std::vector<Result> loader_benchmark(const Options& options);  // bench/loader_bench.cpp
 Report train_benchmark(const Options& options);                // bench/train_bench.cpp
 Report allreduce_benchmark(const Options& options);            // bench/allreduce_bench.cpp
+Report roofline_benchmark(const Options& options);             // bench/roofline_bench.cpp
 
 const std::vector<Benchmark>& all_benchmarks() {
   static const std::vector<Benchmark> benchmarks = {
@@ -39,6 +40,11 @@ const std::vector<Benchmark>& all_benchmarks() {
        "MobileNetV2 training steps and eval forwards on a batch of 64 1x32x32 images (standard and CIFAR stem): "
        "images/s, peak memory and saved activations per sample, beside PyTorch when /usr/bin/python3 has it",
        train_benchmark},
+      {"roofline",
+       "MobileNetV2's layers by kind (stem, depthwise, pointwise, batch norm, ReLU6) and direction, timed with "
+       "their shapes in a batch of 64 (standard and CIFAR stem), beside the time the bytes moved and the FLOPs "
+       "would take at this machine's measured copy bandwidth and GEMM rate",
+       roofline_benchmark},
       {"allreduce",
        "all-reduce algorithm and bus bandwidth (nccl-tests' algbw, busbw) per message size, 4 KiB to 64 MiB, over MPI "
        "on CPU ranks (run under mpirun -np N; rank 0 reports), beside a local memcpy of each message",

@@ -183,6 +183,25 @@ PY
       grep -q -- "--threads" <<<"$err" || fail "--threads $threads not named: $err"
     done
     ;;
+  bench_roofline_json)
+    # Every layer kind of both stems, measured beside its roofline; the machine's two rates.
+    expect_exit 0 "$frugal" bench roofline --json --quick --device cpu --threads 1
+    check_bench_report roofline <<'PY'
+assert cases["copy_bandwidth"]["frugal"]["unit"] == "GB/s" and cases["copy_bandwidth"]["frugal"]["value"] > 0, cases
+assert cases["gemm_rate"]["frugal"]["unit"] == "GFLOP/s" and cases["gemm_rate"]["frugal"]["value"] > 0, cases
+kinds = {"stem_forward", "stem_backward_input", "stem_backward_weight", "depthwise_forward", "depthwise_backward_input",
+         "depthwise_backward_weight", "pointwise_forward", "pointwise_backward_input", "pointwise_backward_weight",
+         "batch_norm_forward", "batch_norm_backward", "batch_norm_eval_forward", "relu6_forward", "relu6_backward", "layers"}
+for stem in ("standard", "cifar"):
+    rows = {c[len(stem) + 1:]: r for c, r in cases.items() if c.startswith(stem + "_")}
+    assert set(rows) == kinds, (stem, sorted(rows))
+    for kind, r in rows.items():
+        assert set(r) == {"frugal", "roofline"}, (kind, r)
+        assert all(x["unit"] == "ms" and not x["higher_is_better"] and x["value"] > 0 for x in r.values()), (kind, r)
+    total = sum(rows[k]["frugal"]["value"] for k in kinds - {"layers"})
+    assert abs(total - rows["layers"]["frugal"]["value"]) <= 1e-6 * total, (total, rows["layers"])
+PY
+    ;;
   pack_inspect_idx)
     dir=$(mktemp -d)
     trap 'rm -rf "$dir"' EXIT
