@@ -221,8 +221,8 @@ constexpr std::int64_t kChunkColumns = 256;  // OpenBLAS's AVX-512 kernels reach
 // (a wave's columns) values however large the batch: enough chunks for 8 threads.
 constexpr std::int64_t kChunksPerWave = 8;
 // A weight gradient of at most kSmallWeight elements is summed by kWeightGroups fixed groups of
-// samples in parallel (a partial gradient each, added in group order): its GEMMs are too small for
-// OpenBLAS to thread. A larger one is summed sample by sample, each GEMM threaded by OpenBLAS.
+// chunks in parallel (a partial gradient each, added in group order): its GEMMs are too small for
+// OpenBLAS to thread. A larger one is summed chunk by chunk, each GEMM threaded by OpenBLAS.
 constexpr std::int64_t kSmallWeight = 64 * 1024;  // 256 KiB of f32: kWeightGroups partials stay in L2
 constexpr std::int64_t kWeightGroups = 4;
 
@@ -289,45 +289,50 @@ void pointwise_over_batch(const Tensor& a, const Tensor& src, const Tensor& dst,
   record({ConvImpl::native, "1x1 gemm", in.nbytes() + out.nbytes()});
 }
 
-// dW = sum over samples of dy[n] x[n]^T for a pointwise convolution, f32 or f64.
+// dW = sum over samples of dy[n] x[n]^T for a pointwise convolution, f32 or f64: a GEMM per chunk
+// (K = the chunk's columns) added up in chunk order. A small gradient is summed by up to
+// kWeightGroups groups of consecutive chunks in parallel, each into a partial of its own (with its
+// own gathering buffers), and the partials are added in group order.
 void pointwise_weight_over_batch(const Tensor& dy, const Tensor& x, const Tensor& dw, const Problem& p) {
   const Chunking c = pointwise_chunking(p);
   const std::int64_t rows = p.out_channels, cols = p.in_channels, chunks = (p.batch + c.samples - 1) / c.samples;
   const Tensor weight = dw.view({rows, cols});
   const TensorOptions like{.dtype = dw.dtype(), .device = dw.device()};
-  if (c.gathered()) {  // one GEMM per chunk, in chunk order, threaded by OpenBLAS
-    const Tensor in = empty_workspace({cols * c.columns()}, like), grad = empty_workspace({rows * c.columns()}, like);
-    for (std::int64_t chunk = 0; chunk < chunks; ++chunk) {
-      const std::int64_t first = chunk * c.samples, count = std::min(c.samples, p.batch - first);
-      Tensor xs = slot_matrix(in, 0, cols, count * c.plane, c.columns());
-      Tensor dys = slot_matrix(grad, 0, rows, count * c.plane, c.columns());
-      xs.view({cols, count, c.plane}).copy_(samples_by_channel(x, first, count));
-      dys.view({rows, count, c.plane}).copy_(samples_by_channel(dy, first, count));
-      matmul_into(weight, dys, xs.t(), 1.0, chunk == 0 ? 0.0 : 1.0);
+  // Groups of per_group consecutive chunks, the last one possibly shorter but never empty.
+  const std::int64_t per_group = rows * cols <= kSmallWeight ? (chunks + kWeightGroups - 1) / kWeightGroups : chunks;
+  const std::int64_t groups = (chunks + per_group - 1) / per_group;
+  const std::int64_t buffers = c.gathered() ? groups : 0;
+  const Tensor in = empty_workspace({buffers * cols * c.columns()}, like);
+  const Tensor grad = empty_workspace({buffers * rows * c.columns()}, like);
+  const Tensor partials = groups > 1 ? empty_workspace({groups, rows, cols}, like) : Tensor();
+  // Adds chunks [first, last) into target, gathering through buffer slot `slot` when chunks are gathered.
+  auto chunk_sum = [&](const Tensor& target, std::int64_t first, std::int64_t last, std::int64_t slot) {
+    for (std::int64_t chunk = first; chunk < last; ++chunk) {
+      const std::int64_t sample = chunk * c.samples, count = std::min(c.samples, p.batch - sample);
+      Tensor xs = x.select(0, sample).view({cols, c.plane}), dys = dy.select(0, sample).view({rows, c.plane});
+      if (c.gathered()) {
+        xs = slot_matrix(in, slot, cols, count * c.plane, c.columns());
+        dys = slot_matrix(grad, slot, rows, count * c.plane, c.columns());
+        xs.view({cols, count, c.plane}).copy_(samples_by_channel(x, sample, count));
+        dys.view({rows, count, c.plane}).copy_(samples_by_channel(dy, sample, count));
+      }
+      matmul_into(target, dys, xs.t(), 1.0, chunk == first ? 0.0 : 1.0);
     }
-    return record({ConvImpl::native, "1x1 gemm", in.nbytes() + grad.nbytes()});
-  }
-  auto sample_sum = [&](const Tensor& target, std::int64_t first, std::int64_t last) {
-    for (std::int64_t n = first; n < last; ++n)
-      matmul_into(target, dy.select(0, n).view({rows, c.plane}), x.select(0, n).view({cols, c.plane}).t(), 1.0,
-                  n == first ? 0.0 : 1.0);
   };
-  const std::int64_t groups = std::min(p.batch, kWeightGroups);
-  if (rows * cols > kSmallWeight || groups < 2) {
-    sample_sum(weight, 0, p.batch);
-    return record_native(p, Tensor());
+  const std::size_t scratch = in.nbytes() + grad.nbytes() + (partials.defined() ? partials.nbytes() : 0);
+  if (groups == 1) {  // one GEMM at a time, threaded by OpenBLAS
+    chunk_sum(weight, 0, chunks, 0);
+    return record({ConvImpl::native, "1x1 gemm", scratch});
   }
-  const Tensor partials = empty_workspace({groups, rows, cols}, like);
-  const std::int64_t per_group = (p.batch + groups - 1) / groups;
   for_each_chunk(dw.device(), groups, rows * cols * c.plane * p.batch, [&](std::int64_t g) {
-    sample_sum(partials.select(0, g), g * per_group, std::min(p.batch, (g + 1) * per_group));
+    chunk_sum(partials.select(0, g), g * per_group, std::min(chunks, (g + 1) * per_group), g);
   });
   Tensor(weight).copy_(partials.select(0, 0));
   for (std::int64_t g = 1; g < groups; ++g) {
     Tensor total = weight;
     add_(total, partials.select(0, g));
   }
-  record({ConvImpl::native, "1x1 gemm", partials.nbytes()});
+  record({ConvImpl::native, "1x1 gemm", scratch});
 }
 
 void native_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, const Problem& p) {

@@ -210,3 +210,36 @@ TEST_CASE("conv2d backward weight in bf16 sums the batch in f32, not in the 16-b
     }
   }
 }
+
+TEST_CASE("conv2d 1x1 over the batch: gathered chunks, waves and weight groups equal one sample at a time") {
+  // Planes of 64, 16 and 1 pixels put 4, 16 and every sample in a chunk; batches that do not divide
+  // into chunks, more chunks than a wave holds (9 x 8 = 72 samples of 64 pixels: 18 chunks), a last
+  // weight group shorter than the others (18 samples: 5 chunks in groups of 2, 2 and 1), and a weight gradient over the small-weight limit (summed
+  // chunk by chunk). A batch of one is never gathered: it is the per-sample definition. Small
+  // integers keep every sum exact, so the comparison is bit for bit whatever the summation order.
+  struct PointwiseCase {
+    Shape x, w;
+  };
+  for (const PointwiseCase& c : {PointwiseCase{{5, 6, 8, 8}, {7, 6, 1, 1}}, PointwiseCase{{18, 6, 8, 8}, {7, 6, 1, 1}},
+                                 PointwiseCase{{72, 3, 8, 8}, {5, 3, 1, 1}},
+                                 PointwiseCase{{19, 4, 4, 4}, {6, 4, 1, 1}}, PointwiseCase{{64, 8, 1, 1}, {9, 8, 1, 1}},
+                                 PointwiseCase{{6, 300, 2, 2}, {260, 300, 1, 1}}, PointwiseCase{{3, 5, 20, 20}, {4, 5, 1, 1}}}) {
+    CAPTURE(shape_str(c.x));
+    CAPTURE(shape_str(c.w));
+    const Tensor x = small_ints(c.x), w = small_ints(c.w), bias = small_ints({c.w[0]});
+    const Shape y_shape = conv2d_output_shape(c.x, c.w, {});
+    const Tensor dy = small_ints(y_shape);
+    const Tensor y = conv2d(x, w, bias), dx = conv2d_backward_input(dy, w, c.x), dw = conv2d_backward_weight(dy, x, c.w);
+    CHECK(last_conv2d_decision().algorithm == "1x1 gemm");
+    Tensor dw_sum = zeros(c.w);
+    for (std::int64_t n = 0; n < c.x[0]; ++n) {
+      const Tensor xn = x.narrow(0, n, 1), dyn = dy.narrow(0, n, 1);
+      Shape one = c.x;
+      one[0] = 1;
+      CHECK(conv2d(xn, w, bias).to_vector<float>() == y.narrow(0, n, 1).to_vector<float>());
+      CHECK(conv2d_backward_input(dyn, w, one).to_vector<float>() == dx.narrow(0, n, 1).to_vector<float>());
+      add_(dw_sum, conv2d_backward_weight(dyn, xn, c.w));
+    }
+    CHECK(dw.to_vector<float>() == dw_sum.to_vector<float>());
+  }
+}
