@@ -10,16 +10,18 @@
 //                                                           8 MiB split over the threads (the size of
 //                                                           this model's larger activations at batch 64)
 //   gemm_rate                            frugal             GFLOP/s: a 512 x 512 x 512 f32 GEMM
-// KIND is stem (the first convolution, 3x3 through im2col), depthwise (3x3), pointwise (1x1),
-// batch_norm, batch_norm_eval (the eval-mode forward), relu6; DIRECTION is forward, backward_input,
-// backward_weight (convolutions) or backward.
+// KIND is stem (the first convolution: with one input channel a depthwise kernel with 32 filters),
+// depthwise (3x3), pointwise (1x1), batch_norm (the projections' BatchNorm), batch_norm_relu6 (a
+// BatchNorm and the in-place ReLU6 after it, run as one pass as MobileNetV2 runs them: every
+// ReLU6 of the model follows a BatchNorm); DIRECTION is forward,
+// backward_input, backward_weight (convolutions), backward, or eval_forward (BatchNorm in eval mode).
 //
 // The roofline of one kernel is max(bytes / copy_bandwidth, flops / gemm_rate): bytes are the
 // tensors it must read and write at least once (inputs, weights and outputs, 4 bytes each), flops
 // two per multiply-add. Both rates are measured in the same run with the same threads, so a ratio
 // frugal / roofline says how far a kind of layer is from this machine's limits, and the rows show
 // which kind to work on next. The layers are read off the model in registration order, which for
-// MobileNetV2 is the order they run in; the ReLU6 after a BatchNorm2d takes its shape.
+// MobileNetV2 is the order they run in.
 // Not here: whole steps beside PyTorch (bench/train_bench.cpp), the speed targets (docs/benchmarks.md).
 #include <algorithm>
 #include <cstring>
@@ -140,32 +142,30 @@ void add_row(std::map<std::string, Measured>& rows, const std::string& name, dou
 
 // Batch norm's training forward and backward and its eval forward, all bandwidth-bound: the
 // least they move is x read and y written (forward), dy and x read and dx written (backward).
-void time_batch_norm(const nn::BatchNorm2d& bn, const Shape& shape, const Timer& timer,
+// `with_relu6`: the ReLU6 after it runs in the same pass, as MobileNetV2's in-place ReLU6 does
+// (models/mobilenet_v2.h), and its backward reads the clamped output too.
+void time_batch_norm(const nn::BatchNorm2d& bn, const Shape& shape, bool with_relu6, const Timer& timer,
                      std::map<std::string, Measured>& rows) {
   const TensorOptions on{.device = bn.weight().device()};
   const Tensor x = uniform(shape, -1.0, 1.0, on), dy = uniform(shape, -1.0, 1.0, on);
   const Tensor mean = bn.running_mean().clone(), var = bn.running_var().clone();
   const double bytes = values(shape) * kBytesPerValue;
+  const std::string kind = with_relu6 ? "batch_norm_relu6" : "batch_norm";
   BatchNormOutput out;
-  add_row(rows, "batch_norm_forward",
-          timer.seconds([&] { out = batch_norm_train(x, bn.weight(), bn.bias(), mean, var, 0.1, 1e-5); }), 2 * bytes);
-  add_row(rows, "batch_norm_backward",
-          timer.seconds([&] { batch_norm_backward(dy, x, bn.weight(), out.save_mean, out.save_invstd, true); }), 3 * bytes);
-  add_row(rows, "batch_norm_eval_forward",
-          timer.seconds([&] { batch_norm_eval(x, bn.weight(), bn.bias(), mean, var, 1e-5); }), 2 * bytes);
+  add_row(rows, kind + "_forward", timer.seconds([&] {
+            out = batch_norm_train(x, bn.weight(), bn.bias(), mean, var, 0.1, 1e-5, with_relu6);
+          }),
+          2 * bytes);
+  const Tensor fused = with_relu6 ? out.output : Tensor();
+  add_row(rows, kind + "_backward", timer.seconds([&] {
+            batch_norm_backward(dy, x, bn.weight(), out.save_mean, out.save_invstd, true, fused);
+          }),
+          (with_relu6 ? 4 : 3) * bytes);
+  add_row(rows, kind + "_eval_forward",
+          timer.seconds([&] { batch_norm_eval(x, bn.weight(), bn.bias(), mean, var, 1e-5, with_relu6); }), 2 * bytes);
 }
 
-// ReLU6 in place (as torchvision's, and frugal's default) and its backward from the output.
-void time_relu6(const Shape& shape, Device device, const Timer& timer, std::map<std::string, Measured>& rows) {
-  const TensorOptions on{.device = device};
-  Tensor x = uniform(shape, -1.0, 7.0, on);
-  const Tensor g = uniform(shape, -1.0, 1.0, on);
-  const double bytes = values(shape) * kBytesPerValue;
-  add_row(rows, "relu6_forward", timer.seconds([&] { relu6_(x); }), 2 * bytes);
-  add_row(rows, "relu6_backward", timer.seconds([&] { relu6_backward(g, x); }), 3 * bytes);
-}
-
-// Every conv, batch norm and ReLU6 of one MobileNetV2, timed with its shapes; rows by kind.
+// Every conv and batch norm (with its ReLU6) of one MobileNetV2, timed with its shapes; rows by kind.
 std::map<std::string, Measured> time_model(bool cifar_stem, const Options& options, const Sizes& sizes) {
   const auto model = models::make_model("mobilenet_v2", {.num_classes = kClasses, .in_channels = 1, .cifar_stem = cifar_stem});
   model->to(options.device);
@@ -173,7 +173,9 @@ std::map<std::string, Measured> time_model(bool cifar_stem, const Options& optio
   std::map<std::string, Measured> rows;
   Shape shape{sizes.batch, 1, kSide, kSide};  // what the next layer reads
   bool stem = true;
-  for (const auto& [name, module] : model->named_modules()) {
+  const auto modules = model->named_modules();
+  for (std::size_t i = 0; i < modules.size(); ++i) {
+    const nn::Module* module = modules[i].second;
     if (const auto* conv = dynamic_cast<const nn::Conv2d*>(module)) {
       const Shape x_shape{sizes.batch, conv->weight().size(1) * conv->options().groups, shape[2], shape[3]};
       const bool depthwise = conv->options().groups > 1 && conv->weight().size(1) == 1;
@@ -182,9 +184,10 @@ std::map<std::string, Measured> time_model(bool cifar_stem, const Options& optio
       shape = conv2d_output_shape(x_shape, conv->weight().shape(), conv->options());
       stem = false;
     } else if (const auto* bn = dynamic_cast<const nn::BatchNorm2d*>(module)) {
-      time_batch_norm(*bn, shape, timer, rows);
-    } else if (dynamic_cast<const nn::ReLU6*>(module)) {
-      time_relu6(shape, options.device, timer, rows);
+      // MobileNetV2 runs a BatchNorm2d's ReLU6 in its pass when the ReLU6 is in place, its default.
+      const bool relu6_next = i + 1 < modules.size() && dynamic_cast<const nn::ReLU6*>(modules[i + 1].second);
+      time_batch_norm(*bn, shape, relu6_next, timer, rows);
+      if (relu6_next) ++i;
     }
   }
   return rows;

@@ -191,7 +191,8 @@ assert cases["copy_bandwidth"]["frugal"]["unit"] == "GB/s" and cases["copy_bandw
 assert cases["gemm_rate"]["frugal"]["unit"] == "GFLOP/s" and cases["gemm_rate"]["frugal"]["value"] > 0, cases
 kinds = {"stem_forward", "stem_backward_input", "stem_backward_weight", "depthwise_forward", "depthwise_backward_input",
          "depthwise_backward_weight", "pointwise_forward", "pointwise_backward_input", "pointwise_backward_weight",
-         "batch_norm_forward", "batch_norm_backward", "batch_norm_eval_forward", "relu6_forward", "relu6_backward", "layers"}
+         "batch_norm_forward", "batch_norm_backward", "batch_norm_eval_forward", "batch_norm_relu6_forward",
+         "batch_norm_relu6_backward", "batch_norm_relu6_eval_forward", "layers"}
 for stem in ("standard", "cifar"):
     rows = {c[len(stem) + 1:]: r for c, r in cases.items() if c.startswith(stem + "_")}
     assert set(rows) == kinds, (stem, sorted(rows))
