@@ -1,5 +1,6 @@
 // The batch norm kernels each backend implements under one name: cpu::, cuda:: and cuda_emulated::,
-// plus cuDNN on the GPU. No CUDA types here.
+// plus cuDNN on the GPU; on the CPU the dispatcher runs cpu::fast::, checked against the reference
+// cpu::. No CUDA types here.
 // Every backend sees the operands kernels/batch_norm.cpp prepares:
 //   x, y, grad, fused_output   the input's dtype, contiguous [N, C, S] (BatchNormShape)
 //   per-channel arrays [C]     the statistics dtype, contiguous: f64 for f64 input, else f32
@@ -34,7 +35,8 @@ namespace frugal {
                                  const void* weight, const void* sum_dy, const void* sum_dy_xhat, bool training,     \
                                  void* grad_input);
 
-namespace cpu { FRUGAL_BATCH_NORM_KERNELS }
+namespace cpu { FRUGAL_BATCH_NORM_KERNELS }           // the readable reference (kernels/cpu/batch_norm.cpp)
+namespace cpu::fast { FRUGAL_BATCH_NORM_KERNELS }     // f32 vectorised, other dtypes the reference (cpu/batch_norm_fast.cpp)
 namespace cuda { FRUGAL_BATCH_NORM_KERNELS }           // the hand-written kernels (BatchNormImpl::native)
 namespace cuda_emulated { FRUGAL_BATCH_NORM_KERNELS }  // the same, in the emulator
 
