@@ -76,23 +76,6 @@ void write_back(const Tensor& running, const Tensor& work) {
 
 void* ptr(const Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }  // null for an absent operand
 
-// The CPU kernels to run: the fast loops (which pass every dtype but f32 to the reference), or the
-// reference itself when set_batch_norm_cpu_reference asked for it.
-struct CpuKernels {
-  decltype(&cpu::batch_norm_statistics) statistics;
-  decltype(&cpu::batch_norm_normalize) normalize;
-  decltype(&cpu::batch_norm_backward_sums) backward_sums;
-  decltype(&cpu::batch_norm_backward_input) backward_input;
-};
-
-CpuKernels cpu_kernels() {
-  if (g_cpu_reference)
-    return {cpu::batch_norm_statistics, cpu::batch_norm_normalize, cpu::batch_norm_backward_sums,
-            cpu::batch_norm_backward_input};
-  return {cpu::fast::batch_norm_statistics, cpu::fast::batch_norm_normalize, cpu::fast::batch_norm_backward_sums,
-          cpu::fast::batch_norm_backward_input};
-}
-
 // What both forwards start from.
 struct Forward {
   BatchNormShape shape;
@@ -157,10 +140,16 @@ BatchNormOutput batch_norm_train(const Tensor& x, const Tensor& weight, const Te
   const DType dtype = x.dtype();
   switch (x.device().type()) {
     case DeviceType::CPU:
-      cpu_kernels().statistics(dtype, f.x.data_ptr(), f.shape, momentum, eps, out.save_mean.data_ptr(),
-                                 out.save_invstd.data_ptr(), ptr(mean_work), ptr(var_work));
-      cpu_kernels().normalize(dtype, f.x.data_ptr(), f.shape, out.save_mean.data_ptr(), out.save_invstd.data_ptr(),
-                                ptr(f.weight), ptr(f.bias), fuse_relu6, out.output.data_ptr());
+      if (g_cpu_reference) {
+        cpu::batch_norm_statistics(dtype, f.x.data_ptr(), f.shape, momentum, eps, out.save_mean.data_ptr(),
+                                   out.save_invstd.data_ptr(), ptr(mean_work), ptr(var_work));
+        cpu::batch_norm_normalize(dtype, f.x.data_ptr(), f.shape, out.save_mean.data_ptr(), out.save_invstd.data_ptr(),
+                                  ptr(f.weight), ptr(f.bias), fuse_relu6, out.output.data_ptr());
+      } else {
+        cpu::fast::batch_norm_train_forward(dtype, f.x.data_ptr(), f.shape, momentum, eps, ptr(f.weight), ptr(f.bias),
+                                            fuse_relu6, out.save_mean.data_ptr(), out.save_invstd.data_ptr(),
+                                            ptr(mean_work), ptr(var_work), out.output.data_ptr());
+      }
       break;
     case DeviceType::Meta: break;
     case DeviceType::CUDA:
@@ -206,9 +195,9 @@ Tensor batch_norm_eval(const Tensor& x, const Tensor& weight, const Tensor& bias
   const DType dtype = x.dtype();
   switch (x.device().type()) {
     case DeviceType::CPU:
-      cpu_kernels().normalize(dtype, f.x.data_ptr(), f.shape, mean.data_ptr(),
-                                batch_norm_invstd(running_var, eps).data_ptr(), ptr(f.weight), ptr(f.bias), fuse_relu6,
-                                f.output.data_ptr());
+      (g_cpu_reference ? cpu::batch_norm_normalize : cpu::fast::batch_norm_normalize)(
+          dtype, f.x.data_ptr(), f.shape, mean.data_ptr(), batch_norm_invstd(running_var, eps).data_ptr(),
+          ptr(f.weight), ptr(f.bias), fuse_relu6, f.output.data_ptr());
       break;
     case DeviceType::Meta: break;
     case DeviceType::CUDA:
@@ -251,10 +240,16 @@ BatchNormGrads batch_norm_backward(const Tensor& grad_output, const Tensor& x, c
   if (x.numel() > 0) {
     switch (x.device().type()) {
       case DeviceType::CPU:
+        if (!g_cpu_reference) {
+          cpu::fast::batch_norm_backward(dtype, grad.data_ptr(), xc.data_ptr(), ptr(fused), shape, mean.data_ptr(),
+                                         invstd.data_ptr(), ptr(w), training, ptr(sum_dy), ptr(sum_dy_xhat),
+                                         grads.input.data_ptr());
+          break;
+        }
         if (sums)
-          cpu_kernels().backward_sums(dtype, grad.data_ptr(), xc.data_ptr(), ptr(fused), shape, mean.data_ptr(),
+          cpu::batch_norm_backward_sums(dtype, grad.data_ptr(), xc.data_ptr(), ptr(fused), shape, mean.data_ptr(),
                                         invstd.data_ptr(), sum_dy.data_ptr(), sum_dy_xhat.data_ptr());
-        cpu_kernels().backward_input(dtype, grad.data_ptr(), xc.data_ptr(), ptr(fused), shape, mean.data_ptr(),
+        cpu::batch_norm_backward_input(dtype, grad.data_ptr(), xc.data_ptr(), ptr(fused), shape, mean.data_ptr(),
                                        invstd.data_ptr(), ptr(w), ptr(sum_dy), ptr(sum_dy_xhat), training,
                                        grads.input.data_ptr());
         break;

@@ -1,6 +1,6 @@
 // The CPU's fast f32 batch norm loops (cpu::fast, kernels/cpu/batch_norm_fast.cpp) against the
 // readable reference (cpu::): every kernel and flag on shapes that cut a channel into blocks every
-// way (S = 1, odd S, planes larger than a block); the same bits on 1, 2 and 3 threads; statistics
+// way (odd S, small planes, planes larger than a block); the same bits on 1, 2 and 3 threads; statistics
 // that stay accurate when the mean is large against the spread; other dtypes passed through to the
 // reference; and the dispatcher's choice between the two.
 #include <doctest/doctest.h>
@@ -130,9 +130,9 @@ void compare(const Results& a, const Results& b, Check check) {
 }  // namespace
 
 TEST_CASE("batch norm fast f32 loops match the reference") {
-  // [N, C] (S = 1: many planes per block), odd S with a tail after the 16 lanes, a 4x4 map, a
-  // block that ends inside the batch (4096 / 1024 = 4 planes of 5), planes larger than a block.
-  for (const BatchNormShape shape : {BatchNormShape{37, 3, 1}, BatchNormShape{5, 4, 23}, BatchNormShape{16, 3, 16},
+  // Odd S with a tail after the 16 lanes, a 4x4 map (256 planes per block), a block that ends
+  // inside the batch (4096 / 1024 = 4 planes of 5), planes larger than a block.
+  for (const BatchNormShape shape : {BatchNormShape{5, 4, 23}, BatchNormShape{300, 3, 17}, BatchNormShape{16, 3, 16},
                                      BatchNormShape{5, 2, 1024}, BatchNormShape{2, 2, 5000}}) {
     CAPTURE(shape.batch);
     CAPTURE(shape.spatial);
@@ -173,12 +173,14 @@ TEST_CASE("batch norm fast statistics stay accurate when the mean is large again
   check_close(fo.statistics[1], ro.statistics[1], "save_invstd, outlier", 1e-5);
 }
 
-TEST_CASE("batch norm fast loops pass other dtypes to the reference") {
-  for (DType dtype : {DType::f64, DType::bf16}) {
+TEST_CASE("batch norm fast loops pass other dtypes, and planes shorter than 16, to the reference") {
+  for (DType dtype : {DType::f64, DType::bf16, DType::f32}) {
     CAPTURE(dtype);
     const Operands o = operands({3, 2, 7}, dtype);
     compare(fast(o), reference(o), check_same_bits);
   }
+  const Operands flat = operands({37, 3, 1});  // [N, C]
+  compare(fast(flat), reference(flat), check_same_bits);
 }
 
 TEST_CASE("batch norm on the CPU runs the fast loops for f32, the reference when asked") {
@@ -192,4 +194,42 @@ TEST_CASE("batch norm on the CPU runs the fast loops for f32, the reference when
   check_same_bits(batch_norm_train(x, Tensor(), Tensor(), Tensor(), Tensor(), 0.1, 1e-5).save_invstd, r.statistics[1],
                   "reference save_invstd");
   set_batch_norm_cpu_reference(false);
+}
+
+TEST_CASE("batch norm fast per-channel sweeps give the separate fast kernels' bits, on 1 and 3 threads") {
+  // What the CPU dispatcher runs: statistics + normalize, and sums + input gradient, channel by
+  // channel. Planes larger than a block, and [N, C].
+  const int saved = omp_get_max_threads();
+  for (const BatchNormShape shape : {BatchNormShape{8, 24, 256}, BatchNormShape{2, 2, 5000}, BatchNormShape{37, 3, 1}}) {
+    CAPTURE(shape.spatial);
+    const Operands o = operands(shape);
+    const Results separate = fast(o);
+    const TensorOptions per_channel{.dtype = DType::f32};
+    const std::int64_t c = shape.channels;
+    for (int threads : {1, 3}) {
+      CAPTURE(threads);
+      omp_set_num_threads(threads);
+      std::array<Tensor, 4> statistics{empty({c}, per_channel), empty({c}, per_channel), o.running_mean.clone(),
+                                       o.running_var.clone()};
+      const Tensor y = empty(o.x.shape());
+      cpu::fast::batch_norm_train_forward(DType::f32, o.x.data_ptr(), shape, 0.1, 1e-5, nullptr, nullptr, true,
+                                          statistics[0].data_ptr(), statistics[1].data_ptr(), statistics[2].data_ptr(),
+                                          statistics[3].data_ptr(), y.data_ptr());
+      for (std::size_t i = 0; i < statistics.size(); ++i)
+        check_same_bits(statistics[i], separate.statistics[i], "statistics");
+      check_same_bits(y, separate.fused, "normalize + ReLU6");
+      const Tensor sum_dy = zeros({c}, per_channel), sum_dy_xhat = zeros({c}, per_channel), dx = empty(o.x.shape());
+      cpu::fast::batch_norm_backward(DType::f32, o.grad.data_ptr(), o.x.data_ptr(), nullptr, shape,
+                                     statistics[0].data_ptr(), statistics[1].data_ptr(), o.weight.data_ptr(), true,
+                                     sum_dy.data_ptr(), sum_dy_xhat.data_ptr(), dx.data_ptr());
+      check_same_bits(sum_dy, separate.sums[0], "sum_dy");
+      check_same_bits(sum_dy_xhat, separate.sums[1], "sum_dy_xhat");
+      check_same_bits(dx, separate.grad_training, "grad_input, training");
+      cpu::fast::batch_norm_backward(DType::f32, o.grad.data_ptr(), o.x.data_ptr(), y.data_ptr(), shape,
+                                     statistics[0].data_ptr(), statistics[1].data_ptr(), o.weight.data_ptr(), false,
+                                     nullptr, nullptr, dx.data_ptr());
+      check_same_bits(dx, separate.grad_fused_eval, "grad_input, eval, fused");
+    }
+  }
+  omp_set_num_threads(saved);
 }
