@@ -36,7 +36,7 @@ namespace frugal {
                                  void* grad_input);
 
 namespace cpu { FRUGAL_BATCH_NORM_KERNELS }           // the readable reference (kernels/cpu/batch_norm.cpp)
-namespace cpu::fast { FRUGAL_BATCH_NORM_KERNELS }     // f32 vectorised, other dtypes the reference (cpu/batch_norm_fast.cpp)
+namespace cpu::fast { FRUGAL_BATCH_NORM_KERNELS }     // f32 vectorised (cpu/batch_norm_fast.cpp)
 namespace cuda { FRUGAL_BATCH_NORM_KERNELS }           // the hand-written kernels (BatchNormImpl::native)
 namespace cuda_emulated { FRUGAL_BATCH_NORM_KERNELS }  // the same, in the emulator
 

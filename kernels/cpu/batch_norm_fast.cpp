@@ -35,9 +35,9 @@ namespace frugal::cpu::fast {
 // that K's distance from the mean adds to sum(d^2): when the shift removed less than kFarShift of
 // it (K an outlier of the block), the block is read again shifted by its mean, which costs a second
 // read of 16 KiB still in L1. The plain two-pass scheme (every block read for its mean, then for the
-// deviations) needs no such check, but measured on a [64, C, S] tensor of 8 MiB here it ran at
-// 12.4 GB/s (S = 1024) and 6.0 GB/s (S = 16) against 17.6 and 9.9 for the one pass, which is as
-// fast as a bare sum (18.7 and 10.4).
+// deviations) needs no such check, but measured on a [64, C, S] tensor of 8 MiB here, on one
+// thread, it ran at 12.4 GB/s (S = 1024) and 6.0 GB/s (S = 16) against 17.6 and 9.9 for one shifted
+// pass, which is as fast as a bare sum (18.7 and 10.4).
 constexpr std::int64_t kLanes = 16;            // one AVX-512 register of floats, two AVX2 ones
 constexpr std::int64_t kBlockElements = 4096;  // 16 KiB of floats: fits L1 (32-48 KiB) with room for the rest
 // Normally distributed data puts K within 3 standard deviations of the block's mean in 99.7% of
@@ -59,9 +59,9 @@ typedef float Lanes __attribute__((vector_size(kLanes * sizeof(float))));
 
 void load(Lanes& v, const float* p) { std::memcpy(&v, p, sizeof v); }
 
-// The lanes and the tail's lanes folded into double, in lane order. Rows shorter than 16 (2x2 maps)
-// or with a remainder add their last elements into plain arrays: indexing a Lanes value by a
-// variable lane goes through memory every time.
+// The lanes and the tail's lanes folded into double, in lane order. A row's remainder (its last
+// length % 16 elements) is added into plain arrays: indexing a Lanes value by a variable lane goes
+// through memory every time.
 double fold(const Lanes& lanes, const float (&tail)[kLanes]) {
   double total = 0.0;
   for (std::int64_t l = 0; l < kLanes; ++l) total += static_cast<double>(lanes[l]) + static_cast<double>(tail[l]);
