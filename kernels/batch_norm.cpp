@@ -11,6 +11,7 @@ namespace frugal {
 
 namespace {
 BatchNormImpl g_impl = BatchNormImpl::cudnn;
+bool g_cpu_reference = false;
 }
 
 std::string_view batch_norm_impl_name(BatchNormImpl impl) {
@@ -24,6 +25,10 @@ std::string_view batch_norm_impl_name(BatchNormImpl impl) {
 void set_batch_norm_impl(BatchNormImpl impl) { g_impl = impl; }
 
 BatchNormImpl batch_norm_impl() { return g_impl; }
+
+void set_batch_norm_cpu_reference(bool on) { g_cpu_reference = on; }
+
+bool batch_norm_cpu_reference() { return g_cpu_reference; }
 
 namespace {
 
@@ -135,10 +140,16 @@ BatchNormOutput batch_norm_train(const Tensor& x, const Tensor& weight, const Te
   const DType dtype = x.dtype();
   switch (x.device().type()) {
     case DeviceType::CPU:
-      cpu::batch_norm_statistics(dtype, f.x.data_ptr(), f.shape, momentum, eps, out.save_mean.data_ptr(),
-                                 out.save_invstd.data_ptr(), ptr(mean_work), ptr(var_work));
-      cpu::batch_norm_normalize(dtype, f.x.data_ptr(), f.shape, out.save_mean.data_ptr(), out.save_invstd.data_ptr(),
-                                ptr(f.weight), ptr(f.bias), fuse_relu6, out.output.data_ptr());
+      if (g_cpu_reference) {
+        cpu::batch_norm_statistics(dtype, f.x.data_ptr(), f.shape, momentum, eps, out.save_mean.data_ptr(),
+                                   out.save_invstd.data_ptr(), ptr(mean_work), ptr(var_work));
+        cpu::batch_norm_normalize(dtype, f.x.data_ptr(), f.shape, out.save_mean.data_ptr(), out.save_invstd.data_ptr(),
+                                  ptr(f.weight), ptr(f.bias), fuse_relu6, out.output.data_ptr());
+      } else {
+        cpu::fast::batch_norm_train_forward(dtype, f.x.data_ptr(), f.shape, momentum, eps, ptr(f.weight), ptr(f.bias),
+                                            fuse_relu6, out.save_mean.data_ptr(), out.save_invstd.data_ptr(),
+                                            ptr(mean_work), ptr(var_work), out.output.data_ptr());
+      }
       break;
     case DeviceType::Meta: break;
     case DeviceType::CUDA:
@@ -184,9 +195,9 @@ Tensor batch_norm_eval(const Tensor& x, const Tensor& weight, const Tensor& bias
   const DType dtype = x.dtype();
   switch (x.device().type()) {
     case DeviceType::CPU:
-      cpu::batch_norm_normalize(dtype, f.x.data_ptr(), f.shape, mean.data_ptr(),
-                                batch_norm_invstd(running_var, eps).data_ptr(), ptr(f.weight), ptr(f.bias), fuse_relu6,
-                                f.output.data_ptr());
+      (g_cpu_reference ? cpu::batch_norm_normalize : cpu::fast::batch_norm_normalize)(
+          dtype, f.x.data_ptr(), f.shape, mean.data_ptr(), batch_norm_invstd(running_var, eps).data_ptr(),
+          ptr(f.weight), ptr(f.bias), fuse_relu6, f.output.data_ptr());
       break;
     case DeviceType::Meta: break;
     case DeviceType::CUDA:
@@ -229,6 +240,12 @@ BatchNormGrads batch_norm_backward(const Tensor& grad_output, const Tensor& x, c
   if (x.numel() > 0) {
     switch (x.device().type()) {
       case DeviceType::CPU:
+        if (!g_cpu_reference) {
+          cpu::fast::batch_norm_backward(dtype, grad.data_ptr(), xc.data_ptr(), ptr(fused), shape, mean.data_ptr(),
+                                         invstd.data_ptr(), ptr(w), training, ptr(sum_dy), ptr(sum_dy_xhat),
+                                         grads.input.data_ptr());
+          break;
+        }
         if (sums)
           cpu::batch_norm_backward_sums(dtype, grad.data_ptr(), xc.data_ptr(), ptr(fused), shape, mean.data_ptr(),
                                         invstd.data_ptr(), sum_dy.data_ptr(), sum_dy_xhat.data_ptr());

@@ -1,6 +1,7 @@
 // Batch normalisation with PyTorch's semantics (torch.nn.functional.batch_norm), its backward, and
-// an optional fused ReLU6 (MobileNetV2's conv-BN-ReLU6 blocks). Kernels: kernels/cpu/batch_norm.cpp,
-// kernels/cuda/batch_norm.cu (hand-written), kernels/cuda/cudnn_batch_norm.cpp (cuDNN).
+// an optional fused ReLU6 (MobileNetV2's conv-BN-ReLU6 blocks). Kernels: kernels/cpu/batch_norm_fast.cpp
+// (f32) beside the reference kernels/cpu/batch_norm.cpp (every dtype), kernels/cuda/batch_norm.cu
+// (hand-written), kernels/cuda/cudnn_batch_norm.cpp (cuDNN).
 // Not here: the module that owns the parameters and chooses train or eval (nn/).
 //
 // Shapes: x [N, C] or [N, C, *] (images: [N, C, H, W]); statistics per channel over every other dim.
@@ -18,11 +19,17 @@
 namespace frugal {
 
 // The implementation on CUDA: cuDNN (the default, until a GPU measurement says the hand-written
-// kernels are as fast) or frugal's own kernels. The CPU has one implementation.
+// kernels are as fast) or frugal's own kernels.
 enum class BatchNormImpl : std::uint8_t { native, cudnn };
 std::string_view batch_norm_impl_name(BatchNormImpl impl);
 void set_batch_norm_impl(BatchNormImpl impl);
 BatchNormImpl batch_norm_impl();
+
+// On the CPU, f32 runs the fast loops (kernels/cpu/batch_norm_fast.cpp) unless this asks for the
+// readable reference, which every other dtype runs: for comparisons that must hold to the bit
+// across dtypes (the reference sums differently from the fast loops).
+void set_batch_norm_cpu_reference(bool on);
+bool batch_norm_cpu_reference();
 
 struct BatchNormOutput {
   Tensor output;                 // x's shape and dtype

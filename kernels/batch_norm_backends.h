@@ -1,5 +1,6 @@
 // The batch norm kernels each backend implements under one name: cpu::, cuda:: and cuda_emulated::,
-// plus cuDNN on the GPU. No CUDA types here.
+// plus cuDNN on the GPU; on the CPU the dispatcher runs cpu::fast::, checked against the reference
+// cpu::. No CUDA types here.
 // Every backend sees the operands kernels/batch_norm.cpp prepares:
 //   x, y, grad, fused_output   the input's dtype, contiguous [N, C, S] (BatchNormShape)
 //   per-channel arrays [C]     the statistics dtype, contiguous: f64 for f64 input, else f32
@@ -34,9 +35,23 @@ namespace frugal {
                                  const void* weight, const void* sum_dy, const void* sum_dy_xhat, bool training,     \
                                  void* grad_input);
 
-namespace cpu { FRUGAL_BATCH_NORM_KERNELS }
+namespace cpu { FRUGAL_BATCH_NORM_KERNELS }           // the readable reference (kernels/cpu/batch_norm.cpp)
+namespace cpu::fast { FRUGAL_BATCH_NORM_KERNELS }     // f32 vectorised (cpu/batch_norm_fast.cpp)
 namespace cuda { FRUGAL_BATCH_NORM_KERNELS }           // the hand-written kernels (BatchNormImpl::native)
 namespace cuda_emulated { FRUGAL_BATCH_NORM_KERNELS }  // the same, in the emulator
+
+// The CPU's per-channel sweeps (kernels/cpu/batch_norm_fast.cpp), what its dispatcher runs: f32 does
+// a channel's two passes (statistics then normalize; sums then input gradient) back to back, while
+// the channel is still in L2; other dtypes run the reference's kernels one after the other.
+// batch_norm_backward computes the sums only when sum_dy is set (null both when not needed).
+namespace cpu::fast {
+void batch_norm_train_forward(DType dtype, const void* x, const BatchNormShape& shape, double momentum, double eps,
+                              const void* weight, const void* bias, bool relu6, void* save_mean, void* save_invstd,
+                              void* running_mean, void* running_var, void* y);
+void batch_norm_backward(DType dtype, const void* grad, const void* x, const void* fused_output,
+                         const BatchNormShape& shape, const void* mean, const void* invstd, const void* weight,
+                         bool training, void* sum_dy, void* sum_dy_xhat, void* grad_input);
+}  // namespace cpu::fast
 
 namespace cuda {
 // The library implementation (BatchNormImpl::cudnn, kernels/cuda/cudnn_batch_norm.cpp). cuDNN needs

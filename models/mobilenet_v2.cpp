@@ -24,12 +24,17 @@ std::int64_t make_divisible(double value, std::int64_t divisor) {
 Conv2dNormActivation::Conv2dNormActivation(std::int64_t in_channels, std::int64_t out_channels,
                                            std::int64_t kernel_size, std::int64_t stride, std::int64_t groups,
                                            Generator* generator, bool inplace)
-    : nn::Sequential("Conv2dNormActivation") {
+    : nn::Sequential("Conv2dNormActivation"), fused_(inplace) {
   const std::int64_t padding = (kernel_size - 1) / 2;
-  push_back(std::make_shared<nn::Conv2d>(in_channels, out_channels, kernel_size, stride, padding, 1, groups,
-                                         /*bias=*/false, generator));
-  push_back(std::make_shared<nn::BatchNorm2d>(out_channels));
+  conv_ = push_back(std::make_shared<nn::Conv2d>(in_channels, out_channels, kernel_size, stride, padding, 1, groups,
+                                                 /*bias=*/false, generator));
+  norm_ = push_back(std::make_shared<nn::BatchNorm2d>(out_channels));
   push_back(std::make_shared<nn::ReLU6>(inplace));
+}
+
+Tensor Conv2dNormActivation::forward(const Tensor& x) {
+  if (!fused_) return nn::Sequential::forward(x);
+  return norm_->forward_relu6((*conv_)(x));  // the ReLU6 child's work, done in BatchNorm's pass
 }
 
 InvertedResidual::InvertedResidual(std::int64_t in_channels, std::int64_t out_channels, std::int64_t stride,

@@ -8,9 +8,10 @@
 //   then              adaptive average pooling to 1x1, flatten,
 //   classifier        Dropout(p), Linear(last channel, num_classes)
 //
-// Memory: every ReLU6 is in place (as torchvision's ReLU6(inplace=True)), so a conv-BN-ReLU6 unit
-// keeps two tensors for backward: the conv's output, which BatchNorm needs, and BatchNorm's output,
-// overwritten by ReLU6, which is also what the next convolution saves. Three options trade or measure
+// Memory: every ReLU6 is in place (as torchvision's ReLU6(inplace=True)), here fused into its
+// BatchNorm's pass, so a conv-BN-ReLU6 unit keeps two tensors for backward: the conv's output, which
+// BatchNorm needs, and BatchNorm's output clamped by ReLU6, which is also what the next convolution
+// saves. Three options trade or measure
 // memory without changing a name or a shape: checkpoint_activations runs features.1..17 through
 // nn::checkpoint (each keeps only its input and runs again in backward), checkpoint_blocks runs a
 // chosen few of them so (block i is features.i, models/block_selection.h), and inplace_activations =
@@ -47,12 +48,21 @@ struct MobileNetV2Options {
 std::int64_t make_divisible(double value, std::int64_t divisor = 8);
 
 // Conv2d (no bias), BatchNorm2d, ReLU6 (in place unless `inplace` is false): torchvision's
-// Conv2dNormActivation, named 0, 1, 2.
+// Conv2dNormActivation, named 0, 1, 2. In place, the BatchNorm and the ReLU6 run as one pass
+// (BatchNorm2d::forward_relu6): the same values, gradients and saved tensors as the two layers one
+// after the other, one read and write of the data fewer each way. Out of place, the three layers run
+// in turn, as torchvision's ReLU6(inplace=False).
 class Conv2dNormActivation : public nn::Sequential {
  public:
   Conv2dNormActivation(std::int64_t in_channels, std::int64_t out_channels, std::int64_t kernel_size,
                        std::int64_t stride = 1, std::int64_t groups = 1, Generator* generator = nullptr,
                        bool inplace = true);
+  Tensor forward(const Tensor& x) override;
+
+ private:
+  std::shared_ptr<nn::Conv2d> conv_;
+  std::shared_ptr<nn::BatchNorm2d> norm_;
+  bool fused_;
 };
 
 // Expand (1x1, unless expand_ratio is 1), depthwise 3x3, project (1x1, no activation); the input is

@@ -85,7 +85,13 @@ BatchNorm2d::BatchNorm2d(std::int64_t num_features, double eps, std::optional<do
   }
 }
 
-Tensor BatchNorm2d::forward(const Tensor& x) {
+Tensor BatchNorm2d::forward(const Tensor& x) { return normalize(x, false); }
+
+Tensor BatchNorm2d::forward_relu6(const Tensor& x) {
+  return observed_call([&] { return normalize(x, true); });
+}
+
+Tensor BatchNorm2d::normalize(const Tensor& x, bool fuse_relu6) {
   FRUGAL_CHECK_SHAPE(x.dim() == 4 && x.size(1) == num_features_, "BatchNorm2d(", num_features_, "): expected [N, ",
                      num_features_, ", H, W], got ", shape_str(x.shape()));
   // A checkpointed block recomputed during backward (nn/checkpoint.h) already updated the running
@@ -103,7 +109,7 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
   const bool batch_statistics = is_training() || !running_mean_.defined();
   const bool pass_running = update_running || !is_training();
   return F::batch_norm(x, pass_running ? running_mean_ : Tensor(), pass_running ? running_var_ : Tensor(), weight_, bias_,
-                       batch_statistics, momentum, eps_);
+                       batch_statistics, momentum, eps_, fuse_relu6);
 }
 
 // ---- activations, dropout

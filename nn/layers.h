@@ -70,6 +70,10 @@ class BatchNorm2d : public Module {
   explicit BatchNorm2d(std::int64_t num_features, double eps = 1e-5, std::optional<double> momentum = 0.1,
                        bool affine = true, bool track_running_stats = true);
   Tensor forward(const Tensor& x) override;  // x [N, C, H, W]
+  // forward(x) then ReLU6, in one pass over the data and one saved output (F::batch_norm's
+  // fuse_relu6), seen by module call observers as this layer's call: what MobileNetV2's
+  // Conv2dNormActivation runs instead of this layer followed by ReLU6(inplace = true).
+  Tensor forward_relu6(const Tensor& x);
   const Tensor& weight() const { return weight_; }              // undefined unless affine
   const Tensor& bias() const { return bias_; }                  // undefined unless affine
   const Tensor& running_mean() const { return running_mean_; }  // undefined unless track_running_stats
@@ -77,6 +81,8 @@ class BatchNorm2d : public Module {
   const Tensor& num_batches_tracked() const { return num_batches_tracked_; }
 
  private:
+  Tensor normalize(const Tensor& x, bool fuse_relu6);
+
   std::int64_t num_features_;
   double eps_;
   std::optional<double> momentum_;

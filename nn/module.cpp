@@ -37,10 +37,14 @@ ModuleCallObserverScope::~ModuleCallObserverScope() {
 
 Tensor Module::operator()(const Tensor& x) {
   if (t_observers.empty()) return forward(x);
+  return observed_call([&] { return forward(x); });
+}
+
+Tensor Module::observed_call(const std::function<Tensor()>& body) {
   for (auto it = t_observers.rbegin(); it != t_observers.rend(); ++it) (*it)->before_call(*this);
   Tensor y;  // declared first, so it outlives `end`, which reads it
   CallEnd end{*this};
-  y = forward(x);
+  y = body();
   end.output = &y;
   return y;
 }

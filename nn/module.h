@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -128,6 +129,10 @@ class Module {
 
  protected:
   explicit Module(std::string type_name) : type_name_(std::move(type_name)) {}
+  // Runs `body` as a call of this module, seen by the observers exactly as operator() is: for a
+  // layer's second entry point, which memory reports must still attribute to the layer
+  // (BatchNorm2d::forward_relu6).
+  Tensor observed_call(const std::function<Tensor()>& body);
 
  private:
   void check_new_name(const std::string& name) const;

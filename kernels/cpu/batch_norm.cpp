@@ -1,7 +1,8 @@
 // CPU batch norm (kernels/batch_norm_backends.h): the readable reference. The per-channel passes
 // (statistics, backward sums) run in parallel over channels, each channel's elements folded in
 // order; the elementwise passes run in parallel over (n, c) planes. The arithmetic is
-// kernels/batch_norm_ops.h, the same as the CUDA kernels'.
+// kernels/batch_norm_ops.h, the same as the CUDA kernels'. For f32 the dispatcher runs the fast loops
+// of kernels/cpu/batch_norm_fast.cpp, which are tested against these; f64, f16 and bf16 run these.
 #include "core/cpu/parallel.h"
 #include "core/convert.h"
 #include "kernels/batch_norm_backends.h"

@@ -1,10 +1,12 @@
 // The models against torchvision: state-dict names, dtypes, shapes and order compared with the
 // manifests tests/fixtures/models/make_state_dict_manifests.py wrote from torchvision 0.14, parameter
 // counts as torchvision prints them, torchvision's initialisation statistics, the CIFAR stem's
-// strides, and the registry's refusals. Values against torchvision: test_models_vs_torchvision.cpp.
+// strides, the registry's refusals, and Conv2dNormActivation's fused BatchNorm + ReLU6 against its
+// layers run in turn. Values against torchvision: test_models_vs_torchvision.cpp.
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +18,8 @@
 #include "models/mobilenet_v2.h"
 #include "models/registry.h"
 #include "models/resnet.h"
+#include "nn/autograd.h"
+#include "nn/functional.h"
 #include "nn/layers.h"
 #include "nn/safetensors.h"
 
@@ -251,4 +255,60 @@ TEST_CASE("models: the registry refuses unknown names and options a model lacks"
   CHECK_THROWS_AS(make_model("resnet50", {.num_classes = 0}), ValueError);
   const auto model = make_model("cnn");
   CHECK_THROWS_AS(model->forward(zeros({1, 3, 28, 28})), ShapeError);  // the CNN defaults to one channel
+}
+
+namespace {
+// Writes "+Type " for every module call that starts.
+struct CallTypes : nn::ModuleCallObserver {
+  std::string log;
+  void before_call(const nn::Module& m) override { log += "+" + m.type_name() + " "; }
+  void after_call(const nn::Module&, const Tensor*) override {}
+};
+
+void check_close(const Tensor& a, const Tensor& b, const char* what) {
+  const auto x = a.to_vector<double>(), y = b.to_vector<double>();
+  REQUIRE(x.size() == y.size());
+  for (std::size_t i = 0; i < x.size(); ++i)
+    REQUIRE_MESSAGE(std::abs(x[i] - y[i]) <= 1e-6 + 1e-5 * std::abs(y[i]), what, ": element ", i, " ", x[i], " vs ", y[i]);
+}
+}  // namespace
+
+TEST_CASE("models: Conv2dNormActivation in place runs BatchNorm and ReLU6 as one pass, with the layers' results") {
+  // In place: the BatchNorm2d's call (observed, as memory reports need) does the ReLU6's work, and the
+  // ReLU6 child is not called. Out of place: the three layers in turn. Same outputs, running
+  // statistics and gradients, in training and in eval, with BatchNorm weights large enough that the
+  // clamp cuts on both sides.
+  for (const bool training : {true, false}) {
+    CAPTURE(training);
+    Generator g1(11), g2(11);
+    models::Conv2dNormActivation fused(3, 8, 3, 1, 1, &g1, true), plain(3, 8, 3, 1, 1, &g2, false);
+    for (nn::Module* m : {static_cast<nn::Module*>(&fused), static_cast<nn::Module*>(&plain)}) {
+      for (const auto& [name, p] : m->named_parameters())
+        if (name == "1.weight") Tensor(p).fill_(4.0);
+      m->train(training);
+    }
+    Generator data(5);
+    const Tensor x = uniform({4, 3, 6, 6}, -2.0, 2.0, {}, &data), probe = uniform({4, 8, 6, 6}, -1.0, 1.0, {}, &data);
+    CallTypes calls;
+    Tensor y_fused;
+    {
+      nn::ModuleCallObserverScope scope(calls);
+      y_fused = fused(x);
+    }
+    CHECK(calls.log == "+Conv2dNormActivation +Conv2d +BatchNorm2d ");
+    const Tensor y_plain = plain(x);
+    const auto v = y_fused.to_vector<double>();
+    CHECK(*std::min_element(v.begin(), v.end()) == 0.0);
+    CHECK(*std::max_element(v.begin(), v.end()) == 6.0);
+    check_close(y_fused, y_plain, "output");
+    autograd::backward(functional::sum(functional::mul(y_fused, probe)));
+    autograd::backward(functional::sum(functional::mul(y_plain, probe)));
+    const auto fused_params = fused.named_parameters(), plain_params = plain.named_parameters();
+    for (std::size_t i = 0; i < fused_params.size(); ++i)
+      check_close(autograd::grad(fused_params[i].second), autograd::grad(plain_params[i].second),
+                  fused_params[i].first.c_str());
+    const auto fused_buffers = fused.named_buffers(), plain_buffers = plain.named_buffers();
+    for (std::size_t i = 0; i < fused_buffers.size(); ++i)
+      check_close(fused_buffers[i].second, plain_buffers[i].second, fused_buffers[i].first.c_str());
+  }
 }

@@ -1,0 +1,235 @@
+// The CPU's fast f32 batch norm loops (cpu::fast, kernels/cpu/batch_norm_fast.cpp) against the
+// readable reference (cpu::): every kernel and flag on shapes that cut a channel into blocks every
+// way (odd S, small planes, planes larger than a block); the same bits on 1, 2 and 3 threads; statistics
+// that stay accurate when the mean is large against the spread; other dtypes passed through to the
+// reference; and the dispatcher's choice between the two.
+#include <doctest/doctest.h>
+#include <omp.h>
+
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "core/random.h"
+#include "kernels/batch_norm.h"
+#include "kernels/batch_norm_backends.h"
+
+using namespace frugal;
+
+namespace {
+
+// The fast loops sum in f32 lanes folded into double, the reference in double: f32 rounding apart.
+constexpr double kTolerance = 2e-5;
+
+void check_close(const Tensor& fast, const Tensor& reference, const char* what, double tolerance = kTolerance) {
+  const auto f = fast.to_vector<double>(), r = reference.to_vector<double>();
+  REQUIRE(f.size() == r.size());
+  double worst = 0.0;
+  std::size_t worst_index = 0;
+  for (std::size_t i = 0; i < r.size(); ++i) {
+    const double excess = std::abs(f[i] - r[i]) - tolerance * (1.0 + std::abs(r[i]));
+    if (!(excess <= worst)) {  // also catches NaN
+      worst = std::isnan(excess) ? INFINITY : excess;
+      worst_index = i;
+    }
+  }
+  CHECK_MESSAGE(worst <= 0.0, what, ": element ", worst_index, " fast ", f[worst_index], " reference ", r[worst_index]);
+}
+
+void check_same_bits(const Tensor& a, const Tensor& b, const char* what) {
+  CHECK_MESSAGE(std::memcmp(a.data_ptr(), b.data_ptr(), a.nbytes()) == 0, what, " differs");
+}
+
+const void* ptr(const Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
+
+struct Operands {
+  BatchNormShape shape;
+  DType dtype;
+  Tensor x, grad, weight, bias, running_mean, running_var;
+};
+
+Operands operands(BatchNormShape shape, DType dtype = DType::f32, double offset = 0.0) {
+  const DType stats = dtype == DType::f64 ? DType::f64 : DType::f32;
+  const Shape data{shape.batch, shape.channels, shape.spatial}, channel{shape.channels};
+  return {shape,
+          dtype,
+          uniform(data, offset - 2.0, offset + 4.0, {.dtype = dtype}),
+          uniform(data, -1.0, 1.0, {.dtype = dtype}),
+          uniform(channel, 1.0, 3.0, {.dtype = stats}),
+          uniform(channel, 1.0, 3.0, {.dtype = stats}),
+          uniform(channel, -1.0, 1.0, {.dtype = stats}),
+          uniform(channel, 0.5, 2.0, {.dtype = stats})};
+}
+
+DType stats_dtype(const Operands& o) { return o.running_mean.dtype(); }
+
+// What one implementation gives for all four kernels, the backward both with and without the fused
+// ReLU6, in training (with the sums) and eval.
+struct Results {
+  std::array<Tensor, 4> statistics;  // save_mean, save_invstd, running_mean, running_var
+  Tensor plain, fused;               // normalize without and with ReLU6 (fused also has no affine)
+  std::array<Tensor, 2> sums, fused_sums;
+  Tensor grad_training, grad_fused_eval;
+};
+
+template <typename Statistics, typename Normalize, typename Sums, typename Input>
+Results run(const Operands& o, Statistics statistics, Normalize normalize, Sums sums, Input input) {
+  const TensorOptions per_channel{.dtype = stats_dtype(o)};
+  const std::int64_t c = o.shape.channels;
+  Results r;
+  r.statistics = {empty({c}, per_channel), empty({c}, per_channel), o.running_mean.clone(), o.running_var.clone()};
+  statistics(o.dtype, o.x.data_ptr(), o.shape, 0.1, 1e-5, r.statistics[0].data_ptr(), r.statistics[1].data_ptr(),
+             r.statistics[2].data_ptr(), r.statistics[3].data_ptr());
+  const Tensor &mean = r.statistics[0], &invstd = r.statistics[1];
+  r.plain = empty(o.x.shape(), {.dtype = o.dtype});
+  normalize(o.dtype, o.x.data_ptr(), o.shape, mean.data_ptr(), invstd.data_ptr(), o.weight.data_ptr(),
+            o.bias.data_ptr(), false, r.plain.data_ptr());
+  r.fused = empty(o.x.shape(), {.dtype = o.dtype});
+  normalize(o.dtype, o.x.data_ptr(), o.shape, mean.data_ptr(), invstd.data_ptr(), nullptr, nullptr, true,
+            r.fused.data_ptr());
+  for (auto [out, fused] : {std::pair{&r.sums, Tensor()}, std::pair{&r.fused_sums, r.fused}}) {
+    *out = {zeros({c}, per_channel), zeros({c}, per_channel)};
+    sums(o.dtype, o.grad.data_ptr(), o.x.data_ptr(), ptr(fused), o.shape, mean.data_ptr(), invstd.data_ptr(),
+         (*out)[0].data_ptr(), (*out)[1].data_ptr());
+  }
+  r.grad_training = empty(o.x.shape(), {.dtype = o.dtype});
+  input(o.dtype, o.grad.data_ptr(), o.x.data_ptr(), nullptr, o.shape, mean.data_ptr(), invstd.data_ptr(),
+        o.weight.data_ptr(), r.sums[0].data_ptr(), r.sums[1].data_ptr(), true, r.grad_training.data_ptr());
+  r.grad_fused_eval = empty(o.x.shape(), {.dtype = o.dtype});
+  input(o.dtype, o.grad.data_ptr(), o.x.data_ptr(), r.fused.data_ptr(), o.shape, mean.data_ptr(), invstd.data_ptr(),
+        o.weight.data_ptr(), nullptr, nullptr, false, r.grad_fused_eval.data_ptr());
+  return r;
+}
+
+Results fast(const Operands& o) {
+  return run(o, cpu::fast::batch_norm_statistics, cpu::fast::batch_norm_normalize, cpu::fast::batch_norm_backward_sums,
+             cpu::fast::batch_norm_backward_input);
+}
+
+Results reference(const Operands& o) {
+  return run(o, cpu::batch_norm_statistics, cpu::batch_norm_normalize, cpu::batch_norm_backward_sums,
+             cpu::batch_norm_backward_input);
+}
+
+template <typename Check>
+void compare(const Results& a, const Results& b, Check check) {
+  const char* names[] = {"save_mean", "save_invstd", "running_mean", "running_var"};
+  for (std::size_t i = 0; i < a.statistics.size(); ++i) check(a.statistics[i], b.statistics[i], names[i]);
+  check(a.plain, b.plain, "normalize");
+  check(a.fused, b.fused, "normalize + ReLU6");
+  check(a.sums[0], b.sums[0], "sum_dy");
+  check(a.sums[1], b.sums[1], "sum_dy_xhat");
+  check(a.fused_sums[0], b.fused_sums[0], "sum_dy, fused");
+  check(a.fused_sums[1], b.fused_sums[1], "sum_dy_xhat, fused");
+  check(a.grad_training, b.grad_training, "grad_input, training");
+  check(a.grad_fused_eval, b.grad_fused_eval, "grad_input, eval, fused");
+}
+
+}  // namespace
+
+TEST_CASE("batch norm fast f32 loops match the reference") {
+  // Odd S with a tail after the 16 lanes, a 4x4 map (256 planes per block), a block that ends
+  // inside the batch (4096 / 1024 = 4 planes of 5), planes larger than a block.
+  for (const BatchNormShape shape : {BatchNormShape{5, 4, 23}, BatchNormShape{300, 3, 17}, BatchNormShape{16, 3, 16},
+                                     BatchNormShape{5, 2, 1024}, BatchNormShape{2, 2, 5000}}) {
+    CAPTURE(shape.batch);
+    CAPTURE(shape.spatial);
+    const Operands o = operands(shape);
+    const Results f = fast(o), r = reference(o);
+    compare(f, r, [](const Tensor& a, const Tensor& b, const char* what) { check_close(a, b, what); });
+  }
+}
+
+TEST_CASE("batch norm fast f32 loops give the same bits on 1, 2 and 3 threads") {
+  // 8 * 24 * 256 = 49152 elements: above kMinParallelWork, so the loops really are split.
+  const Operands o = operands({8, 24, 256});
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const Results one = fast(o);
+  for (int threads : {2, 3}) {
+    CAPTURE(threads);
+    omp_set_num_threads(threads);
+    compare(fast(o), one, check_same_bits);
+  }
+  omp_set_num_threads(saved);
+}
+
+TEST_CASE("batch norm fast statistics stay accurate when the mean is large against the spread") {
+  // Values 1e4 + uniform(-2, 4): variance 3, mean 1e4 + 1. E[x^2] - E[x]^2 in f32 would lose it all
+  // (x^2 = 1e8 has an ulp of 8); the reference sums in double. The statistics must agree to f32
+  // rounding of the data (the mean to a few of its ulps).
+  const Operands o = operands({16, 4, 100}, DType::f32, 1e4);
+  const Results f = fast(o), r = reference(o);
+  check_close(f.statistics[0], r.statistics[0], "save_mean", 1e-6);
+  check_close(f.statistics[1], r.statistics[1], "save_invstd", 1e-5);
+  check_close(f.statistics[3], r.statistics[3], "running_var", 1e-5);
+  // One far value first in each channel (a bad pivot for a one-pass shifted sum): still accurate.
+  Operands outlier = operands({16, 4, 100});
+  for (std::int64_t c = 0; c < 4; ++c) static_cast<float*>(outlier.x.data_ptr())[c * 100] = 1e4f;
+  const Results fo = fast(outlier), ro = reference(outlier);
+  check_close(fo.statistics[0], ro.statistics[0], "save_mean, outlier", 1e-6);
+  check_close(fo.statistics[1], ro.statistics[1], "save_invstd, outlier", 1e-5);
+}
+
+TEST_CASE("batch norm fast loops pass other dtypes, and planes shorter than 16, to the reference") {
+  for (DType dtype : {DType::f64, DType::bf16, DType::f32}) {
+    CAPTURE(dtype);
+    const Operands o = operands({3, 2, 7}, dtype);
+    compare(fast(o), reference(o), check_same_bits);
+  }
+  const Operands flat = operands({37, 3, 1});  // [N, C]
+  compare(fast(flat), reference(flat), check_same_bits);
+}
+
+TEST_CASE("batch norm on the CPU runs the fast loops for f32, the reference when asked") {
+  const Operands o = operands({8, 3, 20});
+  const Tensor x = o.x.reshape({8, 3, 4, 5});
+  const Results f = fast(o), r = reference(o);
+  CHECK_FALSE(batch_norm_cpu_reference());
+  check_same_bits(batch_norm_train(x, Tensor(), Tensor(), Tensor(), Tensor(), 0.1, 1e-5).save_invstd, f.statistics[1],
+                  "fast save_invstd");
+  set_batch_norm_cpu_reference(true);
+  check_same_bits(batch_norm_train(x, Tensor(), Tensor(), Tensor(), Tensor(), 0.1, 1e-5).save_invstd, r.statistics[1],
+                  "reference save_invstd");
+  set_batch_norm_cpu_reference(false);
+}
+
+TEST_CASE("batch norm fast per-channel sweeps give the separate fast kernels' bits, on 1 and 3 threads") {
+  // What the CPU dispatcher runs: statistics + normalize, and sums + input gradient, channel by
+  // channel. Planes larger than a block, and [N, C].
+  const int saved = omp_get_max_threads();
+  for (const BatchNormShape shape : {BatchNormShape{8, 24, 256}, BatchNormShape{2, 2, 5000}, BatchNormShape{37, 3, 1}}) {
+    CAPTURE(shape.spatial);
+    const Operands o = operands(shape);
+    const Results separate = fast(o);
+    const TensorOptions per_channel{.dtype = DType::f32};
+    const std::int64_t c = shape.channels;
+    for (int threads : {1, 3}) {
+      CAPTURE(threads);
+      omp_set_num_threads(threads);
+      std::array<Tensor, 4> statistics{empty({c}, per_channel), empty({c}, per_channel), o.running_mean.clone(),
+                                       o.running_var.clone()};
+      const Tensor y = empty(o.x.shape());
+      cpu::fast::batch_norm_train_forward(DType::f32, o.x.data_ptr(), shape, 0.1, 1e-5, nullptr, nullptr, true,
+                                          statistics[0].data_ptr(), statistics[1].data_ptr(), statistics[2].data_ptr(),
+                                          statistics[3].data_ptr(), y.data_ptr());
+      for (std::size_t i = 0; i < statistics.size(); ++i)
+        check_same_bits(statistics[i], separate.statistics[i], "statistics");
+      check_same_bits(y, separate.fused, "normalize + ReLU6");
+      const Tensor sum_dy = zeros({c}, per_channel), sum_dy_xhat = zeros({c}, per_channel), dx = empty(o.x.shape());
+      cpu::fast::batch_norm_backward(DType::f32, o.grad.data_ptr(), o.x.data_ptr(), nullptr, shape,
+                                     statistics[0].data_ptr(), statistics[1].data_ptr(), o.weight.data_ptr(), true,
+                                     sum_dy.data_ptr(), sum_dy_xhat.data_ptr(), dx.data_ptr());
+      check_same_bits(sum_dy, separate.sums[0], "sum_dy");
+      check_same_bits(sum_dy_xhat, separate.sums[1], "sum_dy_xhat");
+      check_same_bits(dx, separate.grad_training, "grad_input, training");
+      cpu::fast::batch_norm_backward(DType::f32, o.grad.data_ptr(), o.x.data_ptr(), y.data_ptr(), shape,
+                                     statistics[0].data_ptr(), statistics[1].data_ptr(), o.weight.data_ptr(), false,
+                                     nullptr, nullptr, dx.data_ptr());
+      check_same_bits(dx, separate.grad_fused_eval, "grad_input, eval, fused");
+    }
+  }
+  omp_set_num_threads(saved);
+}
