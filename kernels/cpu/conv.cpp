@@ -13,6 +13,7 @@
 #include "core/cpu/parallel.h"
 #include "core/convert.h"
 #include "kernels/conv_backends.h"
+#include "kernels/cpu/depthwise_3x3.h"
 #include "kernels/visit_floating.h"
 
 namespace frugal::cpu {
@@ -74,7 +75,7 @@ void col2im(DType dtype, const ConvGeometry& g, const void* col, void* x) {
   });
 }
 
-void depthwise_forward(DType dtype, const ConvGeometry& g, std::int64_t batch, std::int64_t multiplier, const void* x,
+void depthwise_forward_reference(DType dtype, const ConvGeometry& g, std::int64_t batch, std::int64_t multiplier, const void* x,
                        const void* weight, const void* bias, void* y) {
   visit_floating(dtype, "conv2d", [&]<typename T, typename C>() {
     const T* in = static_cast<const T*>(x);
@@ -109,7 +110,7 @@ void depthwise_forward(DType dtype, const ConvGeometry& g, std::int64_t batch, s
   });
 }
 
-void depthwise_backward_input(DType dtype, const ConvGeometry& g, std::int64_t batch, std::int64_t multiplier,
+void depthwise_backward_input_reference(DType dtype, const ConvGeometry& g, std::int64_t batch, std::int64_t multiplier,
                               const void* grad_y, const void* weight, void* grad_x) {
   visit_floating(dtype, "conv2d_backward_input", [&]<typename T, typename C>() {
     const T* dy = static_cast<const T*>(grad_y);
@@ -141,7 +142,7 @@ void depthwise_backward_input(DType dtype, const ConvGeometry& g, std::int64_t b
   });
 }
 
-void depthwise_backward_weight(DType dtype, const ConvGeometry& g, std::int64_t batch, std::int64_t multiplier,
+void depthwise_backward_weight_reference(DType dtype, const ConvGeometry& g, std::int64_t batch, std::int64_t multiplier,
                                const void* grad_y, const void* x, void* grad_weight) {
   visit_floating(dtype, "conv2d_backward_weight", [&]<typename T, typename>() {
     const T* dy = static_cast<const T*>(grad_y);
@@ -167,6 +168,30 @@ void depthwise_backward_weight(DType dtype, const ConvGeometry& g, std::int64_t 
       dw[job] = convert<T>(total);
     });
   });
+}
+
+void depthwise_forward(DType dtype, const ConvGeometry& g, std::int64_t batch, std::int64_t multiplier, const void* x,
+                       const void* weight, const void* bias, void* y) {
+  if (!depthwise_3x3_applies(dtype, g, multiplier))
+    return depthwise_forward_reference(dtype, g, batch, multiplier, x, weight, bias, y);
+  depthwise_3x3_forward(g, batch, static_cast<const float*>(x), static_cast<const float*>(weight),
+                        static_cast<const float*>(bias), static_cast<float*>(y));
+}
+
+void depthwise_backward_input(DType dtype, const ConvGeometry& g, std::int64_t batch, std::int64_t multiplier,
+                              const void* grad_y, const void* weight, void* grad_x) {
+  if (!depthwise_3x3_applies(dtype, g, multiplier))
+    return depthwise_backward_input_reference(dtype, g, batch, multiplier, grad_y, weight, grad_x);
+  depthwise_3x3_backward_input(g, batch, static_cast<const float*>(grad_y), static_cast<const float*>(weight),
+                               static_cast<float*>(grad_x));
+}
+
+void depthwise_backward_weight(DType dtype, const ConvGeometry& g, std::int64_t batch, std::int64_t multiplier,
+                               const void* grad_y, const void* x, void* grad_weight) {
+  if (!depthwise_3x3_applies(dtype, g, multiplier))
+    return depthwise_backward_weight_reference(dtype, g, batch, multiplier, grad_y, x, grad_weight);
+  depthwise_3x3_backward_weight(g, batch, static_cast<const float*>(grad_y), static_cast<const float*>(x),
+                                static_cast<float*>(grad_weight));
 }
 
 }  // namespace frugal::cpu
