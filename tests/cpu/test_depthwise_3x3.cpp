@@ -1,6 +1,6 @@
 // The CPU's fast depthwise 3x3 kernels (kernels/cpu/depthwise_3x3.h) against the reference loops of
 // kernels/cpu/conv.cpp: forward, input gradient and weight gradient, stride 1 and 2, planes from 1x1
-// to 32x32 with odd, even and vector-unaligned widths, batch 1 and 3, with and without bias. They may
+// to 32x32 with odd, even and vector-unaligned widths, batch 1, 3 and 7, 5 channels with bias and 20 without. They may
 // differ by f32 rounding only: |fast - reference| <= 1e-5 x the sum of the terms' magnitudes (the
 // reference run on absolute values), so cancellation cannot hide a wrong index. Then: the same bits
 // for 1, 2 and 3 OpenMP threads, and shapes outside the fast path left to the reference.
@@ -65,17 +65,21 @@ std::vector<float> run_all(const Operands& o, bool reference, std::uint64_t* reg
 }  // namespace
 
 TEST_CASE("depthwise 3x3 fast path: the reference loops' results up to f32 rounding") {
-  const std::int64_t sizes[][2] = {{1, 1}, {2, 2}, {3, 3}, {7, 7}, {4, 5}, {5, 4}, {6, 17}, {17, 6}, {32, 32}};
+  // Stacks of consecutive planes (kernels/cpu/depthwise_3x3.cpp) end short at batch 7 x 5 channels
+  // and 16x16; 20 channels stack the weight gradient's channels in blocks of 3 ending with 2; 32x32
+  // flushes the weight gradient's lanes within a plane.
+  const std::int64_t sizes[][2] = {{1, 1}, {2, 2}, {3, 3}, {7, 7}, {4, 5}, {5, 4}, {6, 17}, {17, 6}, {16, 16}, {32, 32}};
   for (std::int64_t stride : {1, 2})
     for (const auto& size : sizes)
-      for (std::int64_t batch : {1, 3})
+      for (std::int64_t batch : {1, 3, 7})
         for (bool with_bias : {false, true}) {
-          const ConvGeometry g = geometry_3x3(5, size[0], size[1], stride);
+          const ConvGeometry g = geometry_3x3(with_bias ? 5 : 20, size[0], size[1], stride);
           CAPTURE(stride);
           CAPTURE(size[0]);
           CAPTURE(size[1]);
           CAPTURE(batch);
           CAPTURE(with_bias);
+          CAPTURE(g.channels);
           REQUIRE(cpu::depthwise_3x3_applies(DType::f32, g, 1));
           const Operands o = make_operands(g, batch, with_bias);
           const Operands magnitudes{g, batch, abs(o.x), abs(o.w), with_bias ? abs(o.bias) : Tensor(), abs(o.dy)};
