@@ -3,9 +3,13 @@
 // outputs_inside() (kernels/conv_ops.h) gives the run of outputs whose input lies inside the image,
 // so the inner loops have no bounds test and vectorise. Every element still receives its terms in
 // the order of the per-element definitions in conv_ops.h (tap by tap: j, then kh, then kw) and in
-// the same type, so im2col, col2im and the depthwise forward and input gradient give the same bits
-// as the CUDA kernels, which use those definitions directly. The depthwise weight gradient sums a
-// whole batch of pixels per tap, in double here and as a tree on the GPU: close, not identical.
+// the same type, so im2col, col2im and the depthwise forward and input gradient reference loops
+// (depthwise_*_reference) give the same bits as the CUDA kernels, which use those definitions
+// directly. The depthwise weight gradient sums a whole batch of pixels per tap, in double here and as
+// a tree on the GPU: close, not identical. depthwise_forward and its two gradients send f32 3x3
+// convolutions with padding 1 and stride 1 or 2 (MobileNetV2's) to a fast path
+// (kernels/cpu/depthwise_3x3.h) that matches the reference loops up to f32 rounding, and the same
+// bits for any thread count; every other shape and dtype to the reference loops.
 // Not here: the GEMMs (kernels/gemm.h) and the per-sample orchestration (kernels/conv.cpp).
 #include <algorithm>
 #include <vector>

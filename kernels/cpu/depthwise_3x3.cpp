@@ -83,7 +83,8 @@ struct Layout {
 Layout layout_of(std::int64_t height, std::int64_t width, std::int64_t stride, std::int64_t max_planes) {
   const std::int64_t row = ceil_div(width + 2, stride), rows = ceil_div(height + 2, stride);
   const std::int64_t plane_stride = ceil_div(row * rows, kLanes) * kLanes;
-  const std::int64_t planes = std::max<std::int64_t>(1, std::min(max_planes, kStackFloats / (stride * stride * plane_stride)));
+  const std::int64_t fit = kStackFloats / (stride * stride * plane_stride);
+  const std::int64_t planes = std::max<std::int64_t>(1, std::min(max_planes, fit));
   return {stride, row, rows, plane_stride, planes};
 }
 
@@ -136,8 +137,8 @@ inline __attribute__((always_inline)) void sum_taps_of(const float* src, const s
   }
 }
 
-// For each plane p of a stack and j in [0, n):
-//   out[p * plane_stride + j] = bias[p] + sum over t < count of weight[p * count + t] * src[p * plane_stride + offset[t] + j].
+// For each plane p of a stack and j in [0, n), with P = p * plane_stride:
+//   out[P + j] = bias[p] + sum over t < count of weight[p * count + t] * src[P + offset[t] + j].
 // The count is a compile-time constant inside, so the taps unroll and the j loop vectorises.
 __attribute__((target_clones("avx512f", "avx2", "default")))
 void sum_taps(int count, const float* src, const std::int64_t* offset, const float* weight, const float* bias,
@@ -223,9 +224,11 @@ void backward_input_stride_2(const ConvGeometry& g, const Layout& l, const float
           taps[n_taps++] = kh * 3 + kw;
         }
       for (std::int64_t p = 0; p < count; ++p)
-        for (int t = 0; t < n_taps; ++t) table.weight[p * n_taps + t] = weight[(first + p) % g.channels * kTaps + taps[t]];
+        for (int t = 0; t < n_taps; ++t)
+          table.weight[p * n_taps + t] = weight[(first + p) % g.channels * kTaps + taps[t]];
       const std::int64_t rows = (g.height - ph + 1) / 2, columns = (g.width - pw + 1) / 2;
-      sum_taps(n_taps, scratch, offset, table.weight.data(), table.bias.data(), count, l.plane_stride, rows * l.row, flat);
+      sum_taps(n_taps, scratch, offset, table.weight.data(), table.bias.data(), count, l.plane_stride, rows * l.row,
+               flat);
       for (std::int64_t p = 0; p < count; ++p) {
         float* dx = grad_x + (first + p) * g.plane();
         const float* src = flat + p * l.plane_stride;
@@ -274,7 +277,8 @@ void depthwise_3x3_backward_input(const ConvGeometry& g, std::int64_t batch, con
                    pad_planes(l, grad_y + first * g.out_plane(), count, g.out_height, g.out_width, scratch);
                    if (g.stride_h == 2)
                      return backward_input_stride_2(g, l, weight, first, count, scratch, flat, table, grad_x);
-                   for (std::int64_t p = 0; p < count; ++p) {  // each filter turned 180 degrees: tap t reads where tap 8 - t wrote
+                   // Each filter turned 180 degrees: tap t reads where tap 8 - t wrote.
+                   for (std::int64_t p = 0; p < count; ++p) {
                      const float* filter = weight + (first + p) % g.channels * kTaps;
                      for (int t = 0; t < kTaps; ++t) table.weight[p * kTaps + t] = filter[kTaps - 1 - t];
                    }
