@@ -7,9 +7,9 @@
 // (depthwise_*_reference) give the same bits as the CUDA kernels, which use those definitions
 // directly. The depthwise weight gradient sums a whole batch of pixels per tap, in double here and as
 // a tree on the GPU: close, not identical. depthwise_forward and its two gradients send f32 3x3
-// convolutions with padding 1 and stride 1 or 2 (MobileNetV2's) to a fast path
-// (kernels/cpu/depthwise_3x3.h) that matches the reference loops up to f32 rounding, and the same
-// bits for any thread count; every other shape and dtype to the reference loops.
+// convolutions with padding 1 and stride 1 or 2 (MobileNetV2's; the input gradient with multiplier 1
+// only) to a fast path (kernels/cpu/depthwise_3x3.h) that matches the reference loops up to f32
+// rounding, with the same bits for any thread count; every other shape and dtype to the reference.
 // Not here: the GEMMs (kernels/gemm.h) and the per-sample orchestration (kernels/conv.cpp).
 #include <algorithm>
 #include <vector>
@@ -176,15 +176,15 @@ void depthwise_backward_weight_reference(DType dtype, const ConvGeometry& g, std
 
 void depthwise_forward(DType dtype, const ConvGeometry& g, std::int64_t batch, std::int64_t multiplier, const void* x,
                        const void* weight, const void* bias, void* y) {
-  if (!depthwise_3x3_applies(dtype, g, multiplier))
+  if (!depthwise_3x3_applies(dtype, g))
     return depthwise_forward_reference(dtype, g, batch, multiplier, x, weight, bias, y);
-  depthwise_3x3_forward(g, batch, static_cast<const float*>(x), static_cast<const float*>(weight),
+  depthwise_3x3_forward(g, batch, multiplier, static_cast<const float*>(x), static_cast<const float*>(weight),
                         static_cast<const float*>(bias), static_cast<float*>(y));
 }
 
 void depthwise_backward_input(DType dtype, const ConvGeometry& g, std::int64_t batch, std::int64_t multiplier,
                               const void* grad_y, const void* weight, void* grad_x) {
-  if (!depthwise_3x3_applies(dtype, g, multiplier))
+  if (!depthwise_3x3_applies(dtype, g) || multiplier != 1)
     return depthwise_backward_input_reference(dtype, g, batch, multiplier, grad_y, weight, grad_x);
   depthwise_3x3_backward_input(g, batch, static_cast<const float*>(grad_y), static_cast<const float*>(weight),
                                static_cast<float*>(grad_x));
@@ -192,9 +192,9 @@ void depthwise_backward_input(DType dtype, const ConvGeometry& g, std::int64_t b
 
 void depthwise_backward_weight(DType dtype, const ConvGeometry& g, std::int64_t batch, std::int64_t multiplier,
                                const void* grad_y, const void* x, void* grad_weight) {
-  if (!depthwise_3x3_applies(dtype, g, multiplier))
+  if (!depthwise_3x3_applies(dtype, g))
     return depthwise_backward_weight_reference(dtype, g, batch, multiplier, grad_y, x, grad_weight);
-  depthwise_3x3_backward_weight(g, batch, static_cast<const float*>(grad_y), static_cast<const float*>(x),
+  depthwise_3x3_backward_weight(g, batch, multiplier, static_cast<const float*>(grad_y), static_cast<const float*>(x),
                                 static_cast<float*>(grad_weight));
 }
 

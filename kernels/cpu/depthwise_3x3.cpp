@@ -1,5 +1,6 @@
 // The CPU's fast depthwise 3x3 convolution (kernels/cpu/depthwise_3x3.h): forward, input gradient and
-// weight gradient for f32, padding 1, stride 1 or 2, as MobileNetV2 uses it. Planes are copied into a
+// weight gradient for f32, padding 1, stride 1 or 2, as MobileNetV2 uses it (the forward and weight
+// gradient also with a channel multiplier: a stem convolution of a one-channel image is depthwise). Planes are copied into a
 // zero-padded scratch layout (Note [Depthwise 3x3 on flat padded planes]) so that every tap becomes
 // one contiguous, bounds-free loop over the whole plane that GCC vectorises, whatever the plane's
 // width (MobileNetV2's are 1 to 32 pixels wide). The inner loops are compiled for AVX-512, AVX2 and
@@ -240,29 +241,32 @@ void backward_input_stride_2(const ConvGeometry& g, const Layout& l, const float
 
 }  // namespace
 
-bool depthwise_3x3_applies(DType dtype, const ConvGeometry& g, std::int64_t multiplier) {
-  return dtype == DType::f32 && multiplier == 1 && g.kernel_h == 3 && g.kernel_w == 3 && g.pad_h == 1 && g.pad_w == 1 &&
+bool depthwise_3x3_applies(DType dtype, const ConvGeometry& g) {
+  return dtype == DType::f32 && g.kernel_h == 3 && g.kernel_w == 3 && g.pad_h == 1 && g.pad_w == 1 &&
          g.dilation_h == 1 && g.dilation_w == 1 && g.stride_h == g.stride_w && (g.stride_h == 1 || g.stride_h == 2);
 }
 
-void depthwise_3x3_forward(const ConvGeometry& g, std::int64_t batch, const float* x, const float* weight,
-                           const float* bias, float* y) {
-  const std::int64_t total = batch * g.channels;  // planes, one per (sample, channel)
+void depthwise_3x3_forward(const ConvGeometry& g, std::int64_t batch, std::int64_t multiplier, const float* x,
+                           const float* weight, const float* bias, float* y) {
+  const std::int64_t total = batch * g.channels;  // input planes, one per (sample, channel)
   const Layout l = layout_of(g.height, g.width, g.stride_h, total);
   std::int64_t offset[kTaps];
   tap_offsets(l, offset);
-  for_each_stack(total, l, total * kTaps * g.out_plane(),
+  for_each_stack(total, l, total * multiplier * kTaps * g.out_plane(),
                  [&](std::int64_t first, std::int64_t count, float* scratch, float* flat, StackTable& table) {
-                   for (std::int64_t p = 0; p < count; ++p) {
-                     const std::int64_t c = (first + p) % g.channels;
-                     std::copy(weight + c * kTaps, weight + (c + 1) * kTaps, table.weight.data() + p * kTaps);
-                     table.bias[p] = bias ? bias[c] : 0.0f;
-                   }
                    pad_planes(l, x + first * g.plane(), count, g.height, g.width, scratch);
-                   sum_taps(kTaps, scratch, offset, table.weight.data(), table.bias.data(), count, l.plane_stride,
-                            g.out_height * l.row, flat);
-                   copy_rows(count, g.out_height, g.out_width, flat, l.plane_stride, l.row, y + first * g.out_plane(),
-                             g.out_plane(), g.out_width);
+                   // Input plane q feeds output planes q * multiplier + k: one flat loop per k.
+                   for (std::int64_t k = 0; k < multiplier; ++k) {
+                     for (std::int64_t p = 0; p < count; ++p) {
+                       const std::int64_t oc = (first + p) % g.channels * multiplier + k;
+                       std::copy(weight + oc * kTaps, weight + (oc + 1) * kTaps, table.weight.data() + p * kTaps);
+                       table.bias[p] = bias ? bias[oc] : 0.0f;
+                     }
+                     sum_taps(kTaps, scratch, offset, table.weight.data(), table.bias.data(), count, l.plane_stride,
+                              g.out_height * l.row, flat);
+                     copy_rows(count, g.out_height, g.out_width, flat, l.plane_stride, l.row,
+                               y + (first * multiplier + k) * g.out_plane(), multiplier * g.out_plane(), g.out_width);
+                   }
                  });
 }
 
@@ -289,8 +293,8 @@ void depthwise_3x3_backward_input(const ConvGeometry& g, std::int64_t batch, con
                  });
 }
 
-void depthwise_3x3_backward_weight(const ConvGeometry& g, std::int64_t batch, const float* grad_y, const float* x,
-                                   float* grad_weight) {
+void depthwise_3x3_backward_weight(const ConvGeometry& g, std::int64_t batch, std::int64_t multiplier,
+                                   const float* grad_y, const float* x, float* grad_weight) {
   const Layout l = layout_of(g.height, g.width, g.stride_h, ceil_div(g.channels, kMinChannelBlocks));
   std::int64_t offset[kTaps];
   tap_offsets(l, offset);
@@ -298,27 +302,35 @@ void depthwise_3x3_backward_weight(const ConvGeometry& g, std::int64_t batch, co
   // thrown-away columns and up to n, a multiple of kLanes, so those j add nothing.
   const std::int64_t n = ceil_div(g.out_height * l.row, kLanes) * kLanes, block = kTermsPerLane * kLanes;
   const std::int64_t blocks = ceil_div(g.channels, l.planes);
-  parallel_for(blocks, g.channels * kTaps * batch * g.out_plane(), [&](std::int64_t b) {  // channels, whole batch
+  const std::int64_t work = g.channels * multiplier * kTaps * batch * g.out_plane();
+  parallel_for(blocks, work, [&](std::int64_t b) {  // a block of input channels, whole batch
     const std::int64_t c0 = b * l.planes, count = std::min(l.planes, g.channels - c0);
+    // Per k < multiplier: the output gradients of output channels c * multiplier + k, their lanes and totals.
     std::vector<float> scratch(static_cast<std::size_t>(l.size()), 0.0f);
-    std::vector<float> grad(static_cast<std::size_t>(l.sub_plane()), 0.0f);
-    std::vector<float> lanes(static_cast<std::size_t>(count * kTaps * kLanes), 0.0f);
-    std::vector<double> totals(static_cast<std::size_t>(count * kTaps), 0.0);
+    std::vector<float> grad(static_cast<std::size_t>(multiplier * l.sub_plane()), 0.0f);
+    std::vector<float> lanes(static_cast<std::size_t>(multiplier * count * kTaps * kLanes), 0.0f);
+    std::vector<double> totals(static_cast<std::size_t>(multiplier * count * kTaps), 0.0);
     std::int64_t pending = 0;  // terms per lane since the last flush, the same for every channel
     for (std::int64_t s = 0; s < batch; ++s) {  // samples in order: each channel's sum order is fixed
       const std::int64_t first = s * g.channels + c0;
       pad_planes(l, x + first * g.plane(), count, g.height, g.width, scratch.data());
-      copy_rows(count, g.out_height, g.out_width, grad_y + first * g.out_plane(), g.out_plane(), g.out_width, grad.data(),
-                l.plane_stride, l.row);
+      for (std::int64_t k = 0; k < multiplier; ++k)
+        copy_rows(count, g.out_height, g.out_width, grad_y + (first * multiplier + k) * g.out_plane(),
+                  multiplier * g.out_plane(), g.out_width, grad.data() + k * l.sub_plane(), l.plane_stride, l.row);
       for (std::int64_t j = 0; j < n; j += block) {  // big planes flush within the plane
         const std::int64_t length = std::min(n - j, block);
-        tap_dots(scratch.data() + j, offset, grad.data() + j, count, l.plane_stride, length, lanes.data());
+        for (std::int64_t k = 0; k < multiplier; ++k)
+          tap_dots(scratch.data() + j, offset, grad.data() + k * l.sub_plane() + j, count, l.plane_stride, length,
+                   lanes.data() + k * count * kTaps * kLanes);
         pending += length / kLanes;
-        if (pending >= kTermsPerLane) flush_lanes(count, lanes.data(), totals.data()), pending = 0;
+        if (pending >= kTermsPerLane) flush_lanes(multiplier * count, lanes.data(), totals.data()), pending = 0;
       }
     }
-    flush_lanes(count, lanes.data(), totals.data());
-    for (std::int64_t i = 0; i < count * kTaps; ++i) grad_weight[c0 * kTaps + i] = static_cast<float>(totals[i]);
+    flush_lanes(multiplier * count, lanes.data(), totals.data());
+    for (std::int64_t k = 0; k < multiplier; ++k)
+      for (std::int64_t p = 0; p < count; ++p)
+        for (int t = 0; t < kTaps; ++t)
+          grad_weight[((c0 + p) * multiplier + k) * kTaps + t] = static_cast<float>(totals[(k * count + p) * kTaps + t]);
   });
 }
 
