@@ -303,34 +303,31 @@ void depthwise_3x3_backward_weight(const ConvGeometry& g, std::int64_t batch, st
   const std::int64_t n = ceil_div(g.out_height * l.row, kLanes) * kLanes, block = kTermsPerLane * kLanes;
   const std::int64_t blocks = ceil_div(g.channels, l.planes);
   const std::int64_t work = g.channels * multiplier * kTaps * batch * g.out_plane();
-  parallel_for(blocks, work, [&](std::int64_t b) {  // a block of input channels, whole batch
-    const std::int64_t c0 = b * l.planes, count = std::min(l.planes, g.channels - c0);
-    // Per k < multiplier: the output gradients of output channels c * multiplier + k, their lanes and totals.
+  // One job: a block of input channels c and one k < multiplier, so output channels c * multiplier + k
+  // over the whole batch (a stem of one input channel still makes `multiplier` jobs).
+  parallel_for(blocks * multiplier, work, [&](std::int64_t job) {
+    const std::int64_t c0 = job / multiplier * l.planes, k = job % multiplier, count = std::min(l.planes, g.channels - c0);
     std::vector<float> scratch(static_cast<std::size_t>(l.size()), 0.0f);
-    std::vector<float> grad(static_cast<std::size_t>(multiplier * l.sub_plane()), 0.0f);
-    std::vector<float> lanes(static_cast<std::size_t>(multiplier * count * kTaps * kLanes), 0.0f);
-    std::vector<double> totals(static_cast<std::size_t>(multiplier * count * kTaps), 0.0);
+    std::vector<float> grad(static_cast<std::size_t>(l.sub_plane()), 0.0f);
+    std::vector<float> lanes(static_cast<std::size_t>(count * kTaps * kLanes), 0.0f);
+    std::vector<double> totals(static_cast<std::size_t>(count * kTaps), 0.0);
     std::int64_t pending = 0;  // terms per lane since the last flush, the same for every channel
     for (std::int64_t s = 0; s < batch; ++s) {  // samples in order: each channel's sum order is fixed
       const std::int64_t first = s * g.channels + c0;
       pad_planes(l, x + first * g.plane(), count, g.height, g.width, scratch.data());
-      for (std::int64_t k = 0; k < multiplier; ++k)
-        copy_rows(count, g.out_height, g.out_width, grad_y + (first * multiplier + k) * g.out_plane(),
-                  multiplier * g.out_plane(), g.out_width, grad.data() + k * l.sub_plane(), l.plane_stride, l.row);
+      copy_rows(count, g.out_height, g.out_width, grad_y + (first * multiplier + k) * g.out_plane(),
+                multiplier * g.out_plane(), g.out_width, grad.data(), l.plane_stride, l.row);
       for (std::int64_t j = 0; j < n; j += block) {  // big planes flush within the plane
         const std::int64_t length = std::min(n - j, block);
-        for (std::int64_t k = 0; k < multiplier; ++k)
-          tap_dots(scratch.data() + j, offset, grad.data() + k * l.sub_plane() + j, count, l.plane_stride, length,
-                   lanes.data() + k * count * kTaps * kLanes);
+        tap_dots(scratch.data() + j, offset, grad.data() + j, count, l.plane_stride, length, lanes.data());
         pending += length / kLanes;
-        if (pending >= kTermsPerLane) flush_lanes(multiplier * count, lanes.data(), totals.data()), pending = 0;
+        if (pending >= kTermsPerLane) flush_lanes(count, lanes.data(), totals.data()), pending = 0;
       }
     }
-    flush_lanes(multiplier * count, lanes.data(), totals.data());
-    for (std::int64_t k = 0; k < multiplier; ++k)
-      for (std::int64_t p = 0; p < count; ++p)
-        for (int t = 0; t < kTaps; ++t)
-          grad_weight[((c0 + p) * multiplier + k) * kTaps + t] = static_cast<float>(totals[(k * count + p) * kTaps + t]);
+    flush_lanes(count, lanes.data(), totals.data());
+    for (std::int64_t p = 0; p < count; ++p)
+      for (int t = 0; t < kTaps; ++t)
+        grad_weight[((c0 + p) * multiplier + k) * kTaps + t] = static_cast<float>(totals[p * kTaps + t]);
   });
 }
 
