@@ -1,10 +1,11 @@
 // The CPU's fast depthwise 3x3 convolution (kernels/cpu/depthwise_3x3.h): forward, input gradient and
 // weight gradient for f32, padding 1, stride 1 or 2, as MobileNetV2 uses it (the forward and weight
-// gradient also with a channel multiplier: a stem convolution of a one-channel image is depthwise). Planes are copied into a
-// zero-padded scratch layout (Note [Depthwise 3x3 on flat padded planes]) so that every tap becomes
-// one contiguous, bounds-free loop over the whole plane that GCC vectorises, whatever the plane's
-// width (MobileNetV2's are 1 to 32 pixels wide). The inner loops are compiled for AVX-512, AVX2 and
-// plain x86-64 and picked at load time (GCC's target_clones, as kernels/cpu/gemm.cpp does).
+// gradient also with a channel multiplier: a stem convolution of a one-channel image is depthwise).
+// Planes are copied into a zero-padded scratch layout (Note [Depthwise 3x3 on flat padded planes]) so
+// that every tap becomes one contiguous, bounds-free loop over the whole plane that GCC vectorises,
+// whatever the plane's width (MobileNetV2's are 1 to 32 pixels wide). The inner loops are compiled for
+// AVX-512, AVX2 and plain x86-64 and picked at load time (GCC's target_clones, as kernels/cpu/gemm.cpp
+// does).
 // What they guarantee: the same bits for any thread count (work is split by planes and channels, each
 // computed whole by one thread in an order fixed by the shapes); against the reference loops in
 // kernels/cpu/conv.cpp, f32 rounding differences only (multiply-adds may be fused, and the weight
@@ -306,7 +307,8 @@ void depthwise_3x3_backward_weight(const ConvGeometry& g, std::int64_t batch, st
   // One job: a block of input channels c and one k < multiplier, so output channels c * multiplier + k
   // over the whole batch (a stem of one input channel still makes `multiplier` jobs).
   parallel_for(blocks * multiplier, work, [&](std::int64_t job) {
-    const std::int64_t c0 = job / multiplier * l.planes, k = job % multiplier, count = std::min(l.planes, g.channels - c0);
+    const std::int64_t c0 = job / multiplier * l.planes, k = job % multiplier;
+    const std::int64_t count = std::min(l.planes, g.channels - c0);
     std::vector<float> scratch(static_cast<std::size_t>(l.size()), 0.0f);
     std::vector<float> grad(static_cast<std::size_t>(l.sub_plane()), 0.0f);
     std::vector<float> lanes(static_cast<std::size_t>(count * kTaps * kLanes), 0.0f);
