@@ -64,8 +64,13 @@ constexpr std::int64_t kMinChannelBlocks = 8;
 // loop (or std::copy) into a call to memmove, whose call and size dispatch cost more than the copy
 // and took most of the fast path's time on small planes; a helper function with the attribute below
 // would itself be a call. So the functions that copy rows carry the attribute that keeps their loops
-// inline, as glibc's own `inhibit_loop_to_libcall` does.
+// inline, as glibc's own `inhibit_loop_to_libcall` does. Clang (the fuzzing build) has no such
+// attribute and keeps its calls.
+#if defined(__clang__)
+#define FRUGAL_NO_MEMCPY_CALLS
+#else
 #define FRUGAL_NO_MEMCPY_CALLS __attribute__((optimize("no-tree-loop-distribute-patterns")))
+#endif
 
 // Where the padded pixels of a stack of `planes` [height, width] planes lie in scratch, for stride 1 or 2.
 struct Layout {
