@@ -245,6 +245,39 @@ void backward_input_stride_2(const ConvGeometry& g, const Layout& l, const float
     }
 }
 
+// Note [One-pixel planes]
+// A 1x1 plane (MobileNetV2's last stage at 32x32 inputs) padded by 1 meets only the centre tap of its
+// 3x3 filter, whatever the stride: each kernel is a per-channel scale, computed directly, because
+// the flat loops would spend a call, a copy in and a copy out on every single pixel.
+constexpr int kCentre = 4;  // tap (1, 1)
+
+bool one_pixel(const ConvGeometry& g) { return g.height == 1 && g.width == 1; }
+
+// y[n][c * multiplier + k] = x[n][c] * centre tap + bias.
+void forward_one_pixel(const ConvGeometry& g, std::int64_t batch, std::int64_t multiplier, const float* x,
+                       const float* weight, const float* bias, float* y) {
+  const std::int64_t out_channels = g.channels * multiplier;
+  parallel_for(batch, batch * out_channels, [&](std::int64_t n) {
+    for (std::int64_t oc = 0; oc < out_channels; ++oc) {
+      const float shift = bias ? bias[oc] : 0.0f;
+      y[n * out_channels + oc] = x[n * g.channels + oc / multiplier] * weight[oc * kTaps + kCentre] + shift;
+    }
+  });
+}
+
+// The weight gradient's centre tap sums the batch in double, in sample order; the other taps are 0.
+void backward_weight_one_pixel(const ConvGeometry& g, std::int64_t batch, std::int64_t multiplier, const float* grad_y,
+                               const float* x, float* grad_weight) {
+  const std::int64_t out_channels = g.channels * multiplier;
+  parallel_for(out_channels, out_channels * batch, [&](std::int64_t oc) {
+    double total = 0.0;
+    for (std::int64_t n = 0; n < batch; ++n)
+      total += static_cast<double>(grad_y[n * out_channels + oc]) *
+               static_cast<double>(x[n * g.channels + oc / multiplier]);
+    for (int t = 0; t < kTaps; ++t) grad_weight[oc * kTaps + t] = t == kCentre ? static_cast<float>(total) : 0.0f;
+  });
+}
+
 }  // namespace
 
 bool depthwise_3x3_applies(DType dtype, const ConvGeometry& g) {
@@ -254,6 +287,7 @@ bool depthwise_3x3_applies(DType dtype, const ConvGeometry& g) {
 
 void depthwise_3x3_forward(const ConvGeometry& g, std::int64_t batch, std::int64_t multiplier, const float* x,
                            const float* weight, const float* bias, float* y) {
+  if (one_pixel(g)) return forward_one_pixel(g, batch, multiplier, x, weight, bias, y);
   const std::int64_t total = batch * g.channels;  // input planes, one per (sample, channel)
   const Layout l = layout_of(g.height, g.width, g.stride_h, total);
   std::int64_t offset[kTaps];
@@ -278,6 +312,13 @@ void depthwise_3x3_forward(const ConvGeometry& g, std::int64_t batch, std::int64
 
 void depthwise_3x3_backward_input(const ConvGeometry& g, std::int64_t batch, const float* grad_y, const float* weight,
                                   float* grad_x) {
+  if (one_pixel(g)) {  // Note [One-pixel planes]
+    parallel_for(batch, batch * g.channels, [&](std::int64_t n) {
+      for (std::int64_t c = 0; c < g.channels; ++c)
+        grad_x[n * g.channels + c] = grad_y[n * g.channels + c] * weight[c * kTaps + kCentre];
+    });
+    return;
+  }
   const std::int64_t total = batch * g.channels;
   const Layout l = layout_of(g.out_height, g.out_width, 1, total);  // the output gradient, padded
   std::int64_t offset[kTaps];
@@ -301,6 +342,7 @@ void depthwise_3x3_backward_input(const ConvGeometry& g, std::int64_t batch, con
 
 void depthwise_3x3_backward_weight(const ConvGeometry& g, std::int64_t batch, std::int64_t multiplier,
                                    const float* grad_y, const float* x, float* grad_weight) {
+  if (one_pixel(g)) return backward_weight_one_pixel(g, batch, multiplier, grad_y, x, grad_weight);
   const Layout l = layout_of(g.height, g.width, g.stride_h, ceil_div(g.channels, kMinChannelBlocks));
   std::int64_t offset[kTaps];
   tap_offsets(l, offset);
