@@ -26,7 +26,18 @@ namespace frugal {
   void depthwise_backward_weight(DType dtype, const ConvGeometry& g, std::int64_t batch, std::int64_t multiplier, \
                                  const void* grad_y, const void* x, void* grad_weight);
 
-namespace cpu { FRUGAL_CONV_KERNELS }
+namespace cpu {
+FRUGAL_CONV_KERNELS
+// The CPU's depthwise kernels above take a fast path for f32 3x3 convolutions
+// (kernels/cpu/depthwise_3x3.h) and these readable loops for everything else; the loops are the ones
+// that give the CUDA kernels' bits, and tests compare both paths against them.
+void depthwise_forward_reference(DType dtype, const ConvGeometry& g, std::int64_t batch, std::int64_t multiplier,
+                                 const void* x, const void* weight, const void* bias, void* y);
+void depthwise_backward_input_reference(DType dtype, const ConvGeometry& g, std::int64_t batch, std::int64_t multiplier,
+                                        const void* grad_y, const void* weight, void* grad_x);
+void depthwise_backward_weight_reference(DType dtype, const ConvGeometry& g, std::int64_t batch,
+                                         std::int64_t multiplier, const void* grad_y, const void* x, void* grad_weight);
+}  // namespace cpu
 namespace cuda { FRUGAL_CONV_KERNELS }
 namespace cuda_emulated { FRUGAL_CONV_KERNELS }
 

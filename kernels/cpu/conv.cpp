@@ -3,9 +3,13 @@
 // outputs_inside() (kernels/conv_ops.h) gives the run of outputs whose input lies inside the image,
 // so the inner loops have no bounds test and vectorise. Every element still receives its terms in
 // the order of the per-element definitions in conv_ops.h (tap by tap: j, then kh, then kw) and in
-// the same type, so im2col, col2im and the depthwise forward and input gradient give the same bits
-// as the CUDA kernels, which use those definitions directly. The depthwise weight gradient sums a
-// whole batch of pixels per tap, in double here and as a tree on the GPU: close, not identical.
+// the same type, so im2col, col2im and the depthwise forward and input gradient reference loops
+// (depthwise_*_reference) give the same bits as the CUDA kernels, which use those definitions
+// directly. The depthwise weight gradient sums a whole batch of pixels per tap, in double here and as
+// a tree on the GPU: close, not identical. depthwise_forward and its two gradients send f32 3x3
+// convolutions with padding 1 and stride 1 or 2 (MobileNetV2's; the input gradient with multiplier 1
+// only) to a fast path (kernels/cpu/depthwise_3x3.h) that matches the reference loops up to f32
+// rounding, with the same bits for any thread count; every other shape and dtype to the reference.
 // Not here: the GEMMs (kernels/gemm.h) and the per-sample orchestration (kernels/conv.cpp).
 #include <algorithm>
 #include <vector>
@@ -13,6 +17,7 @@
 #include "core/cpu/parallel.h"
 #include "core/convert.h"
 #include "kernels/conv_backends.h"
+#include "kernels/cpu/depthwise_3x3.h"
 #include "kernels/visit_floating.h"
 
 namespace frugal::cpu {
@@ -74,7 +79,7 @@ void col2im(DType dtype, const ConvGeometry& g, const void* col, void* x) {
   });
 }
 
-void depthwise_forward(DType dtype, const ConvGeometry& g, std::int64_t batch, std::int64_t multiplier, const void* x,
+void depthwise_forward_reference(DType dtype, const ConvGeometry& g, std::int64_t batch, std::int64_t multiplier, const void* x,
                        const void* weight, const void* bias, void* y) {
   visit_floating(dtype, "conv2d", [&]<typename T, typename C>() {
     const T* in = static_cast<const T*>(x);
@@ -109,7 +114,7 @@ void depthwise_forward(DType dtype, const ConvGeometry& g, std::int64_t batch, s
   });
 }
 
-void depthwise_backward_input(DType dtype, const ConvGeometry& g, std::int64_t batch, std::int64_t multiplier,
+void depthwise_backward_input_reference(DType dtype, const ConvGeometry& g, std::int64_t batch, std::int64_t multiplier,
                               const void* grad_y, const void* weight, void* grad_x) {
   visit_floating(dtype, "conv2d_backward_input", [&]<typename T, typename C>() {
     const T* dy = static_cast<const T*>(grad_y);
@@ -141,7 +146,7 @@ void depthwise_backward_input(DType dtype, const ConvGeometry& g, std::int64_t b
   });
 }
 
-void depthwise_backward_weight(DType dtype, const ConvGeometry& g, std::int64_t batch, std::int64_t multiplier,
+void depthwise_backward_weight_reference(DType dtype, const ConvGeometry& g, std::int64_t batch, std::int64_t multiplier,
                                const void* grad_y, const void* x, void* grad_weight) {
   visit_floating(dtype, "conv2d_backward_weight", [&]<typename T, typename>() {
     const T* dy = static_cast<const T*>(grad_y);
@@ -167,6 +172,30 @@ void depthwise_backward_weight(DType dtype, const ConvGeometry& g, std::int64_t 
       dw[job] = convert<T>(total);
     });
   });
+}
+
+void depthwise_forward(DType dtype, const ConvGeometry& g, std::int64_t batch, std::int64_t multiplier, const void* x,
+                       const void* weight, const void* bias, void* y) {
+  if (!depthwise_3x3_applies(dtype, g))
+    return depthwise_forward_reference(dtype, g, batch, multiplier, x, weight, bias, y);
+  depthwise_3x3_forward(g, batch, multiplier, static_cast<const float*>(x), static_cast<const float*>(weight),
+                        static_cast<const float*>(bias), static_cast<float*>(y));
+}
+
+void depthwise_backward_input(DType dtype, const ConvGeometry& g, std::int64_t batch, std::int64_t multiplier,
+                              const void* grad_y, const void* weight, void* grad_x) {
+  if (!depthwise_3x3_applies(dtype, g) || multiplier != 1)
+    return depthwise_backward_input_reference(dtype, g, batch, multiplier, grad_y, weight, grad_x);
+  depthwise_3x3_backward_input(g, batch, static_cast<const float*>(grad_y), static_cast<const float*>(weight),
+                               static_cast<float*>(grad_x));
+}
+
+void depthwise_backward_weight(DType dtype, const ConvGeometry& g, std::int64_t batch, std::int64_t multiplier,
+                               const void* grad_y, const void* x, void* grad_weight) {
+  if (!depthwise_3x3_applies(dtype, g))
+    return depthwise_backward_weight_reference(dtype, g, batch, multiplier, grad_y, x, grad_weight);
+  depthwise_3x3_backward_weight(g, batch, multiplier, static_cast<const float*>(grad_y), static_cast<const float*>(x),
+                                static_cast<float*>(grad_weight));
 }
 
 }  // namespace frugal::cpu

@@ -1,6 +1,8 @@
 // kernels/cuda/conv.cu in the CUDA emulator against the CPU kernels, under two schedules: im2col,
 // col2im and the three depthwise kernels, through strides, padding, dilation and a channel
-// multiplier, in f32 (small integers: exact whatever the summation order), f64 and bf16.
+// multiplier, in f32 (small integers: exact whatever the summation order), f64 and bf16. The depthwise
+// kernels are compared with the CPU's reference loops, whose bits the CUDA kernels share; the CPU's
+// fast 3x3 path is compared with those loops in tests/cpu/test_depthwise_3x3.cpp.
 #include <doctest/doctest.h>
 
 #include "emu/emulator.h"
@@ -65,17 +67,17 @@ TEST_CASE("convolution CUDA kernels in the emulator match the CPU kernels") {
                 cuda_emulated::depthwise_forward(dtype, g, kBatch, kMultiplier, xb.data_ptr(), w.data_ptr(),
                                                  bias.data_ptr(), out);
               }) == run(y_shape, dtype, [&](void* out) {
-                cpu::depthwise_forward(dtype, g, kBatch, kMultiplier, xb.data_ptr(), w.data_ptr(), bias.data_ptr(), out);
+                cpu::depthwise_forward_reference(dtype, g, kBatch, kMultiplier, xb.data_ptr(), w.data_ptr(), bias.data_ptr(), out);
               }));
         CHECK(run(xb_shape, dtype, [&](void* out) {
                 cuda_emulated::depthwise_backward_input(dtype, g, kBatch, kMultiplier, dy.data_ptr(), w.data_ptr(), out);
               }) == run(xb_shape, dtype, [&](void* out) {
-                cpu::depthwise_backward_input(dtype, g, kBatch, kMultiplier, dy.data_ptr(), w.data_ptr(), out);
+                cpu::depthwise_backward_input_reference(dtype, g, kBatch, kMultiplier, dy.data_ptr(), w.data_ptr(), out);
               }));
         CHECK(run(w_shape, dtype, [&](void* out) {
                 cuda_emulated::depthwise_backward_weight(dtype, g, kBatch, kMultiplier, dy.data_ptr(), xb.data_ptr(), out);
               }) == run(w_shape, dtype, [&](void* out) {
-                cpu::depthwise_backward_weight(dtype, g, kBatch, kMultiplier, dy.data_ptr(), xb.data_ptr(), out);
+                cpu::depthwise_backward_weight_reference(dtype, g, kBatch, kMultiplier, dy.data_ptr(), xb.data_ptr(), out);
               }));
       }
     }

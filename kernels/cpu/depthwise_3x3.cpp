@@ -1,0 +1,385 @@
+// The CPU's fast depthwise 3x3 convolution (kernels/cpu/depthwise_3x3.h): forward, input gradient and
+// weight gradient for f32, padding 1, stride 1 or 2, as MobileNetV2 uses it (the forward and weight
+// gradient also with a channel multiplier: a stem convolution of a one-channel image is depthwise).
+// Planes are copied into a zero-padded scratch layout (Note [Depthwise 3x3 on flat padded planes]) so
+// that every tap becomes one contiguous, bounds-free loop over the whole plane that GCC vectorises,
+// whatever the plane's width (MobileNetV2's are 1 to 32 pixels wide). The inner loops are compiled for
+// AVX-512, AVX2 and plain x86-64 and picked at load time (GCC's target_clones, as kernels/cpu/gemm.cpp
+// does).
+// What they guarantee: the same bits for any thread count (work is split by planes and channels, each
+// computed whole by one thread in an order fixed by the shapes); against the reference loops in
+// kernels/cpu/conv.cpp, f32 rounding differences only (multiply-adds may be fused, and the weight
+// gradient sums 16 float lanes of fewer than 128 terms each into double, where the reference sums
+// every term in double).
+// Not here: other shapes and dtypes, which take the reference.
+#include "kernels/cpu/depthwise_3x3.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "core/cpu/parallel.h"
+
+namespace frugal::cpu {
+
+// Note [Depthwise 3x3 on flat padded planes]
+// A plane [H, W] is copied into scratch with a one-pixel zero border, rows `row` floats apart. With
+// stride 1, output (oh, ow) reads the padded pixels (oh + kh, ow + kw), which lie at
+// tap(kh, kw) + oh * row + ow: every tap reads scratch at one fixed offset from j = oh * row + ow. So
+// the whole plane is one flat loop over j, nine multiply-adds per j, with no bounds test and no
+// per-row restart, even when W is 2 or 4; the row - OW extra j per row are computed and thrown away.
+// With stride 2, output (oh, ow) reads padded pixel (2 oh + kh, 2 ow + kw); splitting the padded plane
+// into four sub-planes by the parity of row and column makes that pixel (oh + kh / 2, ow + kw / 2) of
+// sub-plane (kh % 2, kw % 2), again one offset per tap from j = oh * row + ow, and the loads stay
+// contiguous. The input gradient of stride 1 is the same loop over the padded output gradient with the
+// filter turned 180 degrees.
+// Small planes (MobileNetV2 ends at 1x1 to 4x4) would spend more on each call than in it, so a stack
+// of planes that are consecutive in memory goes through one call, each plane `plane_stride` floats
+// after the last in scratch: the copies in and out then walk memory in order (planes of one channel
+// lie a whole sample apart, too far for the hardware prefetcher), and a tap never reads past its own
+// plane's padded rows. Scratch cells that no pixel maps to stay zero from allocation, so a chunk of
+// stacks zeroes its scratch once.
+namespace {
+
+constexpr int kTaps = 9;
+constexpr std::int64_t kLanes = 16;  // float accumulators per tap in the weight gradient: one AVX-512 register
+// Zeros after the last sub-plane: a flat loop's last j reads up to 2 floats past a padded plane
+// (stride 1, tap (2, 2) of a thrown-away column), and the weight gradient rounds its loop up to kLanes.
+constexpr std::int64_t kSlack = kLanes + 2;
+// Padded floats per stack of planes: enough that a call covers many vectors, few enough that a stack
+// and its output stay in L1 (8 KB each).
+constexpr std::int64_t kStackFloats = 2048;
+// The weight gradient moves its float lanes into double totals once they hold at least this many
+// terms (at plane or block boundaries, so where depends on the shapes only): a float sum of fewer
+// than 128 terms loses at most about 128 x 2^-24 of their magnitude, and small planes do not each pay
+// a 16-lane reduction.
+constexpr std::int64_t kTermsPerLane = 64;
+// Stacks per chunk of work are chosen so a call has at most this many chunks: each chunk allocates
+// and zeroes its scratch once, and there are still enough chunks to share among threads.
+constexpr std::int64_t kMaxChunks = 64;
+// The weight gradient's jobs are blocks of channels; at least this many, to share among threads.
+constexpr std::int64_t kMinChannelBlocks = 8;
+
+// Note [Row copies stay loops]
+// The rows copied in and out of scratch are short (1 to 34 floats) and many. GCC turns a plain copy
+// loop (or std::copy) into a call to memmove, whose call and size dispatch cost more than the copy
+// and took most of the fast path's time on small planes; a helper function with the attribute below
+// would itself be a call. So the functions that copy rows carry the attribute that keeps their loops
+// inline, as glibc's own `inhibit_loop_to_libcall` does. Clang (the fuzzing build) has no such
+// attribute and keeps its calls.
+#if defined(__clang__)
+#define FRUGAL_NO_MEMCPY_CALLS
+#else
+#define FRUGAL_NO_MEMCPY_CALLS __attribute__((optimize("no-tree-loop-distribute-patterns")))
+#endif
+
+// Where the padded pixels of a stack of `planes` [height, width] planes lie in scratch, for stride 1 or 2.
+struct Layout {
+  std::int64_t stride, row, rows;  // of each sub-plane of one plane: floats per row, and rows
+  std::int64_t plane_stride;       // floats from one plane's sub-plane to the next: rows * row rounded up to kLanes
+  std::int64_t planes;             // per stack
+
+  std::int64_t sub_plane() const { return plane_stride * planes; }
+  std::int64_t size() const { return stride * stride * sub_plane() + kSlack; }
+  // Padded pixel (r, c) of plane p, that is input pixel (r - 1, c - 1).
+  std::int64_t at(std::int64_t p, std::int64_t r, std::int64_t c) const {
+    return ((r % stride) * stride + c % stride) * sub_plane() + p * plane_stride + (r / stride) * row + c / stride;
+  }
+};
+
+// A plane's padded height is rounded up to a multiple of the stride, so the parity sub-planes line up.
+Layout layout_of(std::int64_t height, std::int64_t width, std::int64_t stride, std::int64_t max_planes) {
+  const std::int64_t row = ceil_div(width + 2, stride), rows = ceil_div(height + 2, stride);
+  const std::int64_t plane_stride = ceil_div(row * rows, kLanes) * kLanes;
+  const std::int64_t fit = kStackFloats / (stride * stride * plane_stride);
+  const std::int64_t planes = std::max<std::int64_t>(1, std::min(max_planes, fit));
+  return {stride, row, rows, plane_stride, planes};
+}
+
+// Copies a stack's planes, `count` dense [height, width] planes from `planes`, to their padded places;
+// the border cells are left untouched.
+FRUGAL_NO_MEMCPY_CALLS void pad_planes(const Layout& l, const float* planes, std::int64_t count, std::int64_t height,
+                                       std::int64_t width, float* scratch) {
+  for (std::int64_t p = 0; p < count; ++p)
+    for (std::int64_t h = 0; h < height; ++h) {
+      const float* src = planes + (p * height + h) * width;
+      if (l.stride == 1) {
+        float* dst = scratch + l.at(p, h + 1, 1);
+        for (std::int64_t w = 0; w < width; ++w) dst[w] = src[w];
+        continue;
+      }
+      float* odd_columns = scratch + l.at(p, h + 1, 1);   // padded columns 1, 3, 5...: input columns 0, 2, 4...
+      float* even_columns = scratch + l.at(p, h + 1, 2);  // padded columns 2, 4, 6...: input columns 1, 3, 5...
+      for (std::int64_t k = 0; 2 * k < width; ++k) odd_columns[k] = src[2 * k];
+      for (std::int64_t k = 0; 2 * k + 1 < width; ++k) even_columns[k] = src[2 * k + 1];
+    }
+}
+
+// Copies `count` planes of `height` rows of `width` floats, the rows and planes of src and dst each
+// their own distance apart: outputs out of a flat result, output gradients into one.
+FRUGAL_NO_MEMCPY_CALLS void copy_rows(std::int64_t count, std::int64_t height, std::int64_t width, const float* src,
+                                      std::int64_t src_plane, std::int64_t src_row, float* dst, std::int64_t dst_plane,
+                                      std::int64_t dst_row) {
+  for (std::int64_t p = 0; p < count; ++p)
+    for (std::int64_t h = 0; h < height; ++h) {
+      const float* from = src + p * src_plane + h * src_row;
+      float* to = dst + p * dst_plane + h * dst_row;
+      for (std::int64_t w = 0; w < width; ++w) to[w] = from[w];
+    }
+}
+
+// The flat loop of a stack, with kCount taps, added in the order given.
+template <int kCount>
+inline __attribute__((always_inline)) void sum_taps_of(const float* src, const std::int64_t* offset,
+                                                       const float* weight, const float* bias, std::int64_t planes,
+                                                       std::int64_t plane_stride, std::int64_t n, float* __restrict out) {
+  for (std::int64_t p = 0; p < planes; ++p) {
+    const float* s = src + p * plane_stride;
+    const float* w = weight + p * kCount;
+    float* o = out + p * plane_stride;
+    for (std::int64_t j = 0; j < n; ++j) {
+      float total = s[offset[0] + j] * w[0];
+      for (int t = 1; t < kCount; ++t) total += s[offset[t] + j] * w[t];
+      o[j] = total + bias[p];
+    }
+  }
+}
+
+// For each plane p of a stack and j in [0, n), with P = p * plane_stride:
+//   out[P + j] = bias[p] + sum over t < count of weight[p * count + t] * src[P + offset[t] + j].
+// The count is a compile-time constant inside, so the taps unroll and the j loop vectorises.
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void sum_taps(int count, const float* src, const std::int64_t* offset, const float* weight, const float* bias,
+              std::int64_t planes, std::int64_t plane_stride, std::int64_t n, float* __restrict out) {
+  switch (count) {
+    case 1: return sum_taps_of<1>(src, offset, weight, bias, planes, plane_stride, n, out);
+    case 2: return sum_taps_of<2>(src, offset, weight, bias, planes, plane_stride, n, out);
+    case 4: return sum_taps_of<4>(src, offset, weight, bias, planes, plane_stride, n, out);
+    default: return sum_taps_of<kTaps>(src, offset, weight, bias, planes, plane_stride, n, out);
+  }
+}
+
+// For each plane p of a stack: lanes[p][t][l] += grad[j] * src[offset[t] + j] (both from plane p's
+// start) for j in [0, n) with j % kLanes == l, the nine taps at once, so each loaded gradient serves
+// nine multiply-adds. n is a multiple of kLanes.
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void tap_dots(const float* src, const std::int64_t* offset, const float* grad, std::int64_t planes,
+              std::int64_t plane_stride, std::int64_t n, float* lanes) {
+  for (std::int64_t p = 0; p < planes; ++p) {
+    float sums[kTaps][kLanes];  // a local copy the compiler can keep in registers: lanes may alias grad
+    float* plane_lanes = lanes + p * kTaps * kLanes;
+    std::copy(plane_lanes, plane_lanes + kTaps * kLanes, &sums[0][0]);
+    const float* s = src + p * plane_stride;
+    const float* dy = grad + p * plane_stride;
+    for (std::int64_t j = 0; j < n; j += kLanes)
+      for (int t = 0; t < kTaps; ++t)
+        for (std::int64_t l = 0; l < kLanes; ++l) sums[t][l] += dy[j + l] * s[offset[t] + j + l];
+    std::copy(&sums[0][0], &sums[0][0] + kTaps * kLanes, plane_lanes);
+  }
+}
+
+// Adds each tap's float lanes of `channels` channels, in lane order, into its double total and clears them.
+void flush_lanes(std::int64_t channels, float* lanes, double* totals) {
+  for (std::int64_t i = 0; i < channels * kTaps; ++i) {
+    double total = 0.0;
+    for (std::int64_t l = 0; l < kLanes; ++l) total += static_cast<double>(lanes[i * kLanes + l]);
+    totals[i] += total;
+    std::fill(lanes + i * kLanes, lanes + (i + 1) * kLanes, 0.0f);
+  }
+}
+
+// Where tap (kh, kw) of output (0, 0) of a stack's first plane reads, for the nine taps in (kh, kw) order.
+void tap_offsets(const Layout& l, std::int64_t* offset) {
+  for (int t = 0; t < kTaps; ++t) offset[t] = l.at(0, t / 3, t % 3);
+}
+
+// The per-plane operands of one flat loop: each plane's weights (`taps` each) and bias.
+struct StackTable {
+  std::vector<float> weight, bias;
+};
+
+// Calls body(first, count, scratch, flat, table) for the planes [0, total) in stacks of up to
+// l.planes consecutive planes, in parallel chunks that each allocate a zeroed scratch, a flat output
+// and a table once.
+template <typename Body>
+void for_each_stack(std::int64_t total, const Layout& l, std::int64_t work, Body&& body) {
+  const std::int64_t stacks = ceil_div(total, l.planes);
+  const std::int64_t chunk = l.planes * std::max<std::int64_t>(1, ceil_div(stacks, kMaxChunks));
+  parallel_for_chunks(total, chunk, work, [&](std::int64_t begin, std::int64_t end) {
+    std::vector<float> scratch(static_cast<std::size_t>(l.size()), 0.0f), flat(static_cast<std::size_t>(l.sub_plane()));
+    StackTable table{std::vector<float>(static_cast<std::size_t>(l.planes * kTaps)),
+                     std::vector<float>(static_cast<std::size_t>(l.planes), 0.0f)};
+    for (std::int64_t first = begin; first < end; first += l.planes)
+      body(first, std::min(l.planes, end - first), scratch.data(), flat.data(), table);
+  });
+}
+
+// Stride 2's input gradient, gathered: input pixel (2 i + ph, 2 j + pw) receives, along each axis, tap
+// 1 of output i when its parity is 0, and taps 0 (output i + 1) and 2 (output i) when it is 1. In the
+// padded output gradient (one border pixel) those outputs lie at i + a with a = 1 for taps 1 and 2 and
+// a = 2 for tap 0: each of the four parity classes is one flat loop of 1, 2 or 4 taps.
+void backward_input_stride_2(const ConvGeometry& g, const Layout& l, const float* weight, std::int64_t first,
+                             std::int64_t count, const float* scratch, float* flat, StackTable& table, float* grad_x) {
+  constexpr std::int64_t kTapsOfParity[2][2] = {{1, -1}, {0, 2}};  // per parity: its taps, -1 for none
+  for (std::int64_t ph = 0; ph < 2; ++ph)
+    for (std::int64_t pw = 0; pw < 2; ++pw) {
+      std::int64_t offset[4], taps[4];
+      int n_taps = 0;
+      for (std::int64_t kh : kTapsOfParity[ph])
+        for (std::int64_t kw : kTapsOfParity[pw]) {
+          if (kh < 0 || kw < 0) continue;
+          offset[n_taps] = (kh == 0 ? 2 : 1) * l.row + (kw == 0 ? 2 : 1);
+          taps[n_taps++] = kh * 3 + kw;
+        }
+      for (std::int64_t p = 0; p < count; ++p)
+        for (int t = 0; t < n_taps; ++t)
+          table.weight[p * n_taps + t] = weight[(first + p) % g.channels * kTaps + taps[t]];
+      const std::int64_t rows = (g.height - ph + 1) / 2, columns = (g.width - pw + 1) / 2;
+      sum_taps(n_taps, scratch, offset, table.weight.data(), table.bias.data(), count, l.plane_stride, rows * l.row,
+               flat);
+      for (std::int64_t p = 0; p < count; ++p) {
+        float* dx = grad_x + (first + p) * g.plane();
+        const float* src = flat + p * l.plane_stride;
+        for (std::int64_t i = 0; i < rows; ++i)
+          for (std::int64_t j = 0; j < columns; ++j) dx[(2 * i + ph) * g.width + 2 * j + pw] = src[i * l.row + j];
+      }
+    }
+}
+
+// Note [One-pixel planes]
+// A 1x1 plane (MobileNetV2's last stage at 32x32 inputs) padded by 1 meets only the centre tap of its
+// 3x3 filter, whatever the stride: each kernel is a per-channel scale, computed directly, because
+// the flat loops would spend a call, a copy in and a copy out on every single pixel.
+constexpr int kCentre = 4;  // tap (1, 1)
+
+bool one_pixel(const ConvGeometry& g) { return g.height == 1 && g.width == 1; }
+
+// y[n][c * multiplier + k] = x[n][c] * centre tap + bias.
+void forward_one_pixel(const ConvGeometry& g, std::int64_t batch, std::int64_t multiplier, const float* x,
+                       const float* weight, const float* bias, float* y) {
+  const std::int64_t out_channels = g.channels * multiplier;
+  parallel_for(batch, batch * out_channels, [&](std::int64_t n) {
+    for (std::int64_t oc = 0; oc < out_channels; ++oc) {
+      const float shift = bias ? bias[oc] : 0.0f;
+      y[n * out_channels + oc] = x[n * g.channels + oc / multiplier] * weight[oc * kTaps + kCentre] + shift;
+    }
+  });
+}
+
+// The weight gradient's centre tap sums the batch in double, in sample order; the other taps are 0.
+void backward_weight_one_pixel(const ConvGeometry& g, std::int64_t batch, std::int64_t multiplier, const float* grad_y,
+                               const float* x, float* grad_weight) {
+  const std::int64_t out_channels = g.channels * multiplier;
+  parallel_for(out_channels, out_channels * batch, [&](std::int64_t oc) {
+    double total = 0.0;
+    for (std::int64_t n = 0; n < batch; ++n)
+      total += static_cast<double>(grad_y[n * out_channels + oc]) *
+               static_cast<double>(x[n * g.channels + oc / multiplier]);
+    for (int t = 0; t < kTaps; ++t) grad_weight[oc * kTaps + t] = t == kCentre ? static_cast<float>(total) : 0.0f;
+  });
+}
+
+}  // namespace
+
+bool depthwise_3x3_applies(DType dtype, const ConvGeometry& g) {
+  return dtype == DType::f32 && g.kernel_h == 3 && g.kernel_w == 3 && g.pad_h == 1 && g.pad_w == 1 &&
+         g.dilation_h == 1 && g.dilation_w == 1 && g.stride_h == g.stride_w && (g.stride_h == 1 || g.stride_h == 2);
+}
+
+void depthwise_3x3_forward(const ConvGeometry& g, std::int64_t batch, std::int64_t multiplier, const float* x,
+                           const float* weight, const float* bias, float* y) {
+  if (one_pixel(g)) return forward_one_pixel(g, batch, multiplier, x, weight, bias, y);
+  const std::int64_t total = batch * g.channels;  // input planes, one per (sample, channel)
+  const Layout l = layout_of(g.height, g.width, g.stride_h, total);
+  std::int64_t offset[kTaps];
+  tap_offsets(l, offset);
+  for_each_stack(total, l, total * multiplier * kTaps * g.out_plane(),
+                 [&](std::int64_t first, std::int64_t count, float* scratch, float* flat, StackTable& table) {
+                   pad_planes(l, x + first * g.plane(), count, g.height, g.width, scratch);
+                   // Input plane q feeds output planes q * multiplier + k: one flat loop per k.
+                   for (std::int64_t k = 0; k < multiplier; ++k) {
+                     for (std::int64_t p = 0; p < count; ++p) {
+                       const std::int64_t oc = (first + p) % g.channels * multiplier + k;
+                       std::copy(weight + oc * kTaps, weight + (oc + 1) * kTaps, table.weight.data() + p * kTaps);
+                       table.bias[p] = bias ? bias[oc] : 0.0f;
+                     }
+                     sum_taps(kTaps, scratch, offset, table.weight.data(), table.bias.data(), count, l.plane_stride,
+                              g.out_height * l.row, flat);
+                     copy_rows(count, g.out_height, g.out_width, flat, l.plane_stride, l.row,
+                               y + (first * multiplier + k) * g.out_plane(), multiplier * g.out_plane(), g.out_width);
+                   }
+                 });
+}
+
+void depthwise_3x3_backward_input(const ConvGeometry& g, std::int64_t batch, const float* grad_y, const float* weight,
+                                  float* grad_x) {
+  if (one_pixel(g)) {  // Note [One-pixel planes]
+    parallel_for(batch, batch * g.channels, [&](std::int64_t n) {
+      for (std::int64_t c = 0; c < g.channels; ++c)
+        grad_x[n * g.channels + c] = grad_y[n * g.channels + c] * weight[c * kTaps + kCentre];
+    });
+    return;
+  }
+  const std::int64_t total = batch * g.channels;
+  const Layout l = layout_of(g.out_height, g.out_width, 1, total);  // the output gradient, padded
+  std::int64_t offset[kTaps];
+  tap_offsets(l, offset);
+  for_each_stack(total, l, total * kTaps * g.out_plane(),
+                 [&](std::int64_t first, std::int64_t count, float* scratch, float* flat, StackTable& table) {
+                   pad_planes(l, grad_y + first * g.out_plane(), count, g.out_height, g.out_width, scratch);
+                   if (g.stride_h == 2)
+                     return backward_input_stride_2(g, l, weight, first, count, scratch, flat, table, grad_x);
+                   // Each filter turned 180 degrees: tap t reads where tap 8 - t wrote.
+                   for (std::int64_t p = 0; p < count; ++p) {
+                     const float* filter = weight + (first + p) % g.channels * kTaps;
+                     for (int t = 0; t < kTaps; ++t) table.weight[p * kTaps + t] = filter[kTaps - 1 - t];
+                   }
+                   sum_taps(kTaps, scratch, offset, table.weight.data(), table.bias.data(), count, l.plane_stride,
+                            g.height * l.row, flat);
+                   copy_rows(count, g.height, g.width, flat, l.plane_stride, l.row, grad_x + first * g.plane(), g.plane(),
+                             g.width);
+                 });
+}
+
+void depthwise_3x3_backward_weight(const ConvGeometry& g, std::int64_t batch, std::int64_t multiplier,
+                                   const float* grad_y, const float* x, float* grad_weight) {
+  if (one_pixel(g)) return backward_weight_one_pixel(g, batch, multiplier, grad_y, x, grad_weight);
+  const Layout l = layout_of(g.height, g.width, g.stride_h, ceil_div(g.channels, kMinChannelBlocks));
+  std::int64_t offset[kTaps];
+  tap_offsets(l, offset);
+  // Each plane's output gradient in the flat layout of its outputs (j = oh * row + ow): zero in the
+  // thrown-away columns and up to n, a multiple of kLanes, so those j add nothing.
+  const std::int64_t n = ceil_div(g.out_height * l.row, kLanes) * kLanes, block = kTermsPerLane * kLanes;
+  const std::int64_t blocks = ceil_div(g.channels, l.planes);
+  const std::int64_t work = g.channels * multiplier * kTaps * batch * g.out_plane();
+  // One job: a block of input channels c and one k < multiplier, so output channels c * multiplier + k
+  // over the whole batch (a stem of one input channel still makes `multiplier` jobs).
+  parallel_for(blocks * multiplier, work, [&](std::int64_t job) {
+    const std::int64_t c0 = job / multiplier * l.planes, k = job % multiplier;
+    const std::int64_t count = std::min(l.planes, g.channels - c0);
+    std::vector<float> scratch(static_cast<std::size_t>(l.size()), 0.0f);
+    std::vector<float> grad(static_cast<std::size_t>(l.sub_plane()), 0.0f);
+    std::vector<float> lanes(static_cast<std::size_t>(count * kTaps * kLanes), 0.0f);
+    std::vector<double> totals(static_cast<std::size_t>(count * kTaps), 0.0);
+    std::int64_t pending = 0;  // terms per lane since the last flush, the same for every channel
+    for (std::int64_t s = 0; s < batch; ++s) {  // samples in order: each channel's sum order is fixed
+      const std::int64_t first = s * g.channels + c0;
+      pad_planes(l, x + first * g.plane(), count, g.height, g.width, scratch.data());
+      copy_rows(count, g.out_height, g.out_width, grad_y + (first * multiplier + k) * g.out_plane(),
+                multiplier * g.out_plane(), g.out_width, grad.data(), l.plane_stride, l.row);
+      for (std::int64_t j = 0; j < n; j += block) {  // big planes flush within the plane
+        const std::int64_t length = std::min(n - j, block);
+        tap_dots(scratch.data() + j, offset, grad.data() + j, count, l.plane_stride, length, lanes.data());
+        pending += length / kLanes;
+        if (pending >= kTermsPerLane) flush_lanes(count, lanes.data(), totals.data()), pending = 0;
+      }
+    }
+    flush_lanes(count, lanes.data(), totals.data());
+    for (std::int64_t p = 0; p < count; ++p)
+      for (int t = 0; t < kTaps; ++t)
+        grad_weight[((c0 + p) * multiplier + k) * kTaps + t] = static_cast<float>(totals[p * kTaps + t]);
+  });
+}
+
+#undef FRUGAL_NO_MEMCPY_CALLS
+
+}  // namespace frugal::cpu
