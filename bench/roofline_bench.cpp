@@ -111,7 +111,7 @@ Machine measure_machine(const Options& options, const Timer& timer, bool quick) 
 
 double values(const Shape& shape) { return static_cast<double>(shape_numel(shape)); }
 
-// The three kernels of a convolution's training step, with its multiply-adds.
+// The kernels of a convolution's training step (the stem's two), with its multiply-adds.
 void time_conv(const nn::Conv2d& conv, const Shape& x_shape, const Timer& timer, const std::string& kind,
                std::map<std::string, Measured>& rows) {
   const Conv2dOptions& o = conv.options();
@@ -130,7 +130,8 @@ void time_conv(const nn::Conv2d& conv, const Shape& x_shape, const Timer& timer,
     m.flops += 2.0 * macs;
   };
   add("forward", timer.seconds([&] { conv2d(x, w, Tensor(), o); }), bytes_x + bytes_w + bytes_y);
-  add("backward_input", timer.seconds([&] { conv2d_backward_input(dy, w, x_shape, o); }), bytes_y + bytes_w + bytes_x);
+  if (kind != "stem")  // the stem reads the images, which need no gradient: training never runs this
+    add("backward_input", timer.seconds([&] { conv2d_backward_input(dy, w, x_shape, o); }), bytes_y + bytes_w + bytes_x);
   add("backward_weight", timer.seconds([&] { conv2d_backward_weight(dy, x, w.shape(), o); }), bytes_y + bytes_x + bytes_w);
 }
 

@@ -189,7 +189,7 @@ PY
     check_bench_report roofline <<'PY'
 assert cases["copy_bandwidth"]["frugal"]["unit"] == "GB/s" and cases["copy_bandwidth"]["frugal"]["value"] > 0, cases
 assert cases["gemm_rate"]["frugal"]["unit"] == "GFLOP/s" and cases["gemm_rate"]["frugal"]["value"] > 0, cases
-kinds = {"stem_forward", "stem_backward_input", "stem_backward_weight", "depthwise_forward", "depthwise_backward_input",
+kinds = {"stem_forward", "stem_backward_weight", "depthwise_forward", "depthwise_backward_input",
          "depthwise_backward_weight", "pointwise_forward", "pointwise_backward_input", "pointwise_backward_weight",
          "batch_norm_forward", "batch_norm_backward", "batch_norm_eval_forward", "batch_norm_relu6_forward",
          "batch_norm_relu6_backward", "batch_norm_relu6_eval_forward", "layers"}
