@@ -18,6 +18,7 @@
 // Not here: other dtypes' loops, the checks and the dispatch (kernels/batch_norm.cpp).
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "core/cpu/parallel.h"
 #include "kernels/batch_norm_backends.h"
@@ -264,6 +265,40 @@ bool runs_fast(DType dtype, const BatchNormShape& shape) { return dtype == DType
 const float* as_f32(const void* p) { return static_cast<const float*>(p); }
 float* as_f32(void* p) { return static_cast<float*>(p); }
 
+// Note [Normalising small planes]: with planes of fewer than 16 elements (MobileNetV2's 4, 2 and 1
+// pixel maps late in the network) a loop per plane is a few elements long. But every sample is the
+// same [C, S] pattern of channels, so the channel's mean, scale and bias are laid out once per call
+// along one sample's C * S elements, and each sample is then one contiguous loop over them, the
+// per-element arithmetic still batch_norm::normalize's: the same bits as the reference.
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void normalize_sample(const float* x, std::int64_t length, const float* mean, const float* scale, const float* bias,
+                      bool relu6, float* y) {
+  if (relu6) {
+    for (std::int64_t i = 0; i < length; ++i)
+      y[i] = batch_norm::normalize(x[i], batch_norm::ChannelAffine<float>{mean[i], scale[i], bias[i]}, true);
+    return;
+  }
+  for (std::int64_t i = 0; i < length; ++i)
+    y[i] = batch_norm::normalize(x[i], batch_norm::ChannelAffine<float>{mean[i], scale[i], bias[i]}, false);
+}
+
+void normalize_small_planes(const float* x, const BatchNormShape& shape, const float* mean, const float* invstd,
+                            const float* weight, const float* bias, bool relu6, float* y) {
+  const std::int64_t length = shape.channels * shape.spatial;  // one sample
+  std::vector<float> means(static_cast<std::size_t>(length)), scales(means.size()), biases(means.size());
+  for (std::int64_t c = 0; c < shape.channels; ++c) {
+    const auto a = batch_norm::channel_affine(mean, invstd, weight, bias, c);
+    for (std::int64_t s = 0; s < shape.spatial; ++s) {
+      means[c * shape.spatial + s] = a.mean;
+      scales[c * shape.spatial + s] = a.scale;
+      biases[c * shape.spatial + s] = a.bias;
+    }
+  }
+  parallel_for(shape.batch, shape.batch * length, [&](std::int64_t n) {
+    normalize_sample(x + n * length, length, means.data(), scales.data(), biases.data(), relu6, y + n * length);
+  });
+}
+
 }  // namespace
 
 void batch_norm_statistics(DType dtype, const void* x, const BatchNormShape& shape, double momentum, double eps,
@@ -278,6 +313,9 @@ void batch_norm_statistics(DType dtype, const void* x, const BatchNormShape& sha
 
 void batch_norm_normalize(DType dtype, const void* x, const BatchNormShape& shape, const void* mean, const void* invstd,
                           const void* weight, const void* bias, bool relu6, void* y) {
+  if (dtype == DType::f32 && shape.spatial < kLanes)
+    return normalize_small_planes(as_f32(x), shape, as_f32(mean), as_f32(invstd), as_f32(weight), as_f32(bias), relu6,
+                                  as_f32(y));
   if (!runs_fast(dtype, shape)) return cpu::batch_norm_normalize(dtype, x, shape, mean, invstd, weight, bias, relu6, y);
   for_plane_chunks(shape, [&](std::int64_t begin, std::int64_t end) {
     normalize_planes(as_f32(x), shape, begin, end, as_f32(mean), as_f32(invstd), as_f32(weight), as_f32(bias), relu6,
