@@ -282,20 +282,108 @@ void normalize_sample(const float* x, std::int64_t length, const float* mean, co
     y[i] = batch_norm::normalize(x[i], batch_norm::ChannelAffine<float>{mean[i], scale[i], bias[i]}, false);
 }
 
+// A per-channel value laid out along one sample's C * S elements.
+std::vector<float> per_element(std::int64_t channels, std::int64_t spatial, const auto& value_of_channel) {
+  std::vector<float> out(static_cast<std::size_t>(channels * spatial));
+  for (std::int64_t c = 0; c < channels; ++c) std::fill_n(out.begin() + c * spatial, spatial, value_of_channel(c));
+  return out;
+}
+
 void normalize_small_planes(const float* x, const BatchNormShape& shape, const float* mean, const float* invstd,
                             const float* weight, const float* bias, bool relu6, float* y) {
   const std::int64_t length = shape.channels * shape.spatial;  // one sample
-  std::vector<float> means(static_cast<std::size_t>(length)), scales(means.size()), biases(means.size());
-  for (std::int64_t c = 0; c < shape.channels; ++c) {
-    const auto a = batch_norm::channel_affine(mean, invstd, weight, bias, c);
-    for (std::int64_t s = 0; s < shape.spatial; ++s) {
-      means[c * shape.spatial + s] = a.mean;
-      scales[c * shape.spatial + s] = a.scale;
-      biases[c * shape.spatial + s] = a.bias;
-    }
-  }
+  auto affine = [&](std::int64_t c) { return batch_norm::channel_affine(mean, invstd, weight, bias, c); };
+  const std::vector<float> means = per_element(shape.channels, shape.spatial, [&](std::int64_t c) { return affine(c).mean; });
+  const std::vector<float> scales = per_element(shape.channels, shape.spatial, [&](std::int64_t c) { return affine(c).scale; });
+  const std::vector<float> biases = per_element(shape.channels, shape.spatial, [&](std::int64_t c) { return affine(c).bias; });
   parallel_for(shape.batch, shape.batch * length, [&](std::int64_t n) {
     normalize_sample(x + n * length, length, means.data(), scales.data(), biases.data(), relu6, y + n * length);
+  });
+}
+
+// The backward on small planes, in the same per-sample layout. The sums: each of kSampleGroups
+// fixed groups of consecutive samples adds its samples element by element into double
+// accumulators of its own (sum of dy, and of dy * (x - mean)); the groups are then added in group
+// order and each channel's S elements in order. Fixed by the shapes, so the same bits on any thread
+// count; the reference sums a channel element by element instead, so the two differ by rounding.
+constexpr std::int64_t kSampleGroups = 4;
+
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void add_sample_grad_sums(const float* g, const float* x, const float* fused, std::int64_t length, const float* mean,
+                          double* dy_sums, double* centered_sums) {
+  if (fused) {
+    for (std::int64_t i = 0; i < length; ++i) {
+      const float dy = batch_norm::incoming_grad<float>(g, fused, i);
+      dy_sums[i] += static_cast<double>(dy);
+      centered_sums[i] += static_cast<double>(dy * (x[i] - mean[i]));
+    }
+    return;
+  }
+  for (std::int64_t i = 0; i < length; ++i) {
+    dy_sums[i] += static_cast<double>(g[i]);
+    centered_sums[i] += static_cast<double>(g[i] * (x[i] - mean[i]));
+  }
+}
+
+void small_plane_grad_sums(const float* grad, const float* x, const float* fused, const BatchNormShape& shape,
+                           const float* mean, const float* invstd, float* sum_dy, float* sum_dy_xhat) {
+  const std::int64_t length = shape.channels * shape.spatial;
+  const std::vector<float> means = per_element(shape.channels, shape.spatial, [&](std::int64_t c) { return mean[c]; });
+  // Groups of per_group consecutive samples, the last possibly shorter but never empty.
+  const std::int64_t per_group = (shape.batch + kSampleGroups - 1) / kSampleGroups;
+  const std::int64_t groups = (shape.batch + per_group - 1) / per_group;
+  std::vector<double> dy(static_cast<std::size_t>(groups * length)), centered(dy.size());
+  parallel_for(groups, shape.batch * length, [&](std::int64_t group) {
+    for (std::int64_t n = group * per_group; n < std::min(shape.batch, (group + 1) * per_group); ++n) {
+      const std::int64_t at = n * length;
+      add_sample_grad_sums(grad + at, x + at, fused ? fused + at : nullptr, length, means.data(), &dy[group * length],
+                           &centered[group * length]);
+    }
+  });
+  for (std::int64_t c = 0; c < shape.channels; ++c) {
+    double total_dy = 0.0, total_centered = 0.0;
+    for (std::int64_t group = 0; group < groups; ++group)
+      for (std::int64_t s = 0; s < shape.spatial; ++s) {
+        total_dy += dy[group * length + c * shape.spatial + s];
+        total_centered += centered[group * length + c * shape.spatial + s];
+      }
+    sum_dy[c] = static_cast<float>(total_dy);
+    sum_dy_xhat[c] = static_cast<float>(total_centered * static_cast<double>(invstd[c]));
+  }
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void grad_input_sample(const float* g, const float* x, const float* fused, std::int64_t length, const float* mean,
+                       const float* invstd, const float* scale, const float* mean_dy, const float* mean_dy_xhat,
+                       float* out) {
+  auto coefficients = [&](std::int64_t i) {
+    return batch_norm::ChannelBackward<float>{mean[i], invstd[i], scale[i], mean_dy[i], mean_dy_xhat[i]};
+  };
+  if (fused) {
+    for (std::int64_t i = 0; i < length; ++i)
+      out[i] = batch_norm::grad_input(batch_norm::incoming_grad<float>(g, fused, i), x[i], coefficients(i));
+    return;
+  }
+  for (std::int64_t i = 0; i < length; ++i) out[i] = batch_norm::grad_input(g[i], x[i], coefficients(i));
+}
+
+void small_plane_grad_input(const float* grad, const float* x, const float* fused, const BatchNormShape& shape,
+                            const float* mean, const float* invstd, const float* weight, const float* sum_dy,
+                            const float* sum_dy_xhat, bool training, float* grad_input) {
+  const std::int64_t length = shape.channels * shape.spatial;
+  auto b = [&](std::int64_t c) {
+    return batch_norm::channel_backward(mean, invstd, weight, sum_dy, sum_dy_xhat, training, shape.per_channel(), c);
+  };
+  const std::int64_t C = shape.channels, S = shape.spatial;
+  const std::vector<float> means = per_element(C, S, [&](std::int64_t c) { return b(c).mean; });
+  const std::vector<float> invstds = per_element(C, S, [&](std::int64_t c) { return b(c).invstd; });
+  const std::vector<float> scales = per_element(C, S, [&](std::int64_t c) { return b(c).scale; });
+  const std::vector<float> mean_dys = per_element(C, S, [&](std::int64_t c) { return b(c).mean_dy; });
+  const std::vector<float> mean_dy_xhats = per_element(C, S, [&](std::int64_t c) { return b(c).mean_dy_xhat; });
+  parallel_for(shape.batch, shape.batch * length, [&](std::int64_t n) {
+    const std::int64_t at = n * length;
+    grad_input_sample(grad + at, x + at, fused ? fused + at : nullptr, length, means.data(), invstds.data(),
+                      scales.data(), mean_dys.data(), mean_dy_xhats.data(), grad_input + at);
   });
 }
 
@@ -326,6 +414,9 @@ void batch_norm_normalize(DType dtype, const void* x, const BatchNormShape& shap
 void batch_norm_backward_sums(DType dtype, const void* grad, const void* x, const void* fused_output,
                               const BatchNormShape& shape, const void* mean, const void* invstd, void* sum_dy,
                               void* sum_dy_xhat) {
+  if (dtype == DType::f32 && shape.spatial < kLanes)
+    return small_plane_grad_sums(as_f32(grad), as_f32(x), as_f32(fused_output), shape, as_f32(mean), as_f32(invstd),
+                                 as_f32(sum_dy), as_f32(sum_dy_xhat));
   if (!runs_fast(dtype, shape))
     return cpu::batch_norm_backward_sums(dtype, grad, x, fused_output, shape, mean, invstd, sum_dy, sum_dy_xhat);
   parallel_for(shape.channels, shape.channels * shape.per_channel(), [&](std::int64_t c) {
@@ -337,6 +428,9 @@ void batch_norm_backward_sums(DType dtype, const void* grad, const void* x, cons
 void batch_norm_backward_input(DType dtype, const void* grad, const void* x, const void* fused_output,
                                const BatchNormShape& shape, const void* mean, const void* invstd, const void* weight,
                                const void* sum_dy, const void* sum_dy_xhat, bool training, void* grad_input) {
+  if (dtype == DType::f32 && shape.spatial < kLanes)
+    return small_plane_grad_input(as_f32(grad), as_f32(x), as_f32(fused_output), shape, as_f32(mean), as_f32(invstd),
+                                  as_f32(weight), as_f32(sum_dy), as_f32(sum_dy_xhat), training, as_f32(grad_input));
   if (!runs_fast(dtype, shape))
     return cpu::batch_norm_backward_input(dtype, grad, x, fused_output, shape, mean, invstd, weight, sum_dy, sum_dy_xhat,
                                           training, grad_input);
