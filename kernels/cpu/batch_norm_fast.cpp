@@ -1,8 +1,9 @@
 // CPU batch norm, the fast loops (cpu::fast in kernels/batch_norm_backends.h): the four kernels of
 // the readable reference (kernels/cpu/batch_norm.cpp), for f32, written so that the compiler
 // vectorises them, and two per-channel sweeps that run a channel's two passes back to back while it
-// is in L2 (what the dispatcher calls). f64, f16 and bf16, and planes shorter than 16 elements, go to
-// the reference. What changes against the reference:
+// is in L2 (what the dispatcher calls). f64, f16 and bf16 go to the reference; planes shorter than 16
+// elements take loops of their own, a sample at a time (Note [Normalising small planes]). What
+// changes against the reference:
 //   - sums run in 16 f32 lanes per block of a channel, each block's lanes folded into double
 //     (Note [Batch norm statistics in f32 lanes]);
 //   - the per-channel affine is hoisted out of the element loops, which walk one contiguous plane
@@ -13,8 +14,8 @@
 //     contraction (kernels/CMakeLists.txt), so every variant gives the same bits.
 // The elementwise passes keep kernels/batch_norm_ops.h's arithmetic, and so the reference's bits;
 // the sums agree with the reference to f32 rounding. Everything is bit-identical for any thread
-// count: work is split by channel (the sums) or by plane (the elementwise passes), and each
-// channel's blocks are folded in order.
+// count: work is split by channel (the sums), by plane or sample (the elementwise passes), or by
+// fixed groups of samples (small planes' sums), and each channel's blocks or groups are folded in order.
 // Not here: other dtypes' loops, the checks and the dispatch (kernels/batch_norm.cpp).
 #include <algorithm>
 #include <cstring>
@@ -257,9 +258,9 @@ void for_plane_chunks(const BatchNormShape& shape, Body&& body) {
   parallel_for_chunks(planes, chunk, planes * shape.spatial, body);
 }
 
-// f32 with planes of at least one vector. Shorter planes (2x2 and 1x1 maps, [N, C] input) leave the
-// lanes empty and every element to the scalar remainder loops, whose ReLU6 clamp is a branch: measured
-// on [64, 960, 2, 2], the reference ran the forward 2.4x and the backward 1.4x faster.
+// f32 with planes of at least one vector. Shorter planes (2x2 and 1x1 maps, [N, C] input) would leave
+// the lanes empty and every element to the scalar remainder loops (measured on [64, 960, 2, 2], the
+// reference ran the forward 2.4x and the backward 1.4x faster): they take the per-sample loops.
 bool runs_fast(DType dtype, const BatchNormShape& shape) { return dtype == DType::f32 && shape.spatial >= kLanes; }
 
 const float* as_f32(const void* p) { return static_cast<const float*>(p); }
@@ -301,12 +302,68 @@ void normalize_small_planes(const float* x, const BatchNormShape& shape, const f
   });
 }
 
-// The backward on small planes, in the same per-sample layout. The sums: each of kSampleGroups
-// fixed groups of consecutive samples adds its samples element by element into double
-// accumulators of its own (sum of dy, and of dy * (x - mean)); the groups are then added in group
-// order and each channel's S elements in order. Fixed by the shapes, so the same bits on any thread
-// count; the reference sums a channel element by element instead, so the two differ by rounding.
+// Sums on small planes, in the same per-sample layout: each of kSampleGroups fixed groups of
+// consecutive samples adds its samples element by element into double accumulators of its own;
+// the groups are then added in group order and each channel's S elements in order. Fixed by the
+// shapes, so the same bits on any thread count; the reference sums a channel element by element
+// instead, so the two differ by rounding. The backward's sums are of dy and dy * (x - mean).
 constexpr std::int64_t kSampleGroups = 4;
+
+// The statistics on small planes, grouped the same way: each group adds d = x - K and d^2 element
+// by element in double, K the channel's first element (so a large common offset cancels before
+// anything is squared), and a channel's mean is K + sum(d) / M and its M2 sum(d^2) - sum(d)^2 / M.
+// In double, with d^2 of an f32 difference exact, K's distance from the mean costs nothing unless it
+// is millions of standard deviations.
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void add_sample_deviations(const float* x, std::int64_t length, const float* shift, double* sums, double* squares) {
+  for (std::int64_t i = 0; i < length; ++i) {
+    const double d = static_cast<double>(x[i]) - static_cast<double>(shift[i]);
+    sums[i] += d;
+    squares[i] += d * d;
+  }
+}
+
+// Calls body(group, first sample, end sample) for kSampleGroups fixed groups of consecutive samples
+// (the last possibly shorter, never empty), in parallel when worth it.
+template <typename Body>
+void for_sample_groups(const BatchNormShape& shape, Body&& body) {
+  const std::int64_t per_group = (shape.batch + kSampleGroups - 1) / kSampleGroups;
+  const std::int64_t groups = (shape.batch + per_group - 1) / per_group;
+  parallel_for(groups, shape.batch * shape.channels * shape.spatial, [&](std::int64_t group) {
+    body(group, group * per_group, std::min(shape.batch, (group + 1) * per_group));
+  });
+}
+
+std::int64_t sample_groups(const BatchNormShape& shape) {
+  const std::int64_t per_group = (shape.batch + kSampleGroups - 1) / kSampleGroups;
+  return (shape.batch + per_group - 1) / per_group;
+}
+
+// A channel's total of per-element accumulators over the groups, in group order, then S order.
+double channel_total(const std::vector<double>& sums, const BatchNormShape& shape, std::int64_t c) {
+  const std::int64_t length = shape.channels * shape.spatial;
+  double total = 0.0;
+  for (std::int64_t group = 0; group < sample_groups(shape); ++group)
+    for (std::int64_t s = 0; s < shape.spatial; ++s) total += sums[group * length + c * shape.spatial + s];
+  return total;
+}
+
+void small_plane_statistics(const float* x, const BatchNormShape& shape, double momentum, double eps, float* save_mean,
+                            float* save_invstd, float* running_mean, float* running_var) {
+  const std::int64_t length = shape.channels * shape.spatial;
+  const std::vector<float> shifts = per_element(shape.channels, shape.spatial, [&](std::int64_t c) { return x[c * shape.spatial]; });
+  std::vector<double> sums(static_cast<std::size_t>(sample_groups(shape) * length)), squares(sums.size());
+  for_sample_groups(shape, [&](std::int64_t group, std::int64_t first, std::int64_t end) {
+    for (std::int64_t n = first; n < end; ++n)
+      add_sample_deviations(x + n * length, length, shifts.data(), &sums[group * length], &squares[group * length]);
+  });
+  const auto count = static_cast<double>(shape.per_channel());
+  for (std::int64_t c = 0; c < shape.channels; ++c) {
+    const double sum = channel_total(sums, shape, c), m2 = channel_total(squares, shape, c) - sum * sum / count;
+    const Welford stats{count, static_cast<double>(shifts[c * shape.spatial]) + sum / count, m2 > 0.0 ? m2 : 0.0};
+    batch_norm::finish_statistics(stats, c, momentum, eps, save_mean, save_invstd, running_mean, running_var);
+  }
+}
 
 __attribute__((target_clones("avx512f", "avx2", "default")))
 void add_sample_grad_sums(const float* g, const float* x, const float* fused, std::int64_t length, const float* mean,
@@ -329,26 +386,17 @@ void small_plane_grad_sums(const float* grad, const float* x, const float* fused
                            const float* mean, const float* invstd, float* sum_dy, float* sum_dy_xhat) {
   const std::int64_t length = shape.channels * shape.spatial;
   const std::vector<float> means = per_element(shape.channels, shape.spatial, [&](std::int64_t c) { return mean[c]; });
-  // Groups of per_group consecutive samples, the last possibly shorter but never empty.
-  const std::int64_t per_group = (shape.batch + kSampleGroups - 1) / kSampleGroups;
-  const std::int64_t groups = (shape.batch + per_group - 1) / per_group;
-  std::vector<double> dy(static_cast<std::size_t>(groups * length)), centered(dy.size());
-  parallel_for(groups, shape.batch * length, [&](std::int64_t group) {
-    for (std::int64_t n = group * per_group; n < std::min(shape.batch, (group + 1) * per_group); ++n) {
+  std::vector<double> dy(static_cast<std::size_t>(sample_groups(shape) * length)), centered(dy.size());
+  for_sample_groups(shape, [&](std::int64_t group, std::int64_t first, std::int64_t end) {
+    for (std::int64_t n = first; n < end; ++n) {
       const std::int64_t at = n * length;
       add_sample_grad_sums(grad + at, x + at, fused ? fused + at : nullptr, length, means.data(), &dy[group * length],
                            &centered[group * length]);
     }
   });
   for (std::int64_t c = 0; c < shape.channels; ++c) {
-    double total_dy = 0.0, total_centered = 0.0;
-    for (std::int64_t group = 0; group < groups; ++group)
-      for (std::int64_t s = 0; s < shape.spatial; ++s) {
-        total_dy += dy[group * length + c * shape.spatial + s];
-        total_centered += centered[group * length + c * shape.spatial + s];
-      }
-    sum_dy[c] = static_cast<float>(total_dy);
-    sum_dy_xhat[c] = static_cast<float>(total_centered * static_cast<double>(invstd[c]));
+    sum_dy[c] = static_cast<float>(channel_total(dy, shape, c));
+    sum_dy_xhat[c] = static_cast<float>(channel_total(centered, shape, c) * static_cast<double>(invstd[c]));
   }
 }
 
@@ -391,6 +439,9 @@ void small_plane_grad_input(const float* grad, const float* x, const float* fuse
 
 void batch_norm_statistics(DType dtype, const void* x, const BatchNormShape& shape, double momentum, double eps,
                            void* save_mean, void* save_invstd, void* running_mean, void* running_var) {
+  if (dtype == DType::f32 && shape.spatial < kLanes)
+    return small_plane_statistics(as_f32(x), shape, momentum, eps, as_f32(save_mean), as_f32(save_invstd),
+                                  as_f32(running_mean), as_f32(running_var));
   if (!runs_fast(dtype, shape))
     return cpu::batch_norm_statistics(dtype, x, shape, momentum, eps, save_mean, save_invstd, running_mean, running_var);
   parallel_for(shape.channels, shape.channels * shape.per_channel(), [&](std::int64_t c) {

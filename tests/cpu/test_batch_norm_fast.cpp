@@ -171,6 +171,17 @@ TEST_CASE("batch norm fast statistics stay accurate when the mean is large again
   const Results fo = fast(outlier), ro = reference(outlier);
   check_close(fo.statistics[0], ro.statistics[0], "save_mean, outlier", 1e-6);
   check_close(fo.statistics[1], ro.statistics[1], "save_invstd, outlier", 1e-5);
+  // Planes of 4 (the per-sample path, shifted by each channel's first element), large mean and outlier.
+  const Operands small = operands({64, 4, 4}, DType::f32, 1e4);
+  const Results fs = fast(small), rs = reference(small);
+  check_close(fs.statistics[0], rs.statistics[0], "save_mean, 2x2", 1e-6);
+  check_close(fs.statistics[1], rs.statistics[1], "save_invstd, 2x2", 1e-5);
+  check_close(fs.statistics[3], rs.statistics[3], "running_var, 2x2", 1e-5);
+  Operands small_outlier = operands({64, 4, 4});
+  for (std::int64_t c = 0; c < 4; ++c) static_cast<float*>(small_outlier.x.data_ptr())[c * 4] = 1e4f;
+  const Results fso = fast(small_outlier), rso = reference(small_outlier);
+  check_close(fso.statistics[0], rso.statistics[0], "save_mean, 2x2 outlier", 1e-6);
+  check_close(fso.statistics[1], rso.statistics[1], "save_invstd, 2x2 outlier", 1e-5);
 }
 
 TEST_CASE("batch norm fast loops pass other dtypes to the reference") {
