@@ -160,28 +160,23 @@ TEST_CASE("batch norm fast statistics stay accurate when the mean is large again
   // Values 1e4 + uniform(-2, 4): variance 3, mean 1e4 + 1. E[x^2] - E[x]^2 in f32 would lose it all
   // (x^2 = 1e8 has an ulp of 8); the reference sums in double. The statistics must agree to f32
   // rounding of the data (the mean to a few of its ulps).
-  const Operands o = operands({16, 4, 100}, DType::f32, 1e4);
-  const Results f = fast(o), r = reference(o);
-  check_close(f.statistics[0], r.statistics[0], "save_mean", 1e-6);
-  check_close(f.statistics[1], r.statistics[1], "save_invstd", 1e-5);
-  check_close(f.statistics[3], r.statistics[3], "running_var", 1e-5);
-  // One far value first in each channel (a bad pivot for a one-pass shifted sum): still accurate.
-  Operands outlier = operands({16, 4, 100});
-  for (std::int64_t c = 0; c < 4; ++c) static_cast<float*>(outlier.x.data_ptr())[c * 100] = 1e4f;
-  const Results fo = fast(outlier), ro = reference(outlier);
-  check_close(fo.statistics[0], ro.statistics[0], "save_mean, outlier", 1e-6);
-  check_close(fo.statistics[1], ro.statistics[1], "save_invstd, outlier", 1e-5);
-  // Planes of 4 (the per-sample path, shifted by each channel's first element), large mean and outlier.
-  const Operands small = operands({64, 4, 4}, DType::f32, 1e4);
-  const Results fs = fast(small), rs = reference(small);
-  check_close(fs.statistics[0], rs.statistics[0], "save_mean, 2x2", 1e-6);
-  check_close(fs.statistics[1], rs.statistics[1], "save_invstd, 2x2", 1e-5);
-  check_close(fs.statistics[3], rs.statistics[3], "running_var, 2x2", 1e-5);
-  Operands small_outlier = operands({64, 4, 4});
-  for (std::int64_t c = 0; c < 4; ++c) static_cast<float*>(small_outlier.x.data_ptr())[c * 4] = 1e4f;
-  const Results fso = fast(small_outlier), rso = reference(small_outlier);
-  check_close(fso.statistics[0], rso.statistics[0], "save_mean, 2x2 outlier", 1e-6);
-  check_close(fso.statistics[1], rso.statistics[1], "save_invstd, 2x2 outlier", 1e-5);
+  // Planes of 100 (the 16-lane blocks) and of 4 (the per-sample path, shifted by each channel's
+  // first element). Then one far value first in each channel (a bad pivot for a one-pass shifted
+  // sum): still accurate.
+  for (const BatchNormShape shape : {BatchNormShape{16, 4, 100}, BatchNormShape{64, 4, 4}}) {
+    CAPTURE(shape.spatial);
+    const Operands o = operands(shape, DType::f32, 1e4);
+    const Results f = fast(o), r = reference(o);
+    check_close(f.statistics[0], r.statistics[0], "save_mean", 1e-6);
+    check_close(f.statistics[1], r.statistics[1], "save_invstd", 1e-5);
+    check_close(f.statistics[3], r.statistics[3], "running_var", 1e-5);
+    Operands outlier = operands(shape);
+    for (std::int64_t c = 0; c < shape.channels; ++c)
+      static_cast<float*>(outlier.x.data_ptr())[c * shape.spatial] = 1e4f;
+    const Results fo = fast(outlier), ro = reference(outlier);
+    check_close(fo.statistics[0], ro.statistics[0], "save_mean, outlier", 1e-6);
+    check_close(fo.statistics[1], ro.statistics[1], "save_invstd, outlier", 1e-5);
+  }
 }
 
 TEST_CASE("batch norm fast loops pass other dtypes to the reference") {
