@@ -35,6 +35,10 @@ StridedLayout without_last_dim(StridedLayout layout) {
 // a memcpy when the source row is contiguous too, one strided read per element otherwise (a
 // transpose). Element by element with a cursor over every dim costs several times more, which
 // showed when 1x1 convolutions gathered small-plane samples into one matrix (kernels/conv.cpp).
+// Rows shorter than this many elements are copied by an inline loop: a memcpy call per row of 4
+// floats (a 2x2 plane gathered by a 1x1 convolution) cost more than the copy itself.
+constexpr std::int64_t kMemcpyRow = 64;
+
 template <typename To, typename From>
 void copy_rows(To* dst, const StridedLayout& dst_layout, const From* src, const StridedLayout& src_layout) {
   const std::int64_t inner = dst_layout.sizes[dst_layout.ndim - 1], step = src_layout.strides[src_layout.ndim - 1];
@@ -47,10 +51,14 @@ void copy_rows(To* dst, const StridedLayout& dst_layout, const From* src, const 
       To* to = dst + out.offset();
       const From* from = src + in.offset();
       if constexpr (std::is_same_v<To, From>) {
-        if (step == 1) {
+        if (step == 1 && inner >= kMemcpyRow) {
           std::memcpy(to, from, static_cast<std::size_t>(inner) * sizeof(To));
           continue;
         }
+      }
+      if (step == 1) {
+        for (std::int64_t i = 0; i < inner; ++i) to[i] = convert<To>(from[i]);
+        continue;
       }
       for (std::int64_t i = 0; i < inner; ++i) to[i] = convert<To>(from[i * step]);
     }
