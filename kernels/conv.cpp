@@ -237,6 +237,7 @@ void for_each_chunk(Device device, std::int64_t count, std::int64_t work, Body&&
 struct Chunking {
   std::int64_t samples = 1;  // per chunk
   std::int64_t plane = 1;    // H * W
+  std::int64_t chunks = 1;   // in the batch, the last possibly shorter
   bool gathered() const { return samples > 1; }
   std::int64_t columns() const { return samples * plane; }
 };
@@ -244,7 +245,7 @@ struct Chunking {
 Chunking pointwise_chunking(const Problem& p) {
   const std::int64_t plane = p.g.out_plane();
   const std::int64_t samples = std::clamp<std::int64_t>((kChunkColumns + plane - 1) / plane, 1, std::max<std::int64_t>(p.batch, 1));
-  return {samples, plane};
+  return {samples, plane, (p.batch + samples - 1) / samples};
 }
 
 bool batched_pointwise(const Problem& p) { return p.pointwise() && p.groups == 1; }
@@ -264,7 +265,7 @@ Tensor samples_by_channel(const Tensor& t, std::int64_t first, std::int64_t coun
 // (a = W^T) of a pointwise convolution.
 void pointwise_over_batch(const Tensor& a, const Tensor& src, const Tensor& dst, const Problem& p) {
   const Chunking c = pointwise_chunking(p);
-  const std::int64_t rows = a.size(0), inner = a.size(1), chunks = (p.batch + c.samples - 1) / c.samples;
+  const std::int64_t rows = a.size(0), inner = a.size(1), chunks = c.chunks;
   const std::int64_t work = rows * inner * c.columns();  // multiply-adds per chunk
   if (!c.gathered()) {
     for_each_chunk(src.device(), p.batch, work * p.batch, [&](std::int64_t n) {
@@ -295,7 +296,7 @@ void pointwise_over_batch(const Tensor& a, const Tensor& src, const Tensor& dst,
 // own gathering buffers), and the partials are added in group order.
 void pointwise_weight_over_batch(const Tensor& dy, const Tensor& x, const Tensor& dw, const Problem& p) {
   const Chunking c = pointwise_chunking(p);
-  const std::int64_t rows = p.out_channels, cols = p.in_channels, chunks = (p.batch + c.samples - 1) / c.samples;
+  const std::int64_t rows = p.out_channels, cols = p.in_channels, chunks = c.chunks;
   const Tensor weight = dw.view({rows, cols});
   const TensorOptions like{.dtype = dw.dtype(), .device = dw.device()};
   // Groups of per_group consecutive chunks, the last one possibly shorter but never empty.

@@ -323,20 +323,21 @@ void add_sample_deviations(const float* x, std::int64_t length, const float* shi
   }
 }
 
-// Calls body(group, first sample, end sample) for kSampleGroups fixed groups of consecutive samples
-// (the last possibly shorter, never empty), in parallel when worth it.
-template <typename Body>
-void for_sample_groups(const BatchNormShape& shape, Body&& body) {
-  const std::int64_t per_group = (shape.batch + kSampleGroups - 1) / kSampleGroups;
-  const std::int64_t groups = (shape.batch + per_group - 1) / per_group;
-  parallel_for(groups, shape.batch * shape.channels * shape.spatial, [&](std::int64_t group) {
-    body(group, group * per_group, std::min(shape.batch, (group + 1) * per_group));
-  });
-}
+// Samples per group: kSampleGroups fixed groups of consecutive samples, the last possibly shorter,
+// never empty.
+std::int64_t samples_per_group(const BatchNormShape& shape) { return (shape.batch + kSampleGroups - 1) / kSampleGroups; }
 
 std::int64_t sample_groups(const BatchNormShape& shape) {
-  const std::int64_t per_group = (shape.batch + kSampleGroups - 1) / kSampleGroups;
-  return (shape.batch + per_group - 1) / per_group;
+  return (shape.batch + samples_per_group(shape) - 1) / samples_per_group(shape);
+}
+
+// Calls body(group, first sample, end sample) for each group, in parallel when worth it.
+template <typename Body>
+void for_sample_groups(const BatchNormShape& shape, Body&& body) {
+  const std::int64_t per_group = samples_per_group(shape);
+  parallel_for(sample_groups(shape), shape.batch * shape.channels * shape.spatial, [&](std::int64_t group) {
+    body(group, group * per_group, std::min(shape.batch, (group + 1) * per_group));
+  });
 }
 
 // A channel's total of per-element accumulators over the groups, in group order, then S order.
