@@ -6,6 +6,7 @@
 #include "core/random.h"
 #include "kernels/optimizer.h"
 #include "kernels/optimizer_backends.h"
+#include "core/cpu/parallel.h"
 
 using namespace frugal;
 
@@ -64,6 +65,29 @@ TEST_CASE("optimizer steps: long lists are split across launches, bad input is n
   const Tensor strided = zeros({4}).slice(0, 0, 4, 2), g2 = zeros({2});
   CHECK_THROWS_AS(sgd_step({&strided, 1}, {&g2, 1}, {}, {}), ValueError);
   CHECK_THROWS_AS(adamw_step({&a, 1}, {&a, 1}, {&a, 1}, {&a, 1}, {.step = 0}), ValueError);
+}
+
+TEST_CASE("optimizer steps on the CPU: a list's tensors in one parallel region, each element as alone") {
+  // Sizes that put chunk edges (16384 elements) inside tensors and between them, and empty tensors.
+  const std::vector<std::int64_t> sizes = {0, 40000, 7, 16384, 0, 33000};
+  Generator generator(5);
+  std::vector<Tensor> together, alone, grads, buffers_together, buffers_alone;
+  for (std::int64_t n : sizes) {
+    const Tensor p = normal({n}, 0.0, 1.0, {}, &generator), g = normal({n}, 0.0, 1.0, {}, &generator);
+    const Tensor b = normal({n}, 0.0, 1.0, {}, &generator);
+    together.push_back(p.clone()), alone.push_back(p.clone()), grads.push_back(g);
+    buffers_together.push_back(b.clone()), buffers_alone.push_back(b.clone());
+  }
+  const SgdConfig config{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01};
+  const std::uint64_t regions = cpu::parallel_regions_opened();
+  sgd_step(together, grads, buffers_together, config);
+  CHECK(cpu::parallel_regions_opened() - regions == 1);  // one region for the whole list
+  for (std::size_t i = 0; i < sizes.size(); ++i)
+    sgd_step({&alone[i], 1}, {&grads[i], 1}, {&buffers_alone[i], 1}, config);
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    CHECK(together[i].to_vector<float>() == alone[i].to_vector<float>());
+    CHECK(buffers_together[i].to_vector<float>() == buffers_alone[i].to_vector<float>());
+  }
 }
 
 TEST_CASE("the fused CUDA optimizer kernels in the emulator match the CPU exactly") {
