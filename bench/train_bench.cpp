@@ -9,6 +9,10 @@
 //   mobilenet_v2[_cifar]_b64_eval_peak  frugal           MiB         the most bytes alive during one
 //   activation_bytes_per_sample[_cifar] frugal, pytorch  MiB/sample  what a training forward keeps for
 //                                                                    backward, per sample
+//   mobilenet_v2[_cifar]_b64_scaling    frugal,          x           with N > 1 threads on the CPU: a
+//                                       openblas_gemm_1024           step's (a GEMM's) time on 1 thread
+//                                                                    over its time on N, alternating in
+//                                                                    one run (Note [Scaling in one run])
 // frugal's bytes come from the allocator's books (models/step_memory.h: tag `activation`, and the
 // peak of requested bytes, everything alive counted: weights, momentum, the batch). PyTorch's saved
 // bytes come from its saved-tensor hooks (bench/pytorch_train_peer.py says how they are counted).
@@ -22,6 +26,7 @@
 // python3 or torch, or on a device other than the CPU (Debian's torch has no CUDA), the pytorch rows
 // are absent and a note says why.
 // Not here: the model (models/mobilenet_v2.h), speed targets (docs/benchmarks.md).
+#include <omp.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -40,6 +45,7 @@
 #include "core/cuda_status.h"
 #include "core/error.h"
 #include "core/random.h"
+#include "kernels/gemm.h"
 #include "models/registry.h"
 #include "models/step_memory.h"
 #include "nn/autograd.h"
@@ -174,6 +180,37 @@ void speed_case(const std::string& case_name, const Sizes& sizes, const std::fun
   if (peer) results.push_back({case_name, "pytorch", per_second(sizes, seconds[1]), "img/s", true});
 }
 
+// Note [Scaling in one run]
+// This machine's two cores are shared with other virtual machines, and what a second thread gains
+// changes from minute to minute: the same 512x512 OpenBLAS GEMM ran 1.2x and 1.9x faster on two
+// threads than on one, a few seconds apart. Two runs (--threads 1, then --threads 2) compare different
+// minutes, so a ratio between them says as much about the neighbours as about frugal. Here 1 thread
+// and N threads alternate step by step in one run, and an OpenBLAS GEMM alternates with them: its
+// ratio is what this machine gave a compute-bound kernel in the same minutes, the model's ceiling.
+constexpr std::int64_t kGemmSide = 1024;  // ~2 GFLOP: ~10 ms on 2 threads, long beside timer noise
+
+// The `case_name` rows: `step`'s and a GEMM's time on 1 thread over their time on `threads`.
+void scaling_case(const std::string& case_name, const Sizes& sizes, int threads, const std::function<void()>& step,
+                  std::vector<Result>& results) {
+  Generator generator(kSeed);
+  const Tensor a = normal({kGemmSide, kGemmSide}, 0.0, 1.0, {}, &generator);
+  const Tensor b = normal({kGemmSide, kGemmSide}, 0.0, 1.0, {}, &generator);
+  const std::function<void()> gemm = [&] { matmul(a, b); };
+  const auto on = [](int count, const std::function<void()>& work) {
+    return std::function<double()>([count, &work] {
+      omp_set_num_threads(count);
+      const auto start = Clock::now();
+      work();
+      return seconds_since(start);
+    });
+  };
+  const std::vector<double> s = alternating_median_seconds(
+      {on(1, step), on(threads, step), on(1, gemm), on(threads, gemm)}, sizes.min_runs, sizes.min_seconds);
+  omp_set_num_threads(threads);
+  results.push_back({case_name, "frugal", s[0] / s[1], "x", true});
+  results.push_back({case_name, "openblas_gemm_1024", s[2] / s[3], "x", true});
+}
+
 // Every case of one stem: frugal's model, batch and optimizer, and the same in the peer.
 void stem_cases(const Stem& stem, const Options& options, const Sizes& sizes, Peer* peer, const TempDir& temp,
                 std::vector<Result>& results) {
@@ -207,6 +244,9 @@ void stem_cases(const Stem& stem, const Options& options, const Sizes& sizes, Pe
     return seconds_since(start);
   }, peer, "train " + stem.name, results);
   results.push_back({stem.name + "_b64_peak", "frugal", static_cast<double>(step.peak_bytes) / kMiB, "MiB", false});
+  if (device.is_cpu() && options.threads > 1)
+    scaling_case(stem.name + "_b64_scaling", sizes, options.threads,
+                 [&] { models::training_step(*model, optimizer, x, y); }, results);
 
   model->eval();
   std::int64_t eval_peak = 0;

@@ -163,9 +163,19 @@ for stem in ("mobilenet_v2", "mobilenet_v2_cifar"):
 for suffix in ("", "_cifar"):
     saved = cases["activation_bytes_per_sample" + suffix]
     assert set(saved) == speed_impls and all(r["unit"] == "MiB/sample" for r in saved.values()), saved
-assert len(cases) == 10, sorted(cases)
+assert len(cases) == 10, sorted(cases)  # --threads 1: no _scaling rows
 PY
     grep -q "^frugal bench train: pytorch " <<<"$err" || fail "the note is not on stderr: $err"
+    # With two threads: each stem's 1-thread over 2-thread ratio, and the GEMM's from the same rounds.
+    expect_exit 0 "$frugal" bench train --json --quick --device cpu --threads 2
+    check_bench_report train <<PY
+assert report["threads"] == 2, report
+for stem in ("mobilenet_v2", "mobilenet_v2_cifar"):
+    scaling = cases[stem + "_b64_scaling"]
+    assert set(scaling) == {"frugal", "openblas_gemm_1024"}, scaling
+    assert all(r["unit"] == "x" and r["higher_is_better"] for r in scaling.values()), scaling
+assert len(cases) == 12, sorted(cases)
+PY
     # Without torch (an import that fails, as on a machine without python3-torch): frugal's rows and one note.
     dir=$(mktemp -d)
     trap 'rm -rf "$dir"' EXIT
