@@ -32,11 +32,11 @@ StridedLayout without_last_dim(StridedLayout layout) {
 
 // Note [Copies by rows]: when the destination's last dim is contiguous, a strided copy is a loop
 // over rows (found with a cursor over the other dims) whose inner loop has no index arithmetic:
-// a memcpy when the source row is contiguous too and long (kMemcpyRow), a plain loop when it is
-// short, one strided read per element otherwise (a transpose). Element by element with a cursor over every dim costs several times more, which
-// showed when 1x1 convolutions gathered small-plane samples into one matrix (kernels/conv.cpp).
-// Rows shorter than this many elements are copied by an inline loop: a memcpy call per row of 4
-// floats (a 2x2 plane gathered by a 1x1 convolution) cost more than the copy itself.
+// a memcpy when the source row is contiguous too and long, a plain loop when it is short, one
+// strided read per element otherwise (a transpose). Element by element with a cursor over every dim
+// costs several times more, which showed when 1x1 convolutions gathered small-plane samples into one
+// matrix (kernels/conv.cpp). Rows shorter than this many elements are copied by an inline loop: a
+// memcpy call per row of 4 floats (a 2x2 plane gathered by a 1x1 convolution) cost more than the copy.
 constexpr std::int64_t kMemcpyRow = 64;
 
 template <typename To, typename From>
