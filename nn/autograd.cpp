@@ -8,6 +8,7 @@
 #include "kernels/elementwise.h"
 #include "nn/autograd_internal.h"
 #include "nn/node.h"
+#include "nn/saved_activations.h"
 
 namespace frugal::autograd {
 
@@ -153,20 +154,108 @@ AnomalyModeGuard::~AnomalyModeGuard() { t_anomaly_mode = previous_; }
 
 Node::Node() : sequence_(g_next_sequence.fetch_add(1)) {}
 
-SavedTensor::SavedTensor(const Tensor& t) {
+// ---- saved tensors
+
+void set_rebuild(const Tensor& t, std::shared_ptr<const Rebuild> rebuild) {
+  Meta& m = ensure_meta(t);
+  m.rebuild = std::move(rebuild);
+  m.rebuild_version = t.storage()->version();
+}
+
+// What a SavedTensor keeps: the tensor itself, its Rebuild, or its compressed form. For the last two
+// the original's storage is watched (weakly: keeping it would defeat the purpose) so that an in-place
+// change after saving is still caught while anyone else holds the original.
+struct SavedForm {
+  enum class Kind : std::uint8_t { as_is, rebuilt, bf16 };
+  Kind kind = Kind::as_is;
+  Tensor data;  // as_is: a detached alias; bf16: the bf16 copy
+  std::shared_ptr<const Rebuild> rebuild;
+  std::weak_ptr<Storage> original;
+  std::uint64_t version = 0;
+  DType dtype = DType::f32;  // the original's, which decompression gives back
+};
+
+namespace {
+
+std::shared_ptr<const SavedForm> as_is(const Tensor& t) {
+  auto form = std::make_shared<SavedForm>();
+  form->data = detach(t);
+  form->version = t.storage()->version();
+  return form;
+}
+
+// Whether compression applies to t: a floating feature map, of at least 3 dims (images, not a
+// linear layer's [N, features] or a BatchNorm's per-channel statistics), that an op produced or
+// the caller says is an activation. Leaves (the batch, parameters) are held elsewhere anyway:
+// a compressed copy of them would add bytes, not save them.
+bool compressible(const Tensor& t, bool activation) {
+  const Meta* m = meta_of(t);
+  const bool produced = activation || (m && m->grad_fn);
+  return produced && t.dim() >= 3 && (t.dtype() == DType::f32 || t.dtype() == DType::f64);
+}
+
+std::shared_ptr<const SavedForm> compressed(const Tensor& t) {
+  if (const Meta* m = meta_of(t))
+    if (auto shared = m->compressed.lock(); shared && shared->version == t.storage()->version()) return shared;
+  auto form = std::make_shared<SavedForm>();
+  form->kind = SavedForm::Kind::bf16;
+  {
+    MemoryTagScope tag(MemoryTag::activation);  // the compressed copy is what backward keeps
+    form->data = detach(t).to(DType::bf16);
+  }
+  form->original = t.storage();
+  form->version = t.storage()->version();
+  form->dtype = t.dtype();
+  if (meta_of(t)) ensure_meta(t).compressed = form;
+  return form;
+}
+
+std::shared_ptr<const SavedForm> rebuilt(const Tensor& t, std::shared_ptr<const Rebuild> rebuild) {
+  auto form = std::make_shared<SavedForm>();
+  form->kind = SavedForm::Kind::rebuilt;
+  form->rebuild = std::move(rebuild);
+  form->original = t.storage();
+  form->version = t.storage()->version();
+  return form;
+}
+
+}  // namespace
+
+SavedTensor::SavedTensor(const Tensor& t, bool activation) {
   if (!t.defined()) return;
-  data_ = detach(t);
-  version_ = t.storage()->version();
+  const Meta* m = meta_of(t);
+  if (m && m->rebuild && m->rebuild_version == t.storage()->version()) {
+    form_ = rebuilt(t, m->rebuild);
+    return;
+  }
+  if (nn::activation_saving().compress != nn::SavedCompression::none && compressible(t, activation)) {
+    form_ = compressed(t);
+    return;
+  }
+  form_ = as_is(t);
+}
+
+SavedTensor SavedTensor::exact(const Tensor& t) {
+  SavedTensor saved;
+  if (t.defined()) saved.form_ = as_is(t);
+  return saved;
 }
 
 Tensor SavedTensor::unpack(std::string_view op) const {
   FRUGAL_CHECK_VALUE(!released_, op, ": its saved tensors were freed by an earlier backward; to backward through the "
                      "graph a second time, pass retain_graph = true the first time");
-  if (!data_.defined()) return data_;
-  FRUGAL_CHECK_VALUE(data_.storage()->version() == version_, op, ": a tensor it saved for backward was modified in "
-                     "place (version ", version_, " when saved, ", data_.storage()->version(),
+  if (!form_) return Tensor();
+  const std::shared_ptr<Storage> original = form_->kind == SavedForm::Kind::as_is ? form_->data.storage()
+                                                                                 : form_->original.lock();
+  FRUGAL_CHECK_VALUE(!original || original->version() == form_->version, op, ": a tensor it saved for backward was "
+                     "modified in place (version ", form_->version, " when saved, ", original->version(),
                      " now); clone it before modifying it, or use the out-of-place op");
-  return data_;
+  switch (form_->kind) {
+    case SavedForm::Kind::as_is: return form_->data;
+    case SavedForm::Kind::rebuilt: return form_->rebuild->rebuild(op);
+    case SavedForm::Kind::bf16: return form_->data.to(form_->dtype);
+  }
+  return Tensor();
 }
 
 Edge gradient_edge(const Tensor& t) {

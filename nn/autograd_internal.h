@@ -18,6 +18,11 @@ struct Meta final : AutogradMeta {
   std::vector<GradHook> leaf_hooks;
   std::vector<PostAccumulateHook> post_hooks;
   bool retains_grad = false;
+  // Below the standard minimum (nn/saved_activations.h): how to make this tensor again, valid while
+  // its storage is still at `rebuild_version`; and its compressed form, shared by the nodes that save it.
+  std::shared_ptr<const Rebuild> rebuild;
+  std::uint64_t rebuild_version = 0;
+  std::weak_ptr<const SavedForm> compressed;
 };
 
 Meta* meta_of(const Tensor& t);  // null when autograd never touched t

@@ -46,7 +46,7 @@ class CheckpointNode final : public autograd::Node {
                  std::optional<DType> autocast)
       : fn_(std::move(fn)), random_(random), autocast_(autocast) {
     for (const Tensor& t : inputs) {
-      inputs_.emplace_back(t);
+      inputs_.push_back(autograd::SavedTensor::exact(t));  // the replay must see the same bits
       needs_grad_.push_back(autograd::requires_grad(t));
     }
   }

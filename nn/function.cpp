@@ -3,10 +3,10 @@
 
 namespace frugal::autograd {
 
-FunctionNode::FunctionNode(std::string name, const std::vector<Tensor>& outputs, const Saved& saved, BackwardFn backward)
-    : name_(std::move(name)), backward_(std::move(backward)) {
+FunctionNode::FunctionNode(std::string name, const std::vector<Tensor>& outputs, std::vector<SavedTensor> saved,
+                           BackwardFn backward)
+    : name_(std::move(name)), saved_(std::move(saved)), backward_(std::move(backward)) {
   for (const Tensor& t : outputs) outputs_.push_back({t.shape(), {.dtype = t.dtype(), .device = t.device()}});
-  for (const Tensor& t : saved) saved_.emplace_back(t);
 }
 
 std::vector<Tensor> FunctionNode::backward(std::vector<Tensor> grad_outputs) {
@@ -43,11 +43,24 @@ Tensor Recorder::finish(Tensor output, const Saved& saved, BackwardFn backward) 
 }
 
 std::vector<Tensor> Recorder::finish(std::vector<Tensor> outputs, const Saved& saved, BackwardFn backward) {
+  if (!recording_) {
+    tag_.reset();
+    return outputs;
+  }
+  std::vector<SavedTensor> kept;
+  for (const Tensor& t : saved) kept.emplace_back(t);  // under the activation tag: a compressed copy is one
   tag_.reset();
-  if (!recording_) return outputs;
-  auto node = std::make_shared<FunctionNode>(name_, outputs, saved, std::move(backward));
+  auto node = std::make_shared<FunctionNode>(name_, outputs, std::move(kept), std::move(backward));
   record(node, inputs_, outputs);
   return outputs;
+}
+
+Tensor Recorder::finish_saved(Tensor output, std::vector<SavedTensor> saved, BackwardFn backward) {
+  tag_.reset();
+  if (!recording_) return output;
+  auto node = std::make_shared<FunctionNode>(name_, std::vector<Tensor>{output}, std::move(saved), std::move(backward));
+  record(node, inputs_, {output});
+  return output;
 }
 
 }  // namespace frugal::autograd

@@ -30,7 +30,7 @@ using BackwardFn = std::function<Grads(const Grads& grad_outputs, const Saved& s
 // A node whose backward is a BackwardFn over SavedTensors.
 class FunctionNode final : public Node {
  public:
-  FunctionNode(std::string name, const std::vector<Tensor>& outputs, const Saved& saved, BackwardFn backward);
+  FunctionNode(std::string name, const std::vector<Tensor>& outputs, std::vector<SavedTensor> saved, BackwardFn backward);
   std::string_view name() const override { return name_; }
   std::vector<Tensor> backward(std::vector<Tensor> grad_outputs) override;
   void release_saved() override;
@@ -55,6 +55,9 @@ class Recorder {
   // Attaches the node to the output(s) when recording; returns them unchanged.
   Tensor finish(Tensor output, const Saved& saved, BackwardFn backward);
   std::vector<Tensor> finish(std::vector<Tensor> outputs, const Saved& saved, BackwardFn backward);
+  // The same with the SavedTensors made by the op: for an op that shares one of them with a Rebuild
+  // it attaches to its output (BatchNorm saving x-hat, nn/saved_activations.h).
+  Tensor finish_saved(Tensor output, std::vector<SavedTensor> saved, BackwardFn backward);
 
  private:
   std::string name_;

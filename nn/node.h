@@ -23,19 +23,42 @@ struct Edge {
   int input = 0;               // which of node's outputs this gradient belongs to
 };
 
+// How a tensor can be made again from what other nodes already keep, so that a node that saves the
+// tensor need not keep it (nn/saved_activations.h): BatchNorm's output from its saved x-hat, a
+// residual sum from its addends. An op attaches one to its output (set_rebuild); a SavedTensor of
+// that output, made while the output is unchanged, keeps the Rebuild instead of the tensor.
+class Rebuild {
+ public:
+  virtual ~Rebuild() = default;
+  // The tensor again, the same bits as when it was attached (unless what it keeps was compressed).
+  virtual Tensor rebuild(std::string_view op) const = 0;
+};
+void set_rebuild(const Tensor& t, std::shared_ptr<const Rebuild> rebuild);
+
+struct SavedForm;  // nn/autograd.cpp: what a SavedTensor keeps, shared by its copies
+
 class SavedTensor {
  public:
   SavedTensor() = default;
-  explicit SavedTensor(const Tensor& t);
-  // The saved tensor; ValueError if it was modified in place since it was saved, or if the graph
-  // was already freed by an earlier backward (`op` names the node in the message).
+  // Keeps t for backward as this thread's ActivationSaving says (nn/saved_activations.h): a Rebuild
+  // when t has one; compressed when compression is on and t is a feature map an op produced (3 or
+  // more dims, with a grad_fn), or `activation` says it is one; otherwise t itself. Copies share what
+  // is kept: a tensor saved by two nodes is compressed once.
+  explicit SavedTensor(const Tensor& t, bool activation = false);
+  // Keeps t itself whatever the ActivationSaving (checkpoint's inputs must replay exactly).
+  static SavedTensor exact(const Tensor& t);
+  // The saved tensor (rebuilt or decompressed if so kept); ValueError if it was modified in place
+  // since it was saved, or if the graph was already freed by an earlier backward (`op` names the
+  // node in the message).
   Tensor unpack(std::string_view op) const;
-  void release() { data_ = Tensor(); released_ = true; }
-  bool defined() const { return data_.defined() || released_; }
+  void release() {
+    form_.reset();
+    released_ = true;
+  }
+  bool defined() const { return form_ != nullptr || released_; }
 
  private:
-  Tensor data_;
-  std::uint64_t version_ = 0;
+  std::shared_ptr<const SavedForm> form_;
   bool released_ = false;
 };
 
