@@ -98,6 +98,19 @@ Forward prepare_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
   return f;
 }
 
+// The running statistics (optional) and the batch size a training forward needs.
+void check_training(const Forward& f, const Tensor& running_mean, const Tensor& running_var, const char* op) {
+  check_pair(running_mean, running_var, f.x, "running_mean", "running_var", op);
+  FRUGAL_CHECK_VALUE(f.shape.per_channel() > 1, op,
+                     ": expected more than 1 value per channel when training, got input of shape ", shape_str(f.x.shape()));
+}
+
+void check_eval(const Forward& f, const Tensor& running_mean, const Tensor& running_var, const char* op) {
+  FRUGAL_CHECK_VALUE(running_mean.defined() && running_var.defined(), op,
+                     ": eval mode normalises with the running statistics; both must be defined");
+  check_pair(running_mean, running_var, f.x, "running_mean", "running_var", op);
+}
+
 // x's [N, C, S], after checking the backward's operands against it.
 BatchNormShape check_backward(const Tensor& grad_output, const Tensor& x, const Tensor& weight, const Tensor& save_mean,
                               const Tensor& save_invstd, const Tensor& fused_output, const char* op) {
@@ -130,9 +143,7 @@ BatchNormOutput batch_norm_train(const Tensor& x, const Tensor& weight, const Te
                                  const Tensor& running_var, double momentum, double eps, bool fuse_relu6) {
   const char* op = "batch_norm_train";
   const Forward f = prepare_forward(x, weight, bias, eps, op);
-  check_pair(running_mean, running_var, x, "running_mean", "running_var", op);
-  FRUGAL_CHECK_VALUE(f.shape.per_channel() > 1, op,
-                     ": expected more than 1 value per channel when training, got input of shape ", shape_str(x.shape()));
+  check_training(f, running_mean, running_var, op);
   const TensorOptions per_channel{.dtype = f.stats, .device = x.device()};
   BatchNormOutput out{f.output, empty({f.shape.channels}, per_channel), empty({f.shape.channels}, per_channel)};
   if (f.shape.channels == 0) return out;  // no channel, nothing to compute: no kernel for an empty grid
@@ -187,9 +198,7 @@ Tensor batch_norm_eval(const Tensor& x, const Tensor& weight, const Tensor& bias
                        const Tensor& running_var, double eps, bool fuse_relu6) {
   const char* op = "batch_norm_eval";
   Forward f = prepare_forward(x, weight, bias, eps, op);
-  FRUGAL_CHECK_VALUE(running_mean.defined() && running_var.defined(), op,
-                     ": eval mode normalises with the running statistics; both must be defined");
-  check_pair(running_mean, running_var, x, "running_mean", "running_var", op);
+  check_eval(f, running_mean, running_var, op);
   if (x.numel() == 0) return f.output;
   const Tensor mean = as_statistics(running_mean, f.stats);
   const DType dtype = x.dtype();
@@ -280,6 +289,178 @@ BatchNormGrads batch_norm_backward(const Tensor& grad_output, const Tensor& x, c
   if (affine) {
     grads.weight = sum_dy_xhat.to(weight.dtype());
     grads.bias = sum_dy.to(weight.dtype());
+  }
+  return grads;
+}
+
+// ---- From a saved xhat (Note [One saved tensor per BN-ReLU6], kernels/batch_norm_ops.h)
+
+namespace {
+
+// xhat and y from x with the given statistics, into `out`, on x's device.
+void normalize_saving(const Forward& f, const Tensor& mean, const Tensor& invstd, bool relu6,
+                      const BatchNormNormalizedOutput& out, [[maybe_unused]] const char* op) {
+  const DType dtype = f.x.dtype();
+  switch (f.x.device().type()) {
+    case DeviceType::CPU:
+      cpu::batch_norm_normalize_saving(dtype, f.x.data_ptr(), f.shape, mean.data_ptr(), invstd.data_ptr(),
+                                       ptr(f.weight), ptr(f.bias), relu6, out.normalized.data_ptr(), out.output.data_ptr());
+      break;
+    case DeviceType::Meta: break;
+    case DeviceType::CUDA:
+#if FRUGAL_WITH_CUDA
+      cuda::batch_norm_normalize_saving(dtype, f.x.data_ptr(), f.shape, mean.data_ptr(), invstd.data_ptr(),
+                                        ptr(f.weight), ptr(f.bias), relu6, out.normalized.data_ptr(), out.output.data_ptr());
+      break;
+#else
+      throw_no_cuda(op);
+#endif
+  }
+}
+
+// The batch statistics as batch_norm_train computes them on the CPU (the fast loops' sums for f32
+// unless the reference is asked for), so that both leave the same bits in the running statistics.
+void batch_statistics(const Forward& f, double momentum, double eps, const Tensor& save_mean, const Tensor& save_invstd,
+                      const Tensor& running_mean, const Tensor& running_var, [[maybe_unused]] const char* op) {
+  switch (f.x.device().type()) {
+    case DeviceType::CPU:
+      (g_cpu_reference ? cpu::batch_norm_statistics : cpu::fast::batch_norm_statistics)(
+          f.x.dtype(), f.x.data_ptr(), f.shape, momentum, eps, save_mean.data_ptr(), save_invstd.data_ptr(),
+          ptr(running_mean), ptr(running_var));
+      break;
+    case DeviceType::Meta: break;
+    case DeviceType::CUDA:
+#if FRUGAL_WITH_CUDA
+      cuda::batch_norm_statistics(f.x.dtype(), f.x.data_ptr(), f.shape, momentum, eps, save_mean.data_ptr(),
+                                  save_invstd.data_ptr(), ptr(running_mean), ptr(running_var));
+      break;
+#else
+      throw_no_cuda(op);
+#endif
+  }
+}
+
+BatchNormNormalizedOutput normalized_output(const Forward& f, Tensor save_mean, Tensor save_invstd) {
+  return {f.output, empty(f.x.shape(), {.dtype = f.x.dtype(), .device = f.x.device()}), std::move(save_mean),
+          std::move(save_invstd)};
+}
+
+}  // namespace
+
+BatchNormNormalizedOutput batch_norm_train_normalized(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                                      const Tensor& running_mean, const Tensor& running_var,
+                                                      double momentum, double eps, bool fuse_relu6) {
+  const char* op = "batch_norm_train_normalized";
+  const Forward f = prepare_forward(x, weight, bias, eps, op);
+  check_training(f, running_mean, running_var, op);
+  const TensorOptions per_channel{.dtype = f.stats, .device = x.device()};
+  BatchNormNormalizedOutput out =
+      normalized_output(f, empty({f.shape.channels}, per_channel), empty({f.shape.channels}, per_channel));
+  if (f.shape.channels == 0) return out;  // as batch_norm_train: no kernel for an empty grid
+  const Tensor mean_work = as_statistics(running_mean, f.stats), var_work = as_statistics(running_var, f.stats);
+  batch_statistics(f, momentum, eps, out.save_mean, out.save_invstd, mean_work, var_work, op);
+  normalize_saving(f, out.save_mean, out.save_invstd, fuse_relu6, out, op);
+  write_back(running_mean, mean_work);
+  write_back(running_var, var_work);
+  return out;
+}
+
+BatchNormNormalizedOutput batch_norm_eval_normalized(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                                     const Tensor& running_mean, const Tensor& running_var, double eps,
+                                                     bool fuse_relu6) {
+  const char* op = "batch_norm_eval_normalized";
+  const Forward f = prepare_forward(x, weight, bias, eps, op);
+  check_eval(f, running_mean, running_var, op);
+  // A copy of running_mean, not an alias: a later training step must not change what was returned.
+  BatchNormNormalizedOutput out =
+      normalized_output(f, running_mean.to(f.stats).clone(), batch_norm_invstd(running_var, eps));
+  if (x.numel() > 0) normalize_saving(f, out.save_mean, out.save_invstd, fuse_relu6, out, op);
+  return out;
+}
+
+Tensor batch_norm_affine(const Tensor& normalized, const Tensor& weight, const Tensor& bias, bool fuse_relu6) {
+  const char* op = "batch_norm_affine";
+  const BatchNormShape shape = check_input(normalized, op);
+  check_pair(weight, bias, normalized, "weight", "bias", op);
+  const DType dtype = normalized.dtype(), stats = statistics_dtype(dtype);
+  const Tensor xhat = normalized.contiguous(), w = as_statistics(weight, stats), b = as_statistics(bias, stats);
+  Tensor y = empty(normalized.shape(), {.dtype = dtype, .device = normalized.device()});
+  if (normalized.numel() == 0) return y;
+  switch (normalized.device().type()) {
+    case DeviceType::CPU:
+      cpu::batch_norm_affine(dtype, xhat.data_ptr(), shape, ptr(w), ptr(b), fuse_relu6, y.data_ptr());
+      break;
+    case DeviceType::Meta: break;
+    case DeviceType::CUDA:
+#if FRUGAL_WITH_CUDA
+      cuda::batch_norm_affine(dtype, xhat.data_ptr(), shape, ptr(w), ptr(b), fuse_relu6, y.data_ptr());
+      break;
+#else
+      throw_no_cuda(op);
+#endif
+  }
+  return y;
+}
+
+namespace {
+
+// The backward-from-xhat operands, checked against normalized; its [N, C, S].
+BatchNormShape check_backward_normalized(const Tensor& grad_output, const Tensor& normalized, const Tensor& weight,
+                                         const Tensor& bias, const Tensor& save_invstd, const char* op) {
+  const BatchNormShape shape = check_input(normalized, op);
+  FRUGAL_CHECK_VALUE(grad_output.defined() && save_invstd.defined(), op,
+                     ": grad_output and save_invstd must be defined");
+  check_same_shape(grad_output, normalized, op);
+  check_same_dtype(grad_output, normalized, op);
+  check_same_device(grad_output, normalized, op);
+  check_pair(weight, bias, normalized, "weight", "bias", op);
+  check_per_channel(save_invstd, normalized, "save_invstd", op);
+  return shape;
+}
+
+}  // namespace
+
+BatchNormGrads batch_norm_backward_normalized(const Tensor& grad_output, const Tensor& normalized, const Tensor& weight,
+                                              const Tensor& bias, const Tensor& save_invstd, bool training,
+                                              bool fuse_relu6) {
+  const char* op = "batch_norm_backward_normalized";
+  const BatchNormShape shape = check_backward_normalized(grad_output, normalized, weight, bias, save_invstd, op);
+  const DType dtype = normalized.dtype(), stats = statistics_dtype(dtype);
+  const Tensor xhat = normalized.contiguous(), grad = grad_output.contiguous();
+  const Tensor invstd = as_statistics(save_invstd, stats), w = as_statistics(weight, stats), b = as_statistics(bias, stats);
+  const bool affine = weight.defined(), sums = training || affine;  // as batch_norm_backward
+  const TensorOptions per_channel{.dtype = stats, .device = normalized.device()};
+  const Tensor sum_dy = sums ? zeros({shape.channels}, per_channel) : Tensor();
+  const Tensor sum_dy_xhat = sums ? zeros({shape.channels}, per_channel) : Tensor();
+  BatchNormGrads grads{empty(normalized.shape(), {.dtype = dtype, .device = normalized.device()}), Tensor(), Tensor()};
+  if (normalized.numel() > 0) {
+    switch (normalized.device().type()) {
+      case DeviceType::CPU:
+        if (sums)
+          cpu::batch_norm_backward_sums_from_xhat(dtype, grad.data_ptr(), xhat.data_ptr(), shape, ptr(w), ptr(b),
+                                                  fuse_relu6, sum_dy.data_ptr(), sum_dy_xhat.data_ptr());
+        cpu::batch_norm_backward_input_from_xhat(dtype, grad.data_ptr(), xhat.data_ptr(), shape, invstd.data_ptr(),
+                                                 ptr(w), ptr(b), fuse_relu6, ptr(sum_dy), ptr(sum_dy_xhat), training,
+                                                 grads.input.data_ptr());
+        break;
+      case DeviceType::Meta: break;
+      case DeviceType::CUDA:
+#if FRUGAL_WITH_CUDA
+        if (sums)
+          cuda::batch_norm_backward_sums_from_xhat(dtype, grad.data_ptr(), xhat.data_ptr(), shape, ptr(w), ptr(b),
+                                                   fuse_relu6, sum_dy.data_ptr(), sum_dy_xhat.data_ptr());
+        cuda::batch_norm_backward_input_from_xhat(dtype, grad.data_ptr(), xhat.data_ptr(), shape, invstd.data_ptr(),
+                                                  ptr(w), ptr(b), fuse_relu6, ptr(sum_dy), ptr(sum_dy_xhat), training,
+                                                  grads.input.data_ptr());
+        break;
+#else
+        throw_no_cuda(op);
+#endif
+    }
+  }
+  if (affine) {
+    grads.weight = sum_dy_xhat.to(weight.dtype());
+    grads.bias = sum_dy.to(bias.dtype());
   }
   return grads;
 }

@@ -64,4 +64,36 @@ BatchNormGrads batch_norm_backward(const Tensor& grad_output, const Tensor& x, c
                                    const Tensor& save_mean, const Tensor& save_invstd, bool training,
                                    const Tensor& fused_output = Tensor());
 
+// ---- Saving xhat alone (Note [One saved tensor per BN-ReLU6], kernels/batch_norm_ops.h)
+// A BN-ReLU6 block may keep only xhat = (x - mean) * invstd for its backward: the output y, the
+// ReLU6 mask 0 < y < 6 and the next layer's input are recomputed from it by batch_norm_affine, the
+// same bits as the forward's, since the forward computes y from xhat as stored. On CUDA these run
+// frugal's kernels whatever batch_norm_impl() says: cuDNN does not return xhat.
+struct BatchNormNormalizedOutput {
+  Tensor output;                  // weight * normalized + bias (clamped to [0, 6] with fuse_relu6), from `normalized`
+  Tensor normalized;              // xhat, x's shape and dtype, contiguous
+  Tensor save_mean, save_invstd;  // as BatchNormOutput's (eval: running_mean and batch_norm_invstd(running_var))
+};
+
+// batch_norm_train (the same statistics, running-statistics update and errors) that also returns xhat.
+BatchNormNormalizedOutput batch_norm_train_normalized(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                                      const Tensor& running_mean, const Tensor& running_var,
+                                                      double momentum, double eps, bool fuse_relu6 = false);
+
+// batch_norm_eval that also returns xhat, normalised with the running statistics.
+BatchNormNormalizedOutput batch_norm_eval_normalized(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                                     const Tensor& running_mean, const Tensor& running_var, double eps,
+                                                     bool fuse_relu6 = false);
+
+// y = weight * normalized + bias per channel (clamped to [0, 6] with fuse_relu6): the forward's
+// output, bit for bit, given the forward's `normalized`, weight and bias.
+Tensor batch_norm_affine(const Tensor& normalized, const Tensor& weight, const Tensor& bias, bool fuse_relu6 = false);
+
+// batch_norm_backward from xhat: with fuse_relu6 the gradient passes where 0 < y < 6, y recomputed
+// as batch_norm_affine does. weight and bias both or neither (not affine: gamma 1, beta 0);
+// save_invstd from the forward. The sums run in double, as batch_norm_backward's.
+BatchNormGrads batch_norm_backward_normalized(const Tensor& grad_output, const Tensor& normalized, const Tensor& weight,
+                                              const Tensor& bias, const Tensor& save_invstd, bool training,
+                                              bool fuse_relu6 = false);
+
 }  // namespace frugal

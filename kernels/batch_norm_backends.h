@@ -35,10 +35,31 @@ namespace frugal {
                                  const void* weight, const void* sum_dy, const void* sum_dy_xhat, bool training,     \
                                  void* grad_input);
 
-namespace cpu { FRUGAL_BATCH_NORM_KERNELS }           // the readable reference (kernels/cpu/batch_norm.cpp)
+// The kernels that work from a saved xhat (Note [One saved tensor per BN-ReLU6], batch_norm_ops.h),
+// operands as above plus xhat (the input's dtype, [N, C, S]); no fast CPU loops.
+// normalize_saving:          xhat = (x - mean) * invstd stored, then y from the stored xhat
+// affine:                    y = weight * xhat + bias, then ReLU6 when asked: normalize_saving's y
+// backward_sums_from_xhat:   sum_dy, sum_dy_xhat; with relu6, dy gated by the y recomputed from xhat
+// backward_input_from_xhat:  grad_input = weight * invstd * (dy - ...), as backward_input
+#define FRUGAL_BATCH_NORM_XHAT_KERNELS                                                                                \
+  void batch_norm_normalize_saving(DType dtype, const void* x, const BatchNormShape& shape, const void* mean,         \
+                                   const void* invstd, const void* weight, const void* bias, bool relu6, void* xhat, \
+                                   void* y);                                                                         \
+  void batch_norm_affine(DType dtype, const void* xhat, const BatchNormShape& shape, const void* weight,              \
+                         const void* bias, bool relu6, void* y);                                                     \
+  void batch_norm_backward_sums_from_xhat(DType dtype, const void* grad, const void* xhat,                           \
+                                          const BatchNormShape& shape, const void* weight, const void* bias,         \
+                                          bool relu6, void* sum_dy, void* sum_dy_xhat);                              \
+  void batch_norm_backward_input_from_xhat(DType dtype, const void* grad, const void* xhat,                          \
+                                           const BatchNormShape& shape, const void* invstd, const void* weight,      \
+                                           const void* bias, bool relu6, const void* sum_dy,                         \
+                                           const void* sum_dy_xhat, bool training, void* grad_input);
+
+// the readable reference (kernels/cpu/batch_norm.cpp)
+namespace cpu { FRUGAL_BATCH_NORM_KERNELS FRUGAL_BATCH_NORM_XHAT_KERNELS }
 namespace cpu::fast { FRUGAL_BATCH_NORM_KERNELS }     // f32 vectorised (cpu/batch_norm_fast.cpp)
-namespace cuda { FRUGAL_BATCH_NORM_KERNELS }           // the hand-written kernels (BatchNormImpl::native)
-namespace cuda_emulated { FRUGAL_BATCH_NORM_KERNELS }  // the same, in the emulator
+namespace cuda { FRUGAL_BATCH_NORM_KERNELS FRUGAL_BATCH_NORM_XHAT_KERNELS }  // hand-written (BatchNormImpl::native)
+namespace cuda_emulated { FRUGAL_BATCH_NORM_KERNELS FRUGAL_BATCH_NORM_XHAT_KERNELS }  // the same, in the emulator
 
 // The CPU's per-channel sweeps (kernels/cpu/batch_norm_fast.cpp), what its dispatcher runs: f32 does
 // a channel's two passes (statistics then normalize; sums then input gradient) back to back, while
@@ -68,5 +89,6 @@ void cudnn_batch_norm_backward(DType dtype, const void* grad, const void* x, con
 }  // namespace cuda
 
 #undef FRUGAL_BATCH_NORM_KERNELS
+#undef FRUGAL_BATCH_NORM_XHAT_KERNELS
 
 }  // namespace frugal

@@ -105,7 +105,8 @@ struct GradSums {
 // One channel's input gradient, dx = scale * (dy - mean_dy - xhat * mean_dy_xhat) with
 // scale = weight * invstd. Training: the batch statistics depend on every x, which gives the two
 // mean terms (means over the channel's M elements). Eval: the running statistics are constants,
-// the map is affine, and both terms are 0.
+// the map is affine, and both terms are 0. A null mean (the backward from xhat, which reads no x)
+// leaves it 0.
 template <typename C>
 struct ChannelBackward {
   C mean, invstd, scale, mean_dy, mean_dy_xhat;
@@ -116,7 +117,7 @@ FRUGAL_HOST_DEVICE inline ChannelBackward<C> channel_backward(const C* mean, con
                                                              const C* sum_dy, const C* sum_dy_xhat, bool training,
                                                              std::int64_t per_channel, std::int64_t c) {
   const C m = static_cast<C>(per_channel);
-  return {mean[c], invstd[c], invstd[c] * (weight ? weight[c] : C(1)), training ? sum_dy[c] / m : C(0),
+  return {mean ? mean[c] : C(0), invstd[c], invstd[c] * (weight ? weight[c] : C(1)), training ? sum_dy[c] / m : C(0),
           training ? sum_dy_xhat[c] / m : C(0)};
 }
 
@@ -126,8 +127,54 @@ FRUGAL_HOST_DEVICE inline C xhat(C x, C mean, C invstd) {
 }
 
 template <typename C>
+FRUGAL_HOST_DEVICE inline C grad_input_from_xhat(C g, C xhat, const ChannelBackward<C>& b) {
+  return b.scale * (g - b.mean_dy - xhat * b.mean_dy_xhat);
+}
+
+template <typename C>
 FRUGAL_HOST_DEVICE inline C grad_input(C g, C x, const ChannelBackward<C>& b) {
-  return b.scale * (g - b.mean_dy - xhat(x, b.mean, b.invstd) * b.mean_dy_xhat);
+  return grad_input_from_xhat(g, xhat(x, b.mean, b.invstd), b);
+}
+
+// ---- From a saved xhat (Note [One saved tensor per BN-ReLU6])
+//
+// A BN-ReLU6 block can keep xhat alone for its backward: y, the ReLU6 mask and the next layer's
+// input relu6(y) are all recomputed from it. That is exact only if the forward's y is itself
+// computed from xhat AS STORED (rounded to the input's dtype) by the same expression the backward
+// recomputes it with: output_from_xhat below, the one place y = weight * xhat + bias is written.
+// Every kernel that computes y from xhat (the forward, batch_norm_affine, the backward's mask) calls
+// it and lives in the same source file per backend (kernels/cpu/batch_norm.cpp,
+// kernels/cuda/batch_norm.cu), so all see the same compiler flags: whether the multiply-add is
+// contracted into an FMA (the host build targets plain x86-64, which has none; nvcc contracts) is
+// then the same decision at every call, and y comes out the same bits in forward and backward.
+
+// A channel's weight and bias, 1 and 0 when not affine.
+template <typename C>
+struct ChannelScaleShift {
+  C weight, bias;
+};
+
+template <typename C>
+FRUGAL_HOST_DEVICE inline ChannelScaleShift<C> channel_scale_shift(const C* weight, const C* bias, std::int64_t c) {
+  return {weight ? weight[c] : C(1), bias ? bias[c] : C(0)};
+}
+
+template <typename C>
+FRUGAL_HOST_DEVICE inline C output_from_xhat(C xhat, const ChannelScaleShift<C>& a, bool relu6) {
+  const C y = xhat * a.weight + a.bias;
+  return relu6 ? elementwise::unary(UnaryOp::relu6, y, C(0), C(0)) : y;
+}
+
+// The gradient reaching the batch norm when only xhat was saved: with a fused ReLU6, gated by the
+// output the forward stored (recomputed, then rounded to T as the forward rounded it), so the mask
+// is incoming_grad's to the bit.
+template <typename C, typename T>
+FRUGAL_HOST_DEVICE inline C incoming_grad_from_xhat(const T* grad, const T* xhat, const ChannelScaleShift<C>& a,
+                                                    bool relu6, std::int64_t i) {
+  const C g = convert<C>(grad[i]);
+  if (!relu6) return g;
+  const T output = convert<T>(output_from_xhat(convert<C>(xhat[i]), a, true));
+  return elementwise::binary(BinaryOp::relu6_backward, g, convert<C>(output));
 }
 
 }  // namespace batch_norm

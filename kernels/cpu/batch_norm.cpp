@@ -3,6 +3,8 @@
 // order; the elementwise passes run in parallel over (n, c) planes. The arithmetic is
 // kernels/batch_norm_ops.h, the same as the CUDA kernels'. For f32 the dispatcher runs the fast loops
 // of kernels/cpu/batch_norm_fast.cpp, which are tested against these; f64, f16 and bf16 run these.
+// The kernels from a saved xhat are here alone, for every dtype: all that compute y from xhat must
+// share this file's compiler flags (Note [One saved tensor per BN-ReLU6], kernels/batch_norm_ops.h).
 #include "core/cpu/parallel.h"
 #include "core/convert.h"
 #include "kernels/batch_norm_backends.h"
@@ -89,6 +91,82 @@ void batch_norm_backward_input(DType dtype, const void* grad, const void* x, con
         const std::int64_t i = shape.offset(n, c, s);
         const C dy = batch_norm::incoming_grad<C>(g, fused, i);
         out[i] = convert<T>(batch_norm::grad_input(dy, convert<C>(in[i]), coefficients));
+      }
+    });
+  });
+}
+
+void batch_norm_normalize_saving(DType dtype, const void* x, const BatchNormShape& shape, const void* mean,
+                                 const void* invstd, const void* weight, const void* bias, bool relu6, void* xhat,
+                                 void* y) {
+  visit_floating(dtype, "batch norm", [&]<typename T, typename C>() {
+    const T* in = static_cast<const T*>(x);
+    T *saved = static_cast<T*>(xhat), *out = static_cast<T*>(y);
+    const C *m = static_cast<const C*>(mean), *is = static_cast<const C*>(invstd);
+    parallel_for(shape.batch * shape.channels, 2 * shape.channels * shape.per_channel(), [&](std::int64_t plane) {
+      const std::int64_t n = plane / shape.channels, c = plane % shape.channels;
+      const auto a = batch_norm::channel_scale_shift(static_cast<const C*>(weight), static_cast<const C*>(bias), c);
+      for (std::int64_t s = 0; s < shape.spatial; ++s) {
+        const std::int64_t i = shape.offset(n, c, s);
+        saved[i] = convert<T>(batch_norm::xhat(convert<C>(in[i]), m[c], is[c]));
+        // y from xhat as stored, not as computed: what batch_norm_affine will recompute.
+        out[i] = convert<T>(batch_norm::output_from_xhat(convert<C>(saved[i]), a, relu6));
+      }
+    });
+  });
+}
+
+void batch_norm_affine(DType dtype, const void* xhat, const BatchNormShape& shape, const void* weight, const void* bias,
+                       bool relu6, void* y) {
+  visit_floating(dtype, "batch norm", [&]<typename T, typename C>() {
+    const T* in = static_cast<const T*>(xhat);
+    T* out = static_cast<T*>(y);
+    parallel_for(shape.batch * shape.channels, shape.channels * shape.per_channel(), [&](std::int64_t plane) {
+      const std::int64_t n = plane / shape.channels, c = plane % shape.channels;
+      const auto a = batch_norm::channel_scale_shift(static_cast<const C*>(weight), static_cast<const C*>(bias), c);
+      for (std::int64_t s = 0; s < shape.spatial; ++s) {
+        const std::int64_t i = shape.offset(n, c, s);
+        out[i] = convert<T>(batch_norm::output_from_xhat(convert<C>(in[i]), a, relu6));
+      }
+    });
+  });
+}
+
+void batch_norm_backward_sums_from_xhat(DType dtype, const void* grad, const void* xhat, const BatchNormShape& shape,
+                                        const void* weight, const void* bias, bool relu6, void* sum_dy,
+                                        void* sum_dy_xhat) {
+  visit_floating(dtype, "batch norm", [&]<typename T, typename C>() {
+    const T *g = static_cast<const T*>(grad), *in = static_cast<const T*>(xhat);
+    parallel_for(shape.channels, shape.channels * shape.per_channel(), [&](std::int64_t c) {
+      const auto a = batch_norm::channel_scale_shift(static_cast<const C*>(weight), static_cast<const C*>(bias), c);
+      batch_norm::GradSums sums;
+      for (std::int64_t n = 0; n < shape.batch; ++n)
+        for (std::int64_t s = 0; s < shape.spatial; ++s) {
+          const std::int64_t i = shape.offset(n, c, s);
+          sums.add(batch_norm::incoming_grad_from_xhat<C>(g, in, a, relu6, i), convert<C>(in[i]));
+        }
+      static_cast<C*>(sum_dy)[c] = static_cast<C>(sums.dy);
+      static_cast<C*>(sum_dy_xhat)[c] = static_cast<C>(sums.dy_xhat);
+    });
+  });
+}
+
+void batch_norm_backward_input_from_xhat(DType dtype, const void* grad, const void* xhat, const BatchNormShape& shape,
+                                         const void* invstd, const void* weight, const void* bias, bool relu6,
+                                         const void* sum_dy, const void* sum_dy_xhat, bool training, void* grad_input) {
+  visit_floating(dtype, "batch norm", [&]<typename T, typename C>() {
+    const T *g = static_cast<const T*>(grad), *in = static_cast<const T*>(xhat);
+    const C *w = static_cast<const C*>(weight), *b = static_cast<const C*>(bias);
+    T* out = static_cast<T*>(grad_input);
+    parallel_for(shape.batch * shape.channels, shape.channels * shape.per_channel(), [&](std::int64_t plane) {
+      const std::int64_t n = plane / shape.channels, c = plane % shape.channels;
+      const auto a = batch_norm::channel_scale_shift(w, b, c);
+      const auto coefficients = batch_norm::channel_backward<C>(nullptr, static_cast<const C*>(invstd), w,
+          static_cast<const C*>(sum_dy), static_cast<const C*>(sum_dy_xhat), training, shape.per_channel(), c);
+      for (std::int64_t s = 0; s < shape.spatial; ++s) {
+        const std::int64_t i = shape.offset(n, c, s);
+        const C dy = batch_norm::incoming_grad_from_xhat<C>(g, in, a, relu6, i);
+        out[i] = convert<T>(batch_norm::grad_input_from_xhat(dy, convert<C>(in[i]), coefficients));
       }
     });
   });

@@ -95,6 +95,74 @@ __global__ void backward_input_kernel(const T* grad, const T* x, const T* fused_
   }
 }
 
+// The kernels from a saved xhat, laid out as the ones above; every y comes from
+// batch_norm::output_from_xhat in this one file (Note [One saved tensor per BN-ReLU6]).
+template <typename T, typename C>
+__global__ void normalize_saving_kernel(const T* x, BatchNormShape shape, const C* mean, const C* invstd,
+                                        const C* weight, const C* bias, bool relu6, T* xhat, T* y) {
+  const std::int64_t first = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  const std::int64_t step = static_cast<std::int64_t>(blockDim.x) * gridDim.x;
+  for (std::int64_t c = blockIdx.y; c < shape.channels; c += gridDim.y) {
+    const auto a = batch_norm::channel_scale_shift(weight, bias, c);
+    for (ChannelWalk w(shape, first, step); w.n < shape.batch; w.advance()) {
+      const std::int64_t i = shape.offset(w.n, c, w.s);
+      const T saved = convert<T>(batch_norm::xhat(convert<C>(x[i]), mean[c], invstd[c]));
+      xhat[i] = saved;
+      y[i] = convert<T>(batch_norm::output_from_xhat(convert<C>(saved), a, relu6));  // from xhat as stored
+    }
+  }
+}
+
+template <typename T, typename C>
+__global__ void affine_kernel(const T* xhat, BatchNormShape shape, const C* weight, const C* bias, bool relu6, T* y) {
+  const std::int64_t first = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  const std::int64_t step = static_cast<std::int64_t>(blockDim.x) * gridDim.x;
+  for (std::int64_t c = blockIdx.y; c < shape.channels; c += gridDim.y) {
+    const auto a = batch_norm::channel_scale_shift(weight, bias, c);
+    for (ChannelWalk w(shape, first, step); w.n < shape.batch; w.advance()) {
+      const std::int64_t i = shape.offset(w.n, c, w.s);
+      y[i] = convert<T>(batch_norm::output_from_xhat(convert<C>(xhat[i]), a, relu6));
+    }
+  }
+}
+
+template <typename T, typename C>
+__global__ void backward_sums_from_xhat_kernel(const T* grad, const T* xhat, BatchNormShape shape, const C* weight,
+                                               const C* bias, bool relu6, C* sum_dy, C* sum_dy_xhat) {
+  FRUGAL_DYNAMIC_SHARED(batch_norm::GradSums, per_warp);
+  for (std::int64_t c = blockIdx.x; c < shape.channels; c += gridDim.x) {
+    const auto a = batch_norm::channel_scale_shift(weight, bias, c);
+    batch_norm::GradSums sums;
+    for (ChannelWalk w(shape, threadIdx.x, blockDim.x); w.n < shape.batch; w.advance()) {
+      const std::int64_t i = shape.offset(w.n, c, w.s);
+      sums.add(batch_norm::incoming_grad_from_xhat<C>(grad, xhat, a, relu6, i), convert<C>(xhat[i]));
+    }
+    sums = block_reduce(sums, per_warp);
+    if (threadIdx.x == 0) {
+      sum_dy[c] = static_cast<C>(sums.dy);
+      sum_dy_xhat[c] = static_cast<C>(sums.dy_xhat);
+    }
+  }
+}
+
+template <typename T, typename C>
+__global__ void backward_input_from_xhat_kernel(const T* grad, const T* xhat, BatchNormShape shape, const C* invstd,
+                                                const C* weight, const C* bias, bool relu6, const C* sum_dy,
+                                                const C* sum_dy_xhat, bool training, T* grad_input) {
+  const std::int64_t first = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  const std::int64_t step = static_cast<std::int64_t>(blockDim.x) * gridDim.x;
+  for (std::int64_t c = blockIdx.y; c < shape.channels; c += gridDim.y) {
+    const auto a = batch_norm::channel_scale_shift(weight, bias, c);
+    const auto coefficients = batch_norm::channel_backward<C>(nullptr, invstd, weight, sum_dy, sum_dy_xhat, training,
+                                                              shape.per_channel(), c);
+    for (ChannelWalk w(shape, first, step); w.n < shape.batch; w.advance()) {
+      const std::int64_t i = shape.offset(w.n, c, w.s);
+      const C g = batch_norm::incoming_grad_from_xhat<C>(grad, xhat, a, relu6, i);
+      grad_input[i] = convert<T>(batch_norm::grad_input_from_xhat(g, convert<C>(xhat[i]), coefficients));
+    }
+  }
+}
+
 int channel_blocks(const BatchNormShape& shape) { return static_cast<int>(std::min(shape.channels, kMaxChannelBlocks)); }
 
 dim3 elementwise_grid(const BatchNormShape& shape) {
@@ -144,6 +212,51 @@ void batch_norm_backward_input(DType dtype, const void* grad, const void* x, con
         static_cast<const T*>(grad), static_cast<const T*>(x), static_cast<const T*>(fused_output), shape,
         static_cast<const C*>(mean), static_cast<const C*>(invstd), static_cast<const C*>(weight),
         static_cast<const C*>(sum_dy), static_cast<const C*>(sum_dy_xhat), training, static_cast<T*>(grad_input));
+  });
+  FRUGAL_CUDA_CHECK_LAUNCH();
+}
+
+void batch_norm_normalize_saving(DType dtype, const void* x, const BatchNormShape& shape, const void* mean,
+                                 const void* invstd, const void* weight, const void* bias, bool relu6, void* xhat,
+                                 void* y) {
+  visit_floating(dtype, "batch norm", [&]<typename T, typename C>() {
+    FRUGAL_LAUNCH(elementwise_grid(shape), kElementwiseThreads, 0, nullptr, normalize_saving_kernel<T, C>)(
+        static_cast<const T*>(x), shape, static_cast<const C*>(mean), static_cast<const C*>(invstd),
+        static_cast<const C*>(weight), static_cast<const C*>(bias), relu6, static_cast<T*>(xhat), static_cast<T*>(y));
+  });
+  FRUGAL_CUDA_CHECK_LAUNCH();
+}
+
+void batch_norm_affine(DType dtype, const void* xhat, const BatchNormShape& shape, const void* weight, const void* bias,
+                       bool relu6, void* y) {
+  visit_floating(dtype, "batch norm", [&]<typename T, typename C>() {
+    FRUGAL_LAUNCH(elementwise_grid(shape), kElementwiseThreads, 0, nullptr, affine_kernel<T, C>)(
+        static_cast<const T*>(xhat), shape, static_cast<const C*>(weight), static_cast<const C*>(bias), relu6,
+        static_cast<T*>(y));
+  });
+  FRUGAL_CUDA_CHECK_LAUNCH();
+}
+
+void batch_norm_backward_sums_from_xhat(DType dtype, const void* grad, const void* xhat, const BatchNormShape& shape,
+                                        const void* weight, const void* bias, bool relu6, void* sum_dy,
+                                        void* sum_dy_xhat) {
+  visit_floating(dtype, "batch norm", [&]<typename T, typename C>() {
+    FRUGAL_LAUNCH(channel_blocks(shape), kReduceThreads, kWarps * sizeof(batch_norm::GradSums), nullptr,
+                  backward_sums_from_xhat_kernel<T, C>)(static_cast<const T*>(grad), static_cast<const T*>(xhat), shape,
+                                                        static_cast<const C*>(weight), static_cast<const C*>(bias),
+                                                        relu6, static_cast<C*>(sum_dy), static_cast<C*>(sum_dy_xhat));
+  });
+  FRUGAL_CUDA_CHECK_LAUNCH();
+}
+
+void batch_norm_backward_input_from_xhat(DType dtype, const void* grad, const void* xhat, const BatchNormShape& shape,
+                                         const void* invstd, const void* weight, const void* bias, bool relu6,
+                                         const void* sum_dy, const void* sum_dy_xhat, bool training, void* grad_input) {
+  visit_floating(dtype, "batch norm", [&]<typename T, typename C>() {
+    FRUGAL_LAUNCH(elementwise_grid(shape), kElementwiseThreads, 0, nullptr, backward_input_from_xhat_kernel<T, C>)(
+        static_cast<const T*>(grad), static_cast<const T*>(xhat), shape, static_cast<const C*>(invstd),
+        static_cast<const C*>(weight), static_cast<const C*>(bias), relu6, static_cast<const C*>(sum_dy),
+        static_cast<const C*>(sum_dy_xhat), training, static_cast<T*>(grad_input));
   });
   FRUGAL_CUDA_CHECK_LAUNCH();
 }

@@ -2,8 +2,9 @@
 // statistics (with running statistics), the normalisation (affine or not, with and without ReLU6),
 // the backward sums and the input gradient (training and eval, with and without a fused ReLU6), on
 // a shape whose channels hold more elements than a block has threads (f32), an [N, C] shape
-// (S = 1, bf16) and an odd one (f64). The kernels take contiguous operands (batch_norm.cpp copies
-// strided ones; tests/cpu/test_batch_norm.cpp checks that path).
+// (S = 1, bf16) and an odd one (f64); the same for the kernels that work from a saved xhat. The
+// kernels take contiguous operands (batch_norm.cpp copies strided ones; tests/cpu/test_batch_norm.cpp
+// checks that path).
 #include <doctest/doctest.h>
 
 #include <array>
@@ -127,5 +128,73 @@ TEST_CASE("the CUDA batch norm kernels in the emulator match the CPU kernels") {
                     "backward_input");
       }
     }
+  }
+}
+
+namespace {
+// The kernels from a saved xhat, each run on the CPU's results of the step before it. `on` is
+// affine, ReLU6 and training at once: both ways across a test's two calls.
+template <typename Kernel>
+std::array<Tensor, 2> saving(const Operands& o, const std::array<Tensor, 4>& stats, bool on, Kernel kernel) {
+  std::array<Tensor, 2> r{empty(o.x.shape(), {.dtype = o.dtype}), empty(o.x.shape(), {.dtype = o.dtype})};  // xhat, y
+  kernel(o.dtype, o.x.data_ptr(), o.shape, stats[0].data_ptr(), stats[1].data_ptr(), on ? o.weight.data_ptr() : nullptr,
+         on ? o.bias.data_ptr() : nullptr, on, r[0].data_ptr(), r[1].data_ptr());
+  return r;
+}
+
+template <typename Kernel>
+Tensor affine_of(const Operands& o, const Tensor& xhat, bool on, Kernel kernel) {
+  Tensor y = empty(o.x.shape(), {.dtype = o.dtype});
+  kernel(o.dtype, xhat.data_ptr(), o.shape, on ? o.weight.data_ptr() : nullptr, on ? o.bias.data_ptr() : nullptr, on,
+         y.data_ptr());
+  return y;
+}
+
+template <typename Kernel>
+std::array<Tensor, 2> sums_of(const Operands& o, const Tensor& xhat, bool on, Kernel kernel) {
+  std::array<Tensor, 2> r{empty({o.shape.channels}, {.dtype = o.stats}), empty({o.shape.channels}, {.dtype = o.stats})};
+  kernel(o.dtype, o.grad.data_ptr(), xhat.data_ptr(), o.shape, on ? o.weight.data_ptr() : nullptr,
+         on ? o.bias.data_ptr() : nullptr, on, r[0].data_ptr(), r[1].data_ptr());
+  return r;
+}
+
+template <typename Kernel>
+Tensor input_grad_of(const Operands& o, const Tensor& xhat, const Tensor& invstd, const std::array<Tensor, 2>& s, bool on,
+                     Kernel kernel) {
+  Tensor dx = empty(o.x.shape(), {.dtype = o.dtype});
+  kernel(o.dtype, o.grad.data_ptr(), xhat.data_ptr(), o.shape, invstd.data_ptr(), on ? o.weight.data_ptr() : nullptr,
+         on ? o.bias.data_ptr() : nullptr, on, s[0].data_ptr(), s[1].data_ptr(), on, dx.data_ptr());
+  return dx;
+}
+}  // namespace
+
+TEST_CASE("the CUDA batch norm kernels from a saved xhat in the emulator match the CPU kernels") {
+  // The shapes of the test above: channels longer than a reduction block, [N, C], odd.
+  const std::array<std::pair<BatchNormShape, DType>, 3> cases{{{BatchNormShape{3, 2, 400}, DType::f32},
+                                                                {BatchNormShape{37, 2, 1}, DType::bf16},
+                                                                {BatchNormShape{3, 2, 7}, DType::f64}}};
+  for (const emu::Options& schedule : {emu::Options{emu::Schedule::forward}, emu::Options{emu::Schedule::shuffle, 3}}) {
+    emu::OptionsScope scope(schedule);
+    for (const auto& [shape, dtype] : cases)
+      for (bool on : {true, false}) {
+        CAPTURE(dtype);
+        CAPTURE(on);
+        const Operands o = operands(shape, dtype);
+        const auto stats = statistics(o, cpu::batch_norm_statistics);
+        const auto cpu_saved = saving(o, stats, on, cpu::batch_norm_normalize_saving);
+        const auto emulated_saved = saving(o, stats, on, cuda_emulated::batch_norm_normalize_saving);
+        check_close(emulated_saved[0], cpu_saved[0], "normalize_saving: xhat");
+        check_close(emulated_saved[1], cpu_saved[1], "normalize_saving: y");
+        const Tensor& xhat = cpu_saved[0];
+        check_close(affine_of(o, xhat, on, cuda_emulated::batch_norm_affine), affine_of(o, xhat, on, cpu::batch_norm_affine),
+                    "affine");
+        const auto cpu_sums = sums_of(o, xhat, on, cpu::batch_norm_backward_sums_from_xhat);
+        const auto emulated_sums = sums_of(o, xhat, on, cuda_emulated::batch_norm_backward_sums_from_xhat);
+        check_close(emulated_sums[0], cpu_sums[0], "sum_dy from xhat");
+        check_close(emulated_sums[1], cpu_sums[1], "sum_dy_xhat from xhat");
+        check_close(input_grad_of(o, xhat, stats[1], cpu_sums, on, cuda_emulated::batch_norm_backward_input_from_xhat),
+                    input_grad_of(o, xhat, stats[1], cpu_sums, on, cpu::batch_norm_backward_input_from_xhat),
+                    "backward_input_from_xhat");
+      }
   }
 }

@@ -1,0 +1,214 @@
+// Batch norm from a saved xhat (kernels/batch_norm.h, Note [One saved tensor per BN-ReLU6] in
+// kernels/batch_norm_ops.h), checked against the batch norm that saves x: the backward from xhat
+// against batch_norm_backward (f64 to 1e-10, f32 to its rounding), batch_norm_affine against the
+// forward's output (to the bit), the forward's output and running statistics against
+// batch_norm_train's, the meta device's shapes, and the errors.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+
+#include "core/allocator_registry.h"
+#include "core/caching_allocator.h"
+#include "core/random.h"
+#include "kernels/batch_norm.h"
+#include "kernels/elementwise.h"
+
+using namespace frugal;
+
+namespace {
+constexpr double kEps = 1e-5, kMomentum = 0.1;
+// [N, C], images, and 1x1 planes (which the fast CPU loops treat apart).
+const std::array<Shape, 3> kShapes{Shape{6, 3}, Shape{2, 3, 4, 5}, Shape{5, 3, 1, 1}};
+
+// Operands whose outputs reach both sides of ReLU6's [0, 6] (x in [-2, 4], bias in [-1, 3]), with
+// weights of both signs away from 0.
+struct Operands {
+  Tensor x, grad, weight, bias, running_mean, running_var;
+};
+
+Operands operands(const Shape& shape, DType dtype) {
+  const Shape channel{shape[1]};
+  const Tensor sign = from_vector(std::vector<double>{1.0, -1.0, 1.0}, {3}).to(dtype);
+  return {uniform(shape, -2.0, 4.0, {.dtype = dtype}), uniform(shape, -1.0, 1.0, {.dtype = dtype}),
+          mul(uniform(channel, 0.5, 2.5, {.dtype = dtype}), sign), uniform(channel, -1.0, 3.0, {.dtype = dtype}),
+          uniform(channel, -1.0, 1.0, {.dtype = dtype}), uniform(channel, 0.5, 2.0, {.dtype = dtype})};
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.dtype() == b.dtype() && a.shape() == b.shape() &&
+         std::memcmp(a.contiguous().data_ptr(), b.contiguous().data_ptr(), a.nbytes()) == 0;
+}
+
+// The worst |got - expected|, relative to the largest |expected| (a gradient's small elements are
+// differences of larger terms, so their error scales with the tensor's magnitude, not their own).
+double relative_error(const Tensor& got, const Tensor& expected) {
+  const auto g = got.to_vector<double>(), e = expected.to_vector<double>();
+  double worst = 0.0, largest = 0.0;
+  for (std::size_t i = 0; i < e.size(); ++i) {
+    worst = std::max(worst, std::isnan(g[i]) ? INFINITY : std::abs(g[i] - e[i]));
+    largest = std::max(largest, std::abs(e[i]));
+  }
+  return worst / std::max(largest, 1e-300);
+}
+
+// Both backwards for one configuration: from x (with the fused output) and from xhat.
+struct BothGrads {
+  BatchNormGrads from_x, from_xhat;
+};
+
+BothGrads both_backwards(const Operands& o, bool training, bool relu6, bool affine) {
+  const Tensor w = affine ? o.weight : Tensor(), b = affine ? o.bias : Tensor();
+  if (training) {
+    const BatchNormOutput ref = batch_norm_train(o.x, w, b, Tensor(), Tensor(), kMomentum, kEps, relu6);
+    const BatchNormNormalizedOutput ours =
+        batch_norm_train_normalized(o.x, w, b, Tensor(), Tensor(), kMomentum, kEps, relu6);
+    return {batch_norm_backward(o.grad, o.x, w, ref.save_mean, ref.save_invstd, true, relu6 ? ref.output : Tensor()),
+            batch_norm_backward_normalized(o.grad, ours.normalized, w, b, ours.save_invstd, true, relu6)};
+  }
+  const Tensor ref = batch_norm_eval(o.x, w, b, o.running_mean, o.running_var, kEps, relu6);
+  const BatchNormNormalizedOutput ours =
+      batch_norm_eval_normalized(o.x, w, b, o.running_mean, o.running_var, kEps, relu6);
+  return {batch_norm_backward(o.grad, o.x, w, o.running_mean, batch_norm_invstd(o.running_var, kEps), false,
+                              relu6 ? ref : Tensor()),
+          batch_norm_backward_normalized(o.grad, ours.normalized, w, b, ours.save_invstd, false, relu6)};
+}
+
+// Every shape, mode, ReLU6 and affine combination: the gradients from xhat within `tolerance`.
+void check_backward_matches(DType dtype, double tolerance) {
+  for (const Shape& shape : kShapes) {
+    const Operands o = operands(shape, dtype);
+    for (bool training : {true, false})
+      for (bool relu6 : {false, true})
+        for (bool affine : {true, false}) {
+          CAPTURE(shape_str(shape));
+          CAPTURE(training);
+          CAPTURE(relu6);
+          CAPTURE(affine);
+          const BothGrads g = both_backwards(o, training, relu6, affine);
+          CHECK(relative_error(g.from_xhat.input, g.from_x.input) <= tolerance);
+          REQUIRE(g.from_xhat.weight.defined() == affine);
+          if (!affine) continue;
+          CHECK(relative_error(g.from_xhat.weight, g.from_x.weight) <= tolerance);
+          CHECK(relative_error(g.from_xhat.bias, g.from_x.bias) <= tolerance);
+        }
+  }
+}
+
+std::int64_t meta_allocated() { return default_caching_allocator(Device::meta()).caching_stats().allocated_bytes.current; }
+}  // namespace
+
+TEST_CASE("batch norm from xhat: f64 gradients equal batch_norm_backward's to 1e-10") {
+  check_backward_matches(DType::f64, 1e-10);
+}
+
+TEST_CASE("batch norm from xhat: f32 gradients within f32 rounding of batch_norm_backward's") {
+  // Both sides compute xhat = (x - mean) * invstd in f32 the same way and sum in double; what
+  // differs is the order of the double sums (the fast loops against the reference) and so at most
+  // one rounding of each f32 sum, then the few f32 roundings of dx = scale * (dy - m1 - xhat * m2).
+  // 16 units of f32 roundoff (2^-24) relative to the largest element bounds that with room.
+  check_backward_matches(DType::f32, 16 * std::ldexp(1.0, -24));
+}
+
+TEST_CASE("batch norm from xhat: batch_norm_affine recomputes the forward's output to the bit") {
+  for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
+    CAPTURE(dtype);
+    const DType stats = dtype == DType::f64 ? DType::f64 : DType::f32;  // 16-bit input keeps f32 parameters
+    const Operands o = operands({4, 3, 3, 5}, dtype);
+    const Tensor w = o.weight.to(stats), b = o.bias.to(stats), rm = o.running_mean.to(stats), rv = o.running_var.to(stats);
+    for (bool relu6 : {false, true}) {
+      const auto train = batch_norm_train_normalized(o.x, w, b, Tensor(), Tensor(), kMomentum, kEps, relu6);
+      CHECK(same_bits(batch_norm_affine(train.normalized, w, b, relu6), train.output));
+      const auto eval = batch_norm_eval_normalized(o.x, w, b, rm, rv, kEps, relu6);
+      CHECK(same_bits(batch_norm_affine(eval.normalized, w, b, relu6), eval.output));
+      const auto plain = batch_norm_train_normalized(o.x, Tensor(), Tensor(), Tensor(), Tensor(), kMomentum, kEps, relu6);
+      CHECK(same_bits(batch_norm_affine(plain.normalized, Tensor(), Tensor(), relu6), plain.output));
+    }
+  }
+}
+
+TEST_CASE("batch norm from xhat: the forward equals batch_norm_train's to f32 rounding, statistics to the bit") {
+  // Shapes for each of the CPU's f32 statistics paths: planes under 16 elements, the per-plane
+  // loops, and planes of 64 or more that batch_norm_train sweeps channel by channel.
+  for (const Shape& shape : {Shape{6, 3}, Shape{2, 3, 4, 5}, Shape{3, 3, 9, 9}})
+    for (DType dtype : {DType::f32, DType::f64}) {
+      CAPTURE(shape_str(shape));
+      CAPTURE(dtype);
+      const Operands o = operands(shape, dtype);
+      const Tensor rm_ref = o.running_mean.clone(), rv_ref = o.running_var.clone();
+      const Tensor rm = o.running_mean.clone(), rv = o.running_var.clone();
+      const auto version = rm.storage()->version();
+      const BatchNormOutput ref = batch_norm_train(o.x, o.weight, o.bias, rm_ref, rv_ref, kMomentum, kEps);
+      const auto ours = batch_norm_train_normalized(o.x, o.weight, o.bias, rm, rv, kMomentum, kEps);
+      CHECK(same_bits(ours.save_mean, ref.save_mean));
+      CHECK(same_bits(ours.save_invstd, ref.save_invstd));
+      CHECK(same_bits(rm, rm_ref));
+      CHECK(same_bits(rv, rv_ref));
+      CHECK(rm.storage()->version() == version + 1);
+      // y = weight * round(xhat) + bias against (x - mean) * round(invstd * weight) + bias: each
+      // rounds three times, so they agree to a few units of roundoff of |weight * xhat| + |bias|.
+      const double u = dtype == DType::f64 ? std::ldexp(1.0, -53) : std::ldexp(1.0, -24);
+      const auto got = ours.output.to_vector<double>(), expected = ref.output.to_vector<double>();
+      const auto xhat = ours.normalized.to_vector<double>(), w = o.weight.to_vector<double>(), b = o.bias.to_vector<double>();
+      const std::int64_t channels = shape[1], spatial = ours.output.numel() / (shape[0] * channels);
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        const auto c = static_cast<std::size_t>((static_cast<std::int64_t>(i) / spatial) % channels);
+        REQUIRE(std::abs(got[i] - expected[i]) <= 8 * u * (std::abs(w[c] * xhat[i]) + std::abs(b[c])));
+      }
+    }
+}
+
+TEST_CASE("batch norm from xhat on the meta device: shapes and allocations, no work") {
+  const std::int64_t before = meta_allocated();
+  {
+    const TensorOptions meta{.dtype = DType::f32, .device = Device::meta()};
+    const Tensor x = empty({4, 3, 5, 5}, meta), w = empty({3}, meta), b = empty({3}, meta);
+    const Tensor rm = empty({3}, meta), rv = empty({3}, meta);
+    for (const auto& out : {batch_norm_train_normalized(x, w, b, rm, rv, kMomentum, kEps, true),
+                            batch_norm_eval_normalized(x, w, b, rm, rv, kEps, true)}) {
+      CHECK(out.output.shape() == x.shape());
+      CHECK(out.normalized.shape() == x.shape());
+      CHECK(out.normalized.device() == Device::meta());
+      CHECK(out.save_invstd.shape() == Shape{3});
+      CHECK(out.save_mean.device() == Device::meta());
+      CHECK(meta_allocated() - before >= static_cast<std::int64_t>(x.nbytes() + 2 * out.output.nbytes()));
+      CHECK(batch_norm_affine(out.normalized, w, b, true).shape() == x.shape());
+      const BatchNormGrads grads = batch_norm_backward_normalized(x, out.normalized, w, b, out.save_invstd, true, true);
+      CHECK(grads.input.shape() == x.shape());
+      CHECK(grads.input.device() == Device::meta());
+      CHECK(grads.weight.shape() == Shape{3});
+      CHECK(grads.bias.dtype() == DType::f32);
+    }
+  }
+  CHECK(meta_allocated() == before);
+}
+
+TEST_CASE("batch norm from xhat names the op and the operands on bad input") {
+  const Operands o = operands({4, 3, 2}, DType::f64);
+  const auto out = batch_norm_train_normalized(o.x, o.weight, o.bias, Tensor(), Tensor(), kMomentum, kEps);
+  const Tensor& xhat = out.normalized;
+  CHECK_THROWS_WITH_AS(batch_norm_backward_normalized(zeros({4, 3, 3}, {.dtype = DType::f64}), xhat, o.weight, o.bias,
+                                                      out.save_invstd, true),
+                       doctest::Contains("batch_norm_backward_normalized"), ShapeError);
+  CHECK_THROWS_AS(batch_norm_backward_normalized(o.grad.to(DType::f32), xhat, o.weight, o.bias, out.save_invstd, true),
+                  DTypeError);
+  CHECK_THROWS_WITH_AS(
+      batch_norm_backward_normalized(o.grad, xhat, zeros({4}, {.dtype = DType::f64}), zeros({4}, {.dtype = DType::f64}),
+                                     out.save_invstd, true),
+      doctest::Contains("weight of shape [4] does not match the 3 channels of an input of shape [4, 3, 2]"), ShapeError);
+  CHECK_THROWS_AS(batch_norm_backward_normalized(o.grad, xhat, o.weight, o.bias, zeros({2}, {.dtype = DType::f64}), true),
+                  ShapeError);
+  CHECK_THROWS_AS(batch_norm_backward_normalized(o.grad, xhat, o.weight, o.bias, Tensor(), true), ValueError);
+  CHECK_THROWS_AS(batch_norm_backward_normalized(o.grad, xhat, o.weight, Tensor(), out.save_invstd, true), ValueError);
+  CHECK_THROWS_AS(batch_norm_affine(xhat, o.weight.to(DType::f32), o.bias.to(DType::f32)), DTypeError);
+  CHECK_THROWS_AS(batch_norm_affine(xhat.to(DType::i64), Tensor(), Tensor()), DTypeError);
+  CHECK_THROWS_AS(batch_norm_affine(zeros({3}, {.dtype = DType::f64}), Tensor(), Tensor()), ShapeError);
+  CHECK_THROWS_WITH_AS(batch_norm_train_normalized(zeros({1, 3}), Tensor(), Tensor(), Tensor(), Tensor(), kMomentum, kEps),
+                       doctest::Contains("batch_norm_train_normalized: expected more than 1 value per channel"),
+                       ValueError);
+  CHECK_THROWS_AS(batch_norm_eval_normalized(o.x, o.weight, o.bias, Tensor(), Tensor(), kEps), ValueError);
+  CHECK_THROWS_AS(batch_norm_eval_normalized(o.x, o.weight, o.bias, zeros({2}, {.dtype = DType::f64}), o.running_var, kEps),
+                  ShapeError);
+}
