@@ -18,6 +18,12 @@ void ModelFlags::add_to(CLI::App& c) {
                "Recompute only these blocks' activations: 2-7, 1,3,5-9 or all (frugal plan --budget suggests some)");
   c.add_flag("--inplace-activations,!--no-inplace-activations", inplace_activations,
              "ReLU/ReLU6 overwrite their input, as torchvision's (default on)");
+  c.add_flag("--bn-from-output", bn_from_output,
+             "BatchNorm saves its normalised input alone; its output is rebuilt in backward (one tensor per Conv-BN-ReLU6)");
+  c.add_flag("--bit-masks", bit_masks, "ReLU/ReLU6 masks kept as 1 bit per element, not as the layer's output");
+  c.add_option("--compress-activations", compress_activations,
+               "Keep saved feature maps in bf16 or as 8-bit codes per channel (int8); compute stays f32 (default none)")
+      ->check(CLI::IsMember({"none", "bf16", "int8"}));
 }
 
 void ModelFlags::apply(train::TrainOptions& o) const {
@@ -27,6 +33,9 @@ void ModelFlags::apply(train::TrainOptions& o) const {
   o.checkpoint_activations = checkpoint_activations;
   if (checkpoint_blocks) o.checkpoint_blocks = models::BlockSelection::parse(*checkpoint_blocks);
   o.inplace_activations = inplace_activations;
+  o.saving = {.bn_from_output = bn_from_output,
+              .bit_masks = bit_masks,
+              .compress = nn::parse_saved_compression(compress_activations)};
 }
 
 void DdpFlags::add_to(CLI::App& c) {

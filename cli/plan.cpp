@@ -57,11 +57,13 @@ std::string ddp_words(const train::TrainOptions& o) {
   return words;
 }
 
-// ", checkpointed blocks" (all of them), ", checkpointed blocks 1-5", or nothing.
+// ", checkpointed blocks" (all of them), ", checkpointed blocks 1-5", or nothing; then what the graph
+// saves when not the standard minimum: ", saving bn-from-output+bf16".
 std::string checkpoint_words(const train::TrainOptions& o) {
+  const std::string saving = o.saving.standard() ? "" : ", saving " + o.saving.str();
   const models::BlockSelection blocks = models::checkpointed_blocks(o.checkpoint_activations, o.checkpoint_blocks);
-  if (blocks.empty()) return "";
-  return blocks.is_all() ? ", checkpointed blocks" : ", checkpointed blocks " + blocks.str();
+  if (blocks.empty()) return saving;
+  return (blocks.is_all() ? ", checkpointed blocks" : ", checkpointed blocks " + blocks.str()) + saving;
 }
 
 void print_plan(const train::TrainOptions& o, const train::MemoryPlan& plan, int depth) {
@@ -100,13 +102,13 @@ void print_plan(const train::TrainOptions& o, const train::MemoryPlan& plan, int
 }
 
 void print_budget(const std::vector<train::BudgetOption>& options, std::int64_t budget) {
-  std::printf("\nunder a budget of %s:\n%-5s %11s %6s %11s %5s %15s  %s\n", size(budget).c_str(), "fits", "micro-batch",
-              "accum", "checkpoint", "bf16", "predicted peak", "cost, or why not");
+  std::printf("\nunder a budget of %s:\n%-5s %11s %6s %11s %5s %-30s %15s  %s\n", size(budget).c_str(), "fits",
+              "micro-batch", "accum", "checkpoint", "bf16", "saving", "predicted peak", "cost, or why not");
   for (const train::BudgetOption& b : options) {
     const std::string why = b.fits ? b.cost : size(b.peak_bytes - budget) + " over (" + b.cost + ")";
-    std::printf("%-5s %11lld %6lld %11s %5s %15s  %s\n", b.fits ? "yes" : "no", static_cast<long long>(b.batch_size),
+    std::printf("%-5s %11lld %6lld %11s %5s %-30s %15s  %s\n", b.fits ? "yes" : "no", static_cast<long long>(b.batch_size),
                 static_cast<long long>(b.accum), b.checkpoint_blocks.str().c_str(), b.bf16 ? "yes" : "no",
-                size(b.peak_bytes).c_str(), why.c_str());
+                b.saving.str().c_str(), size(b.peak_bytes).c_str(), why.c_str());
   }
   if (options.empty() || !options.front().fits) std::printf("nothing fits: a smaller model or a larger device is needed\n");
 }
@@ -116,7 +118,8 @@ nlohmann::json budget_json(const std::vector<train::BudgetOption>& options, std:
   for (const train::BudgetOption& b : options)
     j["options"].push_back({{"batch_size", b.batch_size}, {"accum", b.accum}, {"checkpoint_blocks", b.checkpoint_blocks.str()},
                             {"recomputed", b.recomputed},
-                            {"bf16", b.bf16}, {"peak_bytes", b.peak_bytes}, {"fits", b.fits}, {"cost", b.cost}});
+                            {"bf16", b.bf16}, {"activation_saving", b.saving.str()}, {"peak_bytes", b.peak_bytes},
+                            {"fits", b.fits}, {"cost", b.cost}});
   return j;
 }
 
@@ -130,6 +133,7 @@ nlohmann::json plan_json(const train::TrainOptions& o, const train::MemoryPlan& 
                    {"checkpoint_activations", o.checkpoint_activations},
                    {"checkpoint_blocks", models::checkpointed_blocks(o.checkpoint_activations, o.checkpoint_blocks).str()},
                    {"inplace_activations", o.inplace_activations},
+                   {"activation_saving", o.saving.str()},
                    {"ddp_ranks", o.ddp ? nlohmann::json(o.ranks) : nlohmann::json(nullptr)},
                    {"zero1", o.zero1},
                    {"bucket_views", o.bucket_views},

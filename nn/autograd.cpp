@@ -5,6 +5,7 @@
 
 #include <atomic>
 
+#include "kernels/activation_codec.h"
 #include "kernels/elementwise.h"
 #include "nn/autograd_internal.h"
 #include "nn/node.h"
@@ -162,13 +163,19 @@ void set_rebuild(const Tensor& t, std::shared_ptr<const Rebuild> rebuild) {
   m.rebuild_version = t.storage()->version();
 }
 
+bool has_rebuild(const Tensor& t) {
+  const Meta* m = meta_of(t);
+  return m && m->rebuild && m->rebuild_version == t.storage()->version();
+}
+
 // What a SavedTensor keeps: the tensor itself, its Rebuild, or its compressed form. For the last two
 // the original's storage is watched (weakly: keeping it would defeat the purpose) so that an in-place
 // change after saving is still caught while anyone else holds the original.
 struct SavedForm {
-  enum class Kind : std::uint8_t { as_is, rebuilt, bf16 };
+  enum class Kind : std::uint8_t { as_is, rebuilt, bf16, int8 };
   Kind kind = Kind::as_is;
-  Tensor data;  // as_is: a detached alias; bf16: the bf16 copy
+  Tensor data;        // as_is: a detached alias; bf16: the bf16 copy
+  ChannelCodes codes;  // int8: 8-bit codes per channel (kernels/activation_codec.h)
   std::shared_ptr<const Rebuild> rebuild;
   std::weak_ptr<Storage> original;
   std::uint64_t version = 0;
@@ -194,14 +201,19 @@ bool compressible(const Tensor& t, bool activation) {
   return produced && t.dim() >= 3 && (t.dtype() == DType::f32 || t.dtype() == DType::f64);
 }
 
-std::shared_ptr<const SavedForm> compressed(const Tensor& t) {
+std::shared_ptr<const SavedForm> compressed(const Tensor& t, nn::SavedCompression compression) {
+  const auto kind = compression == nn::SavedCompression::bf16 ? SavedForm::Kind::bf16 : SavedForm::Kind::int8;
   if (const Meta* m = meta_of(t))
-    if (auto shared = m->compressed.lock(); shared && shared->version == t.storage()->version()) return shared;
+    if (auto shared = m->compressed.lock(); shared && shared->kind == kind && shared->version == t.storage()->version())
+      return shared;
   auto form = std::make_shared<SavedForm>();
-  form->kind = SavedForm::Kind::bf16;
+  form->kind = kind;
   {
     MemoryTagScope tag(MemoryTag::activation);  // the compressed copy is what backward keeps
-    form->data = detach(t).to(DType::bf16);
+    if (kind == SavedForm::Kind::bf16)
+      form->data = detach(t).to(DType::bf16);
+    else
+      form->codes = encode_per_channel_u8(detach(t));
   }
   form->original = t.storage();
   form->version = t.storage()->version();
@@ -223,13 +235,13 @@ std::shared_ptr<const SavedForm> rebuilt(const Tensor& t, std::shared_ptr<const 
 
 SavedTensor::SavedTensor(const Tensor& t, bool activation) {
   if (!t.defined()) return;
-  const Meta* m = meta_of(t);
-  if (m && m->rebuild && m->rebuild_version == t.storage()->version()) {
-    form_ = rebuilt(t, m->rebuild);
+  if (has_rebuild(t)) {
+    form_ = rebuilt(t, meta_of(t)->rebuild);
     return;
   }
-  if (nn::activation_saving().compress != nn::SavedCompression::none && compressible(t, activation)) {
-    form_ = compressed(t);
+  const nn::SavedCompression compression = nn::activation_saving().compress;
+  if (compression != nn::SavedCompression::none && compressible(t, activation)) {
+    form_ = compressed(t, compression);
     return;
   }
   form_ = as_is(t);
@@ -254,6 +266,7 @@ Tensor SavedTensor::unpack(std::string_view op) const {
     case SavedForm::Kind::as_is: return form_->data;
     case SavedForm::Kind::rebuilt: return form_->rebuild->rebuild(op);
     case SavedForm::Kind::bf16: return form_->data.to(form_->dtype);
+    case SavedForm::Kind::int8: return decode_per_channel_u8(form_->codes);
   }
   return Tensor();
 }

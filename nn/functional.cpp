@@ -2,9 +2,11 @@
 // backward reads and states that backward in terms of kernels (nn/function.h explains the form).
 #include "nn/functional.h"
 
+#include <limits>
 #include <numeric>
 #include <optional>
 
+#include "kernels/activation_codec.h"
 #include "kernels/batch_norm.h"
 #include "kernels/dropout.h"
 #include "kernels/elementwise.h"
@@ -13,12 +15,14 @@
 #include "kernels/softmax.h"
 #include "nn/amp.h"
 #include "nn/function.h"
+#include "nn/saved_activations.h"
 
 namespace frugal::functional {
 
 using autograd::Grads;
 using autograd::Recorder;
 using autograd::Saved;
+using autograd::SavedTensor;
 
 namespace {
 
@@ -79,9 +83,30 @@ Tensor autocast_f32(const Tensor& t) {
 
 // ---- elementwise
 
+namespace {
+
+// A sum made again from its addends (nn/saved_activations.h): MobileNetV2's residual sum of a block's
+// input and its projection's BatchNorm output, both of which can be rebuilt, so the next block's
+// first convolution need not keep the sum.
+class SumRebuild final : public autograd::Rebuild {
+ public:
+  SumRebuild(const Tensor& a, const Tensor& b) : a_(a), b_(b) {}
+  Tensor rebuild(std::string_view op) const override { return frugal::add(a_.unpack(op), b_.unpack(op)); }
+
+ private:
+  SavedTensor a_, b_;
+};
+
+}  // namespace
+
 Tensor add(const Tensor& a, const Tensor& b) {
   Recorder op("add", {a, b});
-  return op.finish(frugal::add(a, b), {}, [sa = a.shape(), sb = b.shape()](const Grads& g, const Saved&) {
+  Tensor sum = frugal::add(a, b);
+  // Only where an addend is itself rebuilt: otherwise keeping the addends would cost what the sum does.
+  if (op.recording() && nn::activation_saving().bn_from_output && a.shape() == b.shape() &&
+      (autograd::has_rebuild(a) || autograd::has_rebuild(b)))
+    autograd::set_rebuild(sum, std::make_shared<SumRebuild>(a, b));
+  return op.finish(sum, {}, [sa = a.shape(), sb = b.shape()](const Grads& g, const Saved&) {
     return Grads{sum_to(g[0], sa), sum_to(g[0], sb)};
   });
 }
@@ -150,12 +175,51 @@ Tensor pow(const Tensor& x, double p) {
                   false);
 }
 
+namespace {
+
+constexpr double kReLUTop = std::numeric_limits<double>::infinity();  // ReLU's mask: 0 < y
+constexpr double kReLU6Top = 6.0;                                      // ReLU6's: 0 < y < 6
+
+// With bit masks (nn/saved_activations.h) a ReLU or ReLU6 keeps its mask, 0 < y < top, as 1 bit per
+// element instead of its output: the output then lives only as long as the next layer needs it (a
+// pooling layer keeps nothing of it), and the gradient is the same (the rule is strict at both edges).
+bool masks_as_bits() { return nn::activation_saving().bit_masks; }
+
+// An in-place op on x (in_place below, masked_by_bits_in_place): refused on a leaf that requires grad.
+void check_in_place(const char* name, const Tensor& x) {
+  FRUGAL_CHECK_VALUE(!(autograd::requires_grad(x) && autograd::is_leaf(x) && autograd::grad_mode_enabled()), name,
+                     ": a leaf that requires grad cannot be modified in place (its gradient would be wrong)");
+}
+
+
+template <typename Forward>
+Tensor masked_by_bits(const char* name, const Tensor& x, Forward forward, double top) {
+  Recorder op(name, {x});
+  Tensor y = forward(x);
+  const Tensor bits = op.recording() ? pack_mask_between(y, 0.0, top) : Tensor();
+  return op.finish(y, {bits}, [](const Grads& g, const Saved& s) { return Grads{apply_packed_mask(g[0], s[0])}; });
+}
+
+template <typename Apply>
+Tensor& masked_by_bits_in_place(const char* name, Tensor& x, Apply apply, double top) {
+  check_in_place(name, x);
+  Recorder op(name, {x});
+  apply(x);
+  const Tensor bits = op.recording() ? pack_mask_between(x, 0.0, top) : Tensor();
+  op.finish(x, {bits}, [](const Grads& g, const Saved& s) { return Grads{apply_packed_mask(g[0], s[0])}; });
+  return x;
+}
+
+}  // namespace
+
 Tensor relu(const Tensor& x) {
+  if (masks_as_bits()) return masked_by_bits("relu", x, [](const Tensor& t) { return frugal::relu(t); }, kReLUTop);
   return unary_op("relu", x, [](const Tensor& t) { return frugal::relu(t); },
                   [](const Tensor& g, const Tensor& y) { return frugal::relu_backward(g, y); }, true);
 }
 
 Tensor relu6(const Tensor& x) {
+  if (masks_as_bits()) return masked_by_bits("relu6", x, [](const Tensor& t) { return frugal::relu6(t); }, kReLU6Top);
   return unary_op("relu6", x, [](const Tensor& t) { return frugal::relu6(t); },
                   [](const Tensor& g, const Tensor& y) { return frugal::relu6_backward(g, y); }, true);
 }
@@ -175,8 +239,7 @@ namespace {
 // whose input is x's previous history. Its output is x itself, saved at its new version.
 template <typename Apply, typename Backward>
 Tensor& in_place(const char* name, Tensor& x, Apply apply, Backward backward) {
-  FRUGAL_CHECK_VALUE(!(autograd::requires_grad(x) && autograd::is_leaf(x) && autograd::grad_mode_enabled()), name,
-                     ": a leaf that requires grad cannot be modified in place (its gradient would be wrong)");
+  check_in_place(name, x);
   Recorder op(name, {x});
   apply(x);
   op.finish(x, {x}, [backward](const Grads& g, const Saved& s) { return Grads{backward(g[0], s[0])}; });
@@ -185,11 +248,13 @@ Tensor& in_place(const char* name, Tensor& x, Apply apply, Backward backward) {
 }  // namespace
 
 Tensor& relu_(Tensor& x) {
+  if (masks_as_bits()) return masked_by_bits_in_place("relu_", x, [](Tensor& t) { frugal::relu_(t); }, kReLUTop);
   return in_place("relu_", x, [](Tensor& t) { frugal::relu_(t); },
                   [](const Tensor& g, const Tensor& y) { return frugal::relu_backward(g, y); });
 }
 
 Tensor& relu6_(Tensor& x) {
+  if (masks_as_bits()) return masked_by_bits_in_place("relu6_", x, [](Tensor& t) { frugal::relu6_(t); }, kReLU6Top);
   return in_place("relu6_", x, [](Tensor& t) { frugal::relu6_(t); },
                   [](const Tensor& g, const Tensor& y) { return frugal::relu6_backward(g, y); });
 }
@@ -321,9 +386,60 @@ Tensor adaptive_avg_pool2d(const Tensor& x, std::array<std::int64_t, 2> output_s
 
 // ---- normalisation, dropout, softmax
 
+namespace {
+
+// BatchNorm's output made again from the x-hat its node saved (nn/saved_activations.h), by the same
+// kernel expression as the forward, so the same bits unless x-hat was kept compressed.
+class AffineRebuild final : public autograd::Rebuild {
+ public:
+  AffineRebuild(SavedTensor normalized, const Tensor& weight, const Tensor& bias, bool relu6)
+      : normalized_(std::move(normalized)), weight_(weight), bias_(bias), relu6_(relu6) {}
+  Tensor rebuild(std::string_view op) const override {
+    return batch_norm_affine(normalized_.unpack(op), weight_.unpack(op), bias_.unpack(op), relu6_);
+  }
+
+ private:
+  SavedTensor normalized_, weight_, bias_;
+  bool relu6_;
+};
+
+// Whether BatchNorm's fused ReLU6 keeps its mask as bits when it saves x-hat: only when x-hat is kept
+// compressed, whose rounding would move values next to 0 and 6 across the edge; an exact x-hat gives
+// the mask exactly for free.
+bool relu6_mask_as_bits_beside_normalized(bool fuse_relu6) {
+  const nn::ActivationSaving& saving = nn::activation_saving();
+  return fuse_relu6 && saving.bit_masks && saving.compress != nn::SavedCompression::none;
+}
+
+// Saves x-hat alone (and the per-channel invstd), and attaches to the output how to rebuild it.
+Tensor batch_norm_from_normalized(Recorder& op, const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
+                                  const Tensor& weight, const Tensor& bias, bool training, double momentum, double eps,
+                                  bool fuse_relu6) {
+  const BatchNormNormalizedOutput r =
+      training ? batch_norm_train_normalized(x, weight, bias, running_mean, running_var, momentum, eps, fuse_relu6)
+               : batch_norm_eval_normalized(x, weight, bias, running_mean, running_var, eps, fuse_relu6);
+  const SavedTensor normalized(r.normalized, /*activation=*/true);  // one copy, shared with the rebuild
+  const bool bits = relu6_mask_as_bits_beside_normalized(fuse_relu6);
+  const Tensor mask = bits ? pack_mask_between(r.output, 0.0, kReLU6Top) : Tensor();
+  autograd::set_rebuild(r.output, std::make_shared<AffineRebuild>(normalized, weight, bias, fuse_relu6));
+  std::vector<SavedTensor> saved = {normalized, SavedTensor(weight), SavedTensor(bias), SavedTensor(r.save_invstd),
+                                    SavedTensor(mask)};
+  return op.finish_saved(r.output, std::move(saved), [training, fuse_relu6, bits](const Grads& g, const Saved& s) {
+    const Tensor grad = bits ? apply_packed_mask(g[0], s[4]) : g[0];
+    const BatchNormGrads grads =
+        batch_norm_backward_normalized(grad, s[0], s[1], s[2], s[3], training, fuse_relu6 && !bits);
+    return Grads{grads.input, grads.weight, grads.bias};
+  });
+}
+
+}  // namespace
+
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                   const Tensor& bias, bool training, double momentum, double eps, bool fuse_relu6) {
   Recorder op(fuse_relu6 ? "batch_norm_relu6" : "batch_norm", {x, weight, bias});
+  if (op.recording() && nn::activation_saving().bn_from_output)
+    return batch_norm_from_normalized(op, x, running_mean, running_var, weight, bias, training, momentum, eps,
+                                      fuse_relu6);
   Tensor y, mean, invstd;
   if (training) {
     BatchNormOutput r = batch_norm_train(x, weight, bias, running_mean, running_var, momentum, eps, fuse_relu6);
@@ -337,8 +453,13 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
       invstd = batch_norm_invstd(running_var, eps);
     }
   }
-  return op.finish(y, {x, weight, mean, invstd, fuse_relu6 ? y : Tensor()}, [training](const Grads& g, const Saved& s) {
-    BatchNormGrads grads = batch_norm_backward(g[0], s[0], s[1], s[2], s[3], training, s[4]);
+  // The ReLU6 mask is read from the output, which the next layer usually keeps anyway; with bit masks
+  // it is kept as bits, so the output lives only as long as someone else needs it.
+  const bool bits = op.recording() && fuse_relu6 && nn::activation_saving().bit_masks;
+  const Tensor mask_source = bits ? pack_mask_between(y, 0.0, kReLU6Top) : fuse_relu6 ? y : Tensor();
+  return op.finish(y, {x, weight, mean, invstd, mask_source}, [training, bits](const Grads& g, const Saved& s) {
+    const Tensor grad = bits ? apply_packed_mask(g[0], s[4]) : g[0];
+    BatchNormGrads grads = batch_norm_backward(grad, s[0], s[1], s[2], s[3], training, bits ? Tensor() : s[4]);
     return Grads{grads.input, grads.weight, grads.bias};
   });
 }

@@ -34,6 +34,7 @@ class Rebuild {
   virtual Tensor rebuild(std::string_view op) const = 0;
 };
 void set_rebuild(const Tensor& t, std::shared_ptr<const Rebuild> rebuild);
+bool has_rebuild(const Tensor& t);  // one attached, and t unchanged since
 
 struct SavedForm;  // nn/autograd.cpp: what a SavedTensor keeps, shared by its copies
 

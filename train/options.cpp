@@ -93,6 +93,9 @@ std::string run_identity_json(const TrainOptions& o) {
   // The ranks share each step's samples: another number of ranks is another batch. One rank is the
   // run without data parallelism, which has no key, so older checkpoints still match.
   if (o.ranks > 1) j["ddp-ranks"] = o.ranks;
+  // Saving less changes the numbers by rounding (x-hat, compression); the standard graph has no key,
+  // so older checkpoints still match.
+  if (!o.saving.standard()) j["activation-saving"] = o.saving.str();
   return j.dump();
 }
 

@@ -13,6 +13,7 @@
 #include "core/device.h"
 #include "core/dtype.h"
 #include "models/block_selection.h"
+#include "nn/saved_activations.h"
 
 namespace frugal::train {
 
@@ -37,6 +38,8 @@ struct TrainOptions {
   bool checkpoint_activations = false;       // recompute each block's activations in backward
   models::BlockSelection checkpoint_blocks = {};  // or only these blocks' (models/block_selection.h numbering)
   bool inplace_activations = true;           // ReLU/ReLU6 overwrite their input (torchvision's choice)
+  nn::ActivationSaving saving = {};          // below the standard minimum: --bn-from-output, --bit-masks,
+                                             // --compress-activations (nn/saved_activations.h)
 
   // The data (data/open_dataset.h).
   std::string data;                          // "" = Debian's Fashion-MNIST

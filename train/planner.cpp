@@ -91,6 +91,7 @@ void micro_batch(nn::Module& model, const TrainOptions& o, const Tensor& images,
                  dist::DistributedDataParallel* ddp, bool last) {
   marks.push_back({meta.history_size(), Mark::Kind::phase, kForward});
   layer_marks.recording = record_layers;
+  const nn::ActivationSavingGuard saving(o.saving);  // as the trainer's step: forward and backward
   Tensor loss;
   {
     std::optional<nn::AutocastGuard> autocast;
@@ -282,6 +283,26 @@ std::vector<models::BlockSelection> checkpoint_candidates(const TrainOptions& o)
   return unique;
 }
 
+// BatchNorm from its output rebuilds each saved feature map once in backward, an elementwise pass
+// where recomputing a block reruns its convolutions: priced as recomputing this fraction of the
+// blocks (docs/memory-guide.md, "Saving less than the minimum", measures both).
+constexpr double kRebuildCost = 0.15;
+
+// What the graph may save instead of what was given: BatchNorm from its output, then with bit masks
+// and bf16 compression too (changes the numbers); the given choice first, no duplicates.
+std::vector<nn::ActivationSaving> saving_candidates(const TrainOptions& o) {
+  std::vector<nn::ActivationSaving> candidates = {o.saving};
+  for (const nn::ActivationSaving& s :
+       {nn::ActivationSaving{.bn_from_output = true, .bit_masks = o.saving.bit_masks, .compress = o.saving.compress},
+        nn::ActivationSaving{.bn_from_output = true, .bit_masks = true, .compress = nn::SavedCompression::bf16}})
+    if (s.str() != candidates.front().str() && (candidates.size() < 2 || s.str() != candidates.back().str()))
+      candidates.push_back(s);
+  return candidates;
+}
+
+bool changes_numbers(const BudgetOption& b) { return b.bf16 || b.saving.compress != nn::SavedCompression::none; }
+double speed_cost(const BudgetOption& b) { return b.recomputed + (b.saving.bn_from_output ? kRebuildCost : 0.0); }
+
 std::string cost_words(const BudgetOption& b, const TrainOptions& given) {
   std::string words;
   const auto add = [&words](const std::string& part) {
@@ -296,14 +317,19 @@ std::string cost_words(const BudgetOption& b, const TrainOptions& given) {
              "% of the blocks)");
   }
   if (b.bf16 && given.amp != DType::bf16) add("bf16 autocast (changes the numbers)");
+  if (b.saving.str() != given.saving.str()) {
+    if (b.saving.bn_from_output && !given.saving.bn_from_output) add("BatchNorm from its output (rebuilt in backward)");
+    if (b.saving.compress != given.saving.compress)
+      add("saved feature maps in " + std::string(nn::saved_compression_name(b.saving.compress)) + " (changes the numbers)");
+  }
   return words.empty() ? "as given" : words;
 }
 
 // Cheapest first: accumulation only costs speed; recomputation costs about the fraction of the
 // blocks recomputed of one more forward; bf16 changes the numbers.
 bool cheaper(const BudgetOption& a, const BudgetOption& b) {
-  if (a.bf16 != b.bf16) return b.bf16;
-  if (a.recomputed != b.recomputed) return a.recomputed < b.recomputed;
+  if (changes_numbers(a) != changes_numbers(b)) return changes_numbers(b);
+  if (speed_cost(a) != speed_cost(b)) return speed_cost(a) < speed_cost(b);
   return a.accum < b.accum;
 }
 
@@ -316,25 +342,32 @@ std::vector<BudgetOption> fit_budget(const TrainOptions& options, std::int64_t b
   std::vector<BudgetOption> found;
   for (const bool bf16 : {options.amp == DType::bf16, true}) {
     for (const models::BlockSelection& checkpoint : checkpoint_candidates(options)) {
-      for (std::int64_t accum = 1; accum <= samples && samples / accum >= 2; accum *= 2) {
-        if (samples % accum != 0) continue;
-        BudgetOption b{.batch_size = samples / accum,
-                       .accum = accum,
-                       .checkpoint_blocks = checkpoint,
-                       .recomputed = static_cast<double>(checkpoint.count(blocks)) / static_cast<double>(blocks),
-                       .bf16 = bf16};
-        const bool duplicate = std::any_of(found.begin(), found.end(), [&b](const BudgetOption& f) {
-          return f.batch_size == b.batch_size && f.checkpoint_blocks == b.checkpoint_blocks && f.bf16 == b.bf16;
-        });
-        if (duplicate) continue;
-        TrainOptions o = with_blocks(options, checkpoint);
-        o.batch_size = b.batch_size;
-        o.accum = b.accum;
-        if (bf16) o.amp = DType::bf16;
-        b.peak_bytes = plan_memory(o, shape).peak_bytes;
-        b.fits = b.peak_bytes <= budget_bytes;
-        b.cost = cost_words(b, options);
-        found.push_back(std::move(b));
+      for (const nn::ActivationSaving& saving : saving_candidates(options)) {
+        // Other savings with the blocks as given only: each is an alternative to recomputing.
+        if (saving.str() != options.saving.str() && checkpoint != given_blocks(options)) continue;
+        for (std::int64_t accum = 1; accum <= samples && samples / accum >= 2; accum *= 2) {
+          if (samples % accum != 0) continue;
+          BudgetOption b{.batch_size = samples / accum,
+                         .accum = accum,
+                         .checkpoint_blocks = checkpoint,
+                         .recomputed = static_cast<double>(checkpoint.count(blocks)) / static_cast<double>(blocks),
+                         .bf16 = bf16,
+                         .saving = saving};
+          const bool duplicate = std::any_of(found.begin(), found.end(), [&b](const BudgetOption& f) {
+            return f.batch_size == b.batch_size && f.checkpoint_blocks == b.checkpoint_blocks && f.bf16 == b.bf16 &&
+                   f.saving.str() == b.saving.str();
+          });
+          if (duplicate) continue;
+          TrainOptions o = with_blocks(options, checkpoint);
+          o.batch_size = b.batch_size;
+          o.accum = b.accum;
+          o.saving = saving;
+          if (bf16) o.amp = DType::bf16;
+          b.peak_bytes = plan_memory(o, shape).peak_bytes;
+          b.fits = b.peak_bytes <= budget_bytes;
+          b.cost = cost_words(b, options);
+          found.push_back(std::move(b));
+        }
       }
     }
   }
@@ -389,6 +422,16 @@ std::vector<std::pair<std::string, TrainOptions>> fix_candidates(const TrainOpti
     TrainOptions o = failing;
     o.amp = DType::bf16;
     changes.emplace_back("--amp bf16", o);
+  }
+  if (!failing.saving.bn_from_output) {
+    TrainOptions o = failing;
+    o.saving.bn_from_output = true;
+    changes.emplace_back("--bn-from-output", o);
+  }
+  if (failing.saving.compress == nn::SavedCompression::none) {
+    TrainOptions o = failing;
+    o.saving = {.bn_from_output = true, .bit_masks = true, .compress = nn::SavedCompression::bf16};
+    changes.emplace_back("--bn-from-output --bit-masks --compress-activations bf16", o);
   }
   return changes;
 }

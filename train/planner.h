@@ -77,6 +77,7 @@ struct BudgetOption {
   models::BlockSelection checkpoint_blocks = {};  // the blocks recomputed in backward (all, some, none)
   double recomputed = 0.0;  // the fraction of the model's blocks that is: the recompute cost's measure
   bool bf16 = false;
+  nn::ActivationSaving saving = {};  // what the graph saves (nn/saved_activations.h)
   std::int64_t peak_bytes = 0;
   bool fits = false;
   std::string cost = {};  // what it costs against the configuration as given, in words
@@ -85,10 +86,12 @@ struct BudgetOption {
 // Every combination of: the micro-batch (the step's samples split into 1, 2, 4, ... accumulated
 // micro-batches, down to 2 samples each), the checkpointed blocks (as given; the first quarter, half
 // and three quarters of the blocks, where the feature maps, and so the activations, are largest; all),
-// and autocast as given or bf16; each planned. Sorted: those that fit first, cheapest first (no
-// change; then more micro-batches, which cost speed only; then recomputing, the fewer blocks the
-// cheaper: all of them costs about one more forward; then bf16, which changes the numbers), those
-// that do not by how far over they are.
+// autocast as given or bf16, and (with the blocks as given) what the graph saves: as given,
+// BatchNorm from its output, and that with bit masks and bf16 compression; each planned. Sorted:
+// those that fit first, cheapest first (no change; then more micro-batches, which cost speed only;
+// then recomputing, the fewer blocks the cheaper: all of them costs about one more forward, and
+// BatchNorm from its output costs as little as recomputing kRebuildCost of the blocks; then bf16
+// autocast or compression, which change the numbers), those that do not by how far over they are.
 std::vector<BudgetOption> fit_budget(const TrainOptions& options, std::int64_t budget_bytes, const PlanShape& shape = {});
 
 // The smallest k for which checkpointing blocks 1..k (and no others) fits `limit_bytes`, fitting

@@ -19,6 +19,7 @@
 #include "kernels/loss.h"
 #include "models/registry.h"
 #include "nn/amp.h"
+#include "nn/saved_activations.h"
 #include "nn/autograd.h"
 #include "nn/functional.h"
 #include "nn/grad_scaler.h"
@@ -311,6 +312,7 @@ void optimizer_step(Run& run, std::int64_t micro_batches) {
   const TrainOptions& o = run.options;
   const std::int64_t step_samples = samples_in(run.position.batch, micro_batches, o.batch_size, run.samples_per_epoch);
   StepTotals step;
+  const nn::ActivationSavingGuard saving(o.saving);  // what forward saves, and backward's rebuilds
   for (std::int64_t m = 0; m < micro_batches; ++m) {
     std::optional<data::Batch> batch;
     Tensor loss, logits, weighted;
