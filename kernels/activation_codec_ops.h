@@ -1,0 +1,126 @@
+// The per-element and per-channel arithmetic of the activation codecs, written once as
+// FRUGAL_HOST_DEVICE code for the CPU loops and the CUDA kernels (kernels/activation_codec.h says
+// what the codecs are for). Not here: loops, launches or checks (kernels/activation_codec.cpp).
+//
+// Glossary: a coded tensor is viewed as contiguous [N, C, S] (BatchNormShape, kernels/batch_norm_ops.h):
+// N the batch, C the channels, S the product of the dims after C (1 for [N, C]).
+//
+// Everything here computes in double, which holds every f16, bf16 and f32 value exactly and every
+// product of an 8-bit code with an f32 step: the results are then the same on the CPU and the GPU,
+// whether or not the compiler fuses a multiply and an add (nvcc does by default; x86-64 GCC cannot).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "core/convert.h"
+#include "core/host_device.h"
+
+namespace frugal {
+
+// ---- 1-bit masks. Bit i is bit i % 8 of byte i / 8, least significant first; the last byte's bits
+// past numel are 0.
+
+FRUGAL_HOST_DEVICE constexpr std::int64_t packed_mask_bytes(std::int64_t numel) { return (numel + 7) / 8; }
+
+FRUGAL_HOST_DEVICE inline bool mask_bit(const std::uint8_t* mask, std::int64_t i) {
+  return ((mask[i / 8] >> (i % 8)) & 1u) != 0;
+}
+
+// Byte `byte` of the mask of low < x < high: one byte per call, so the threads that pack a mask each
+// own the byte they write and need no atomics. A NaN compares false: its bit is 0.
+template <typename T>
+FRUGAL_HOST_DEVICE inline std::uint8_t pack_mask_byte(const T* x, std::int64_t numel, double low, double high,
+                                                      std::int64_t byte) {
+  unsigned bits = 0;
+  for (int lane = 0; lane < 8 && byte * 8 + lane < numel; ++lane) {
+    const double v = convert<double>(x[byte * 8 + lane]);
+    if (low < v && v < high) bits |= 1u << lane;
+  }
+  return static_cast<std::uint8_t>(bits);
+}
+
+// out = grad where the bit is set, else 0, for the (up to) eight elements of mask byte `byte`. A
+// select, not a multiply: an infinite or NaN gradient under a 0 bit gives 0, as relu6_backward does.
+template <typename T>
+FRUGAL_HOST_DEVICE inline void apply_mask_byte(const T* grad, const std::uint8_t* mask, T* out, std::int64_t numel,
+                                               std::int64_t byte) {
+  const unsigned bits = mask[byte];
+  for (int lane = 0; lane < 8 && byte * 8 + lane < numel; ++lane) {
+    const std::int64_t i = byte * 8 + lane;
+    out[i] = ((bits >> lane) & 1u) != 0 ? grad[i] : convert<T>(0.0f);
+  }
+}
+
+// ---- 8-bit codes per channel: code = round((x - low) / step), decoded as low + code * step.
+
+inline constexpr int kMaxCode = 255;  // the largest 8-bit code: a channel's range spans 255 steps
+
+// A channel's smallest and largest value and its count of NaNs. min, max and a count come out the
+// same in any order, so however a channel is split (CPU planes, GPU threads) the range is exact.
+struct ChannelRange {
+  double low = std::numeric_limits<double>::infinity();
+  double high = -std::numeric_limits<double>::infinity();
+  std::int64_t nans = 0;  // a NaN fails both comparisons below, so it is counted instead
+
+  FRUGAL_HOST_DEVICE void add(double x) {
+    low = x < low ? x : low;
+    high = x > high ? x : high;
+    nans += x != x ? 1 : 0;
+  }
+  FRUGAL_HOST_DEVICE void merge(const ChannelRange& other) {
+    low = other.low < low ? other.low : low;
+    high = other.high > high ? other.high : high;
+    nans += other.nans;
+  }
+};
+
+// The largest f32 at or below d (d within f32's range): an f64 channel's low rounded down, so that no
+// value of the channel lies below it and every code's (x - low) / step is >= 0.
+FRUGAL_HOST_DEVICE inline float float_at_or_below(double d) {
+  const float nearest = static_cast<float>(d);
+  return static_cast<double>(nearest) > d ? nextafterf(nearest, -std::numeric_limits<float>::infinity()) : nearest;
+}
+
+// A channel's low and step from its range. A channel that cannot be coded is marked in its step for
+// the caller's check (kernels/activation_codec.cpp reads the steps back): NaN when it holds a NaN
+// or an infinity, +infinity when it holds f64 values beyond f32's range (low and step are f32).
+// A channel with no elements (N or S is 0) gets low 0 and step 0.
+FRUGAL_HOST_DEVICE inline void finish_channel(const ChannelRange& range, std::int64_t c, float* low, float* step) {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  constexpr double kFloatMax = std::numeric_limits<float>::max();
+  low[c] = 0.0f;
+  if (range.nans > 0 || range.low == -kInf || range.high == kInf) {
+    step[c] = std::numeric_limits<float>::quiet_NaN();
+  } else if (range.low > range.high) {
+    step[c] = 0.0f;  // empty: nothing to code
+  } else if (range.low < -kFloatMax || range.high > kFloatMax) {
+    step[c] = std::numeric_limits<float>::infinity();
+  } else {
+    low[c] = float_at_or_below(range.low);
+    // Rounded to f32, 255 steps may fall short of high by a relative 2^-24; the clamp in
+    // encode_value then gives high code 255, about 255 * 2^-24 steps from it, far inside half a step.
+    step[c] = static_cast<float>((range.high - static_cast<double>(low[c])) / kMaxCode);
+  }
+}
+
+// One value's code: (x - low) / step clamped to [0, 255], rounded to nearest with halves up. Rounded
+// by comparing the exact fraction q - floor(q), not by floor(q + 0.5), whose addition can itself
+// round (0.49999999999999994 + 0.5 == 1.0). step 0 (a constant channel) codes every value as 0.
+FRUGAL_HOST_DEVICE inline std::uint8_t encode_value(double x, float low, float step) {
+  if (step == 0.0f) return 0;
+  const double q = (x - static_cast<double>(low)) / static_cast<double>(step);
+  const double clamped = q < 0.0 ? 0.0 : (q > kMaxCode ? static_cast<double>(kMaxCode) : q);
+  const double whole = ::floor(clamped);
+  return static_cast<std::uint8_t>(static_cast<int>(whole) + (clamped - whole >= 0.5 ? 1 : 0));
+}
+
+// low + code * step, rounded once to T. The product has at most 8 + 24 significant bits, so it is
+// exact in double, and a fused multiply-add rounds the sum exactly as a multiply and an add do.
+template <typename T>
+FRUGAL_HOST_DEVICE inline T decode_value(std::uint8_t code, float low, float step) {
+  return convert<T>(static_cast<double>(low) + static_cast<double>(code) * static_cast<double>(step));
+}
+
+}  // namespace frugal

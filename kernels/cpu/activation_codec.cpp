@@ -1,0 +1,65 @@
+// CPU activation codecs (kernels/activation_codec_backends.h), the reference the CUDA kernels are
+// checked against. Each parallel_for iteration owns what it writes: a mask byte, a channel's range,
+// an (n, c) plane of codes or values. The split follows the shapes alone, and a channel's range is
+// min, max and a count, exact in any order, so every thread count gives the same bytes.
+#include "core/cpu/parallel.h"
+#include "kernels/activation_codec_backends.h"
+#include "kernels/visit_floating.h"
+
+namespace frugal::cpu {
+
+void pack_mask(DType dtype, const void* x, std::int64_t numel, double low, double high, std::uint8_t* mask) {
+  visit_floating(dtype, "pack_mask_between", [&]<typename T, typename C>() {
+    const T* in = static_cast<const T*>(x);
+    parallel_for(packed_mask_bytes(numel), numel,
+                 [&](std::int64_t byte) { mask[byte] = pack_mask_byte(in, numel, low, high, byte); });
+  });
+}
+
+void apply_mask(DType dtype, const void* grad, const std::uint8_t* mask, std::int64_t numel, void* out) {
+  visit_floating(dtype, "apply_packed_mask", [&]<typename T, typename C>() {
+    const T* g = static_cast<const T*>(grad);
+    T* result = static_cast<T*>(out);
+    parallel_for(packed_mask_bytes(numel), numel,
+                 [&](std::int64_t byte) { apply_mask_byte(g, mask, result, numel, byte); });
+  });
+}
+
+// One channel per iteration, its N planes of S values in order. Channels, not planes, so that no
+// per-plane partial ranges need a buffer: a CNN layer's dozens of channels keep both cores busy.
+void channel_ranges(DType dtype, const void* x, const BatchNormShape& shape, float* low, float* step) {
+  visit_floating(dtype, "encode_per_channel_u8", [&]<typename T, typename C>() {
+    const T* in = static_cast<const T*>(x);
+    parallel_for(shape.channels, shape.channels * shape.per_channel(), [&](std::int64_t c) {
+      ChannelRange range;
+      for (std::int64_t n = 0; n < shape.batch; ++n)
+        for (std::int64_t s = 0; s < shape.spatial; ++s) range.add(convert<double>(in[shape.offset(n, c, s)]));
+      finish_channel(range, c, low, step);
+    });
+  });
+}
+
+void encode_channels(DType dtype, const void* x, const BatchNormShape& shape, const float* low, const float* step,
+                     std::uint8_t* codes) {
+  visit_floating(dtype, "encode_per_channel_u8", [&]<typename T, typename C>() {
+    const T* in = static_cast<const T*>(x);
+    parallel_for(shape.batch * shape.channels, shape.channels * shape.per_channel(), [&](std::int64_t plane) {
+      const std::int64_t c = plane % shape.channels, first = plane * shape.spatial;
+      for (std::int64_t i = first; i < first + shape.spatial; ++i)
+        codes[i] = encode_value(convert<double>(in[i]), low[c], step[c]);
+    });
+  });
+}
+
+void decode_channels(DType dtype, const std::uint8_t* codes, const BatchNormShape& shape, const float* low,
+                     const float* step, void* out) {
+  visit_floating(dtype, "decode_per_channel_u8", [&]<typename T, typename C>() {
+    T* values = static_cast<T*>(out);
+    parallel_for(shape.batch * shape.channels, shape.channels * shape.per_channel(), [&](std::int64_t plane) {
+      const std::int64_t c = plane % shape.channels, first = plane * shape.spatial;
+      for (std::int64_t i = first; i < first + shape.spatial; ++i) values[i] = decode_value<T>(codes[i], low[c], step[c]);
+    });
+  });
+}
+
+}  // namespace frugal::cpu
