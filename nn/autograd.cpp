@@ -218,7 +218,7 @@ std::shared_ptr<const SavedForm> compressed(const Tensor& t, nn::SavedCompressio
   form->original = t.storage();
   form->version = t.storage()->version();
   form->dtype = t.dtype();
-  if (meta_of(t)) ensure_meta(t).compressed = form;
+  ensure_meta(t).compressed = form;  // the next node that saves t shares this copy
   return form;
 }
 

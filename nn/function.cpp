@@ -1,6 +1,8 @@
 // nn/function.h: FunctionNode and Recorder.
 #include "nn/function.h"
 
+#include <algorithm>
+
 namespace frugal::autograd {
 
 FunctionNode::FunctionNode(std::string name, const std::vector<Tensor>& outputs, std::vector<SavedTensor> saved,
@@ -47,8 +49,15 @@ std::vector<Tensor> Recorder::finish(std::vector<Tensor> outputs, const Saved& s
     tag_.reset();
     return outputs;
   }
+  // An op that saves its own output (an activation) hands it over before it has a grad_fn, so it
+  // says so; under the activation tag, since a compressed copy is one.
   std::vector<SavedTensor> kept;
-  for (const Tensor& t : saved) kept.emplace_back(t);  // under the activation tag: a compressed copy is one
+  for (const Tensor& t : saved) {
+    const bool output = t.defined() && std::any_of(outputs.begin(), outputs.end(), [&t](const Tensor& o) {
+      return o.impl_ptr() == t.impl_ptr();
+    });
+    kept.emplace_back(t, output);
+  }
   tag_.reset();
   auto node = std::make_shared<FunctionNode>(name_, outputs, std::move(kept), std::move(backward));
   record(node, inputs_, outputs);

@@ -315,7 +315,10 @@ PY
       "--model mobilenet_v2 --width 0.5 --batch-size 32" "--model mobilenet_v2 --width 0.5 --batch-size 32 --checkpoint-activations" \
       "--model mobilenet_v2 --width 0.5 --batch-size 32 --amp bf16" "--model mobilenet_v2 --width 0.5 --cifar-stem --batch-size 8" \
       "--model resnet18 --batch-size 8 --optimizer sgd" \
-      "--model mobilenet_v2 --width 0.5 --batch-size 32 --checkpoint-blocks 1-4" "--model resnet18 --batch-size 8 --optimizer sgd --checkpoint-blocks 2,5-6"
+      "--model mobilenet_v2 --width 0.5 --batch-size 32 --checkpoint-blocks 1-4" "--model resnet18 --batch-size 8 --optimizer sgd --checkpoint-blocks 2,5-6" \
+      "--model mobilenet_v2 --width 0.5 --batch-size 32 --bn-from-output" \
+      "--model mobilenet_v2 --width 0.5 --batch-size 32 --bn-from-output --bit-masks --compress-activations bf16" \
+      "--model mobilenet_v2 --width 0.5 --batch-size 32 --bit-masks --compress-activations int8"
     ;;
   eval_checkpoint)
     make_subset "$dir" 640 200

@@ -1,10 +1,14 @@
 // The models' memory options, checked on one training step: checkpoint_activations (or only some
 // blocks, checkpoint_blocks) and inplace_activations = false give the very same loss, gradients and
 // BatchNorm running statistics as the plain model (bit for bit: the same kernels run on the same
-// values in the same order), while the allocator's activation tag shows what each keeps. Names and
-// shapes: test_models.cpp.
+// values in the same order), while the allocator's activation tag shows what each keeps. Below the
+// standard minimum (nn/saved_activations.h): BatchNorm from its output gives the same results to
+// rounding, bit masks the very same, compression close ones, each keeping less. Names and shapes:
+// test_models.cpp.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -13,6 +17,7 @@
 #include "models/registry.h"
 #include "nn/autograd.h"
 #include "nn/functional.h"
+#include "nn/saved_activations.h"
 
 using namespace frugal;
 namespace F = frugal::functional;
@@ -37,7 +42,7 @@ enum class Draws : std::uint8_t { own_generator, default_generator };
 // the model's own, or from the default generator seeded so) and takes one training step at f64 on a
 // batch drawn from another generator.
 Step train_step(const std::string& name, models::ModelOptions options, Shape batch, std::uint64_t seed,
-                Draws draws = Draws::own_generator, DType dtype = DType::f64) {
+                Draws draws = Draws::own_generator, DType dtype = DType::f64, const nn::ActivationSaving& saving = {}) {
   Generator weights(seed), data(seed + 1);
   options.num_classes = 10;
   options.in_channels = batch[1];
@@ -52,6 +57,7 @@ Step train_step(const std::string& name, models::ModelOptions options, Shape bat
   allocator_for(Device::cpu()).reset_peak_stats();
   const std::int64_t before = activation_stat().current;
   {
+    const nn::ActivationSavingGuard saving_guard(saving);
     const Tensor loss = F::cross_entropy((*model)(images), labels);
     step.saved_bytes = activation_stat().current - before;
     step.forward_peak = activation_stat().peak - before;
@@ -169,4 +175,95 @@ TEST_CASE("model memory options: full-width MobileNetV2 on 1x32x32 images keeps 
   CHECK(recomputed.step_peak < plain.step_peak);
   CHECK(copied.saved_bytes == plain.saved_bytes);
   CHECK(copied.forward_peak == plain.forward_peak);
+}
+
+namespace {
+
+// The largest difference between two steps' gradients, relative to each parameter's largest gradient.
+double largest_gradient_difference(const Step& a, const Step& b) {
+  double worst = 0.0;
+  for (std::size_t i = 0; i < a.grads.size(); ++i) {
+    double scale = 0.0, difference = 0.0;
+    for (std::size_t j = 0; j < a.grads[i].size(); ++j) {
+      scale = std::max(scale, std::abs(a.grads[i][j]));
+      difference = std::max(difference, std::abs(a.grads[i][j] - b.grads[i][j]));
+    }
+    if (scale > 0.0) worst = std::max(worst, difference / scale);
+  }
+  return worst;
+}
+
+// |b - a| / |a| over every gradient at once: compression rounds each saved value a little, and a
+// gradient that is a sum of many cancelling terms (BatchNorm's weight's) can move by more than itself,
+// so a per-parameter bound would say more about cancellation than about the compression.
+double relative_gradient_error(const Step& a, const Step& b) {
+  double error = 0.0, norm = 0.0;
+  for (std::size_t i = 0; i < a.grads.size(); ++i)
+    for (std::size_t j = 0; j < a.grads[i].size(); ++j) {
+      error += (a.grads[i][j] - b.grads[i][j]) * (a.grads[i][j] - b.grads[i][j]);
+      norm += a.grads[i][j] * a.grads[i][j];
+    }
+  return std::sqrt(error / norm);
+}
+
+const nn::ActivationSaving kFromOutput{.bn_from_output = true};
+const nn::ActivationSaving kBitMasks{.bit_masks = true};
+
+}  // namespace
+
+TEST_CASE("below the minimum: BatchNorm from its output gives the standard step to rounding, keeping about half") {
+  const Case cases[] = {
+      {"mobilenet_v2", {.width_mult = 0.35}, {4, 1, 32, 32}, 0.55, false},
+      {"mobilenet_v2", {.width_mult = 0.35, .cifar_stem = true}, {4, 1, 32, 32}, 0.55, false},
+      {"resnet18", {}, {2, 1, 32, 32}, 1.0, false},  // its ReLU runs in place on BatchNorm's output: no rebuild
+      {"cnn", {}, {2, 1, 16, 16}, 1.0, false},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.name);
+    CAPTURE(c.options.cifar_stem);
+    const Step plain = train_step(c.name, c.options, c.batch, 9);
+    const Step rebuilt = train_step(c.name, c.options, c.batch, 9, Draws::own_generator, DType::f64, kFromOutput);
+    CHECK(rebuilt.loss == doctest::Approx(plain.loss).epsilon(1e-12));
+    CHECK(largest_gradient_difference(plain, rebuilt) < 1e-10);
+    CHECK(rebuilt.buffers == plain.buffers);  // the same batch statistics, so the same running ones
+    CHECK(static_cast<double>(rebuilt.saved_bytes) <= c.checkpoint_factor * static_cast<double>(plain.saved_bytes));
+  }
+}
+
+TEST_CASE("below the minimum: bit masks give the very same step; a mask alone no longer holds an output") {
+  const Case cases[] = {
+      {"mobilenet_v2", {.width_mult = 0.35}, {4, 1, 32, 32}, 1.0, false},
+      {"resnet18", {}, {2, 1, 32, 32}, 1.0, false},
+      {"cnn", {}, {2, 1, 16, 16}, 1.0, false},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.name);
+    const Step plain = train_step(c.name, c.options, c.batch, 4);
+    const Step bits = train_step(c.name, c.options, c.batch, 4, Draws::own_generator, DType::f64, kBitMasks);
+    check_same_results(plain, bits);
+    // ResNet's stem ReLU feeds a max pool, which keeps indices, not its input: that output is freed.
+    if (std::string(c.name) == "resnet18") CHECK(bits.saved_bytes < plain.saved_bytes);
+  }
+}
+
+TEST_CASE("below the minimum: saved feature maps in bf16 or 8-bit codes, compute in f32, gradients close") {
+  const models::ModelOptions options{.width_mult = 0.35};
+  const Shape batch{8, 1, 32, 32};
+  const Step plain = train_step("mobilenet_v2", options, batch, 2, Draws::own_generator, DType::f32);
+  const Step from_output = train_step("mobilenet_v2", options, batch, 2, Draws::own_generator, DType::f32, kFromOutput);
+  struct Compressed {
+    nn::SavedCompression compression;
+    double saved_fraction, gradient_difference;  // at most, against the plain step
+  };
+  for (const Compressed& c : {Compressed{nn::SavedCompression::bf16, 0.35, 0.02}, Compressed{nn::SavedCompression::int8, 0.2, 0.05}}) {
+    CAPTURE(nn::saved_compression_name(c.compression));
+    const nn::ActivationSaving saving{.bn_from_output = true, .bit_masks = true, .compress = c.compression};
+    const Step compressed = train_step("mobilenet_v2", options, batch, 2, Draws::own_generator, DType::f32, saving);
+    CHECK(compressed.loss == plain.loss);  // the forward is computed in f32 as before: only what is kept changes
+    CHECK(static_cast<double>(compressed.saved_bytes) <= c.saved_fraction * static_cast<double>(plain.saved_bytes));
+    const double difference = relative_gradient_error(plain, compressed);
+    MESSAGE("relative gradient error ", difference);
+    CHECK(difference > relative_gradient_error(plain, from_output));  // rounding is more than f32's
+    CHECK(difference < c.gradient_difference);
+  }
 }
