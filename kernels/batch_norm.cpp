@@ -303,8 +303,9 @@ void normalize_saving(const Forward& f, const Tensor& mean, const Tensor& invstd
   const DType dtype = f.x.dtype();
   switch (f.x.device().type()) {
     case DeviceType::CPU:
-      cpu::batch_norm_normalize_saving(dtype, f.x.data_ptr(), f.shape, mean.data_ptr(), invstd.data_ptr(),
-                                       ptr(f.weight), ptr(f.bias), relu6, out.normalized.data_ptr(), out.output.data_ptr());
+      (g_cpu_reference ? cpu::batch_norm_normalize_saving : cpu::fast::batch_norm_normalize_saving)(
+          dtype, f.x.data_ptr(), f.shape, mean.data_ptr(), invstd.data_ptr(), ptr(f.weight), ptr(f.bias), relu6,
+          out.normalized.data_ptr(), out.output.data_ptr());
       break;
     case DeviceType::Meta: break;
     case DeviceType::CUDA:
@@ -388,7 +389,8 @@ Tensor batch_norm_affine(const Tensor& normalized, const Tensor& weight, const T
   if (normalized.numel() == 0) return y;
   switch (normalized.device().type()) {
     case DeviceType::CPU:
-      cpu::batch_norm_affine(dtype, xhat.data_ptr(), shape, ptr(w), ptr(b), fuse_relu6, y.data_ptr());
+      (g_cpu_reference ? cpu::batch_norm_affine : cpu::fast::batch_norm_affine)(dtype, xhat.data_ptr(), shape, ptr(w),
+                                                                               ptr(b), fuse_relu6, y.data_ptr());
       break;
     case DeviceType::Meta: break;
     case DeviceType::CUDA:
@@ -418,6 +420,30 @@ BatchNormShape check_backward_normalized(const Tensor& grad_output, const Tensor
   return shape;
 }
 
+// Whether batch_norm_backward_normalized runs backward_from_xhat_fast: f32 on the CPU (and on the
+// meta device, which allocates what the CPU would), unless the reference is asked for.
+bool runs_xhat_backward_fast(const Tensor& normalized) {
+  return normalized.dtype() == DType::f32 && !g_cpu_reference &&
+         (normalized.device().is_cpu() || normalized.device().type() == DeviceType::Meta);
+}
+
+// Note [The x-hat backward on the fast loops]: BatchNorm's backward from x with mean 0, invstd 1 and
+// weight * invstd for weight IS the backward from xhat (the x it normalises is xhat itself; the
+// input gradient's scale is weight * invstd), so f32 on the CPU runs the fast per-channel sweeps
+// unchanged; with ReLU6 the mask reads the output rebuilt once into a temporary (the forward's bits).
+void backward_from_xhat_fast(const Tensor& grad, const Tensor& xhat, const Tensor& weight, const Tensor& bias,
+                             const Tensor& invstd, bool training, bool fuse_relu6, const BatchNormShape& shape,
+                             const Tensor& sum_dy, const Tensor& sum_dy_xhat, const Tensor& grad_input) {
+  const Tensor output = fuse_relu6 ? batch_norm_affine(xhat, weight, bias, true) : Tensor();
+  const Tensor scale = weight.defined() ? mul(weight, invstd) : invstd;
+  const TensorOptions per_channel{.dtype = DType::f32, .device = xhat.device()};
+  const Tensor mean = zeros({shape.channels}, per_channel), unit = full({shape.channels}, 1.0, per_channel);
+  if (!xhat.device().is_cpu()) return;  // meta: the same temporaries, nothing to compute
+  cpu::fast::batch_norm_backward(DType::f32, grad.data_ptr(), xhat.data_ptr(), ptr(output), shape, mean.data_ptr(),
+                                 unit.data_ptr(), scale.data_ptr(), training, ptr(sum_dy), ptr(sum_dy_xhat),
+                                 grad_input.data_ptr());
+}
+
 }  // namespace
 
 BatchNormGrads batch_norm_backward_normalized(const Tensor& grad_output, const Tensor& normalized, const Tensor& weight,
@@ -433,7 +459,9 @@ BatchNormGrads batch_norm_backward_normalized(const Tensor& grad_output, const T
   const Tensor sum_dy = sums ? zeros({shape.channels}, per_channel) : Tensor();
   const Tensor sum_dy_xhat = sums ? zeros({shape.channels}, per_channel) : Tensor();
   BatchNormGrads grads{empty(normalized.shape(), {.dtype = dtype, .device = normalized.device()}), Tensor(), Tensor()};
-  if (normalized.numel() > 0) {
+  if (normalized.numel() > 0 && runs_xhat_backward_fast(normalized)) {
+    backward_from_xhat_fast(grad, xhat, w, b, invstd, training, fuse_relu6, shape, sum_dy, sum_dy_xhat, grads.input);
+  } else if (normalized.numel() > 0) {
     switch (normalized.device().type()) {
       case DeviceType::CPU:
         if (sums)

@@ -36,7 +36,8 @@ namespace frugal {
                                  void* grad_input);
 
 // The kernels that work from a saved xhat (Note [One saved tensor per BN-ReLU6], batch_norm_ops.h),
-// operands as above plus xhat (the input's dtype, [N, C, S]); no fast CPU loops.
+// operands as above plus xhat (the input's dtype, [N, C, S]). On the CPU, f32 runs the forward ones'
+// fast loops and the fast backward with xhat for x (kernels/batch_norm.cpp, backward_from_xhat_fast).
 // normalize_saving:          xhat = (x - mean) * invstd stored, then y from the stored xhat
 // affine:                    y = weight * xhat + bias, then ReLU6 when asked: normalize_saving's y
 // backward_sums_from_xhat:   sum_dy, sum_dy_xhat; with relu6, dy gated by the y recomputed from xhat
@@ -57,7 +58,13 @@ namespace frugal {
 
 // the readable reference (kernels/cpu/batch_norm.cpp)
 namespace cpu { FRUGAL_BATCH_NORM_KERNELS FRUGAL_BATCH_NORM_XHAT_KERNELS }
-namespace cpu::fast { FRUGAL_BATCH_NORM_KERNELS }     // f32 vectorised (cpu/batch_norm_fast.cpp)
+namespace cpu::fast {  // f32 vectorised (cpu/batch_norm_fast.cpp), xhat's forward kernels only
+FRUGAL_BATCH_NORM_KERNELS
+void batch_norm_normalize_saving(DType dtype, const void* x, const BatchNormShape& shape, const void* mean,
+                                 const void* invstd, const void* weight, const void* bias, bool relu6, void* xhat, void* y);
+void batch_norm_affine(DType dtype, const void* xhat, const BatchNormShape& shape, const void* weight, const void* bias,
+                       bool relu6, void* y);
+}  // namespace cpu::fast
 namespace cuda { FRUGAL_BATCH_NORM_KERNELS FRUGAL_BATCH_NORM_XHAT_KERNELS }  // hand-written (BatchNormImpl::native)
 namespace cuda_emulated { FRUGAL_BATCH_NORM_KERNELS FRUGAL_BATCH_NORM_XHAT_KERNELS }  // the same, in the emulator
 

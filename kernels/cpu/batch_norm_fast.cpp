@@ -525,4 +525,47 @@ void batch_norm_backward(DType dtype, const void* grad, const void* x, const voi
   });
 }
 
+// ---- From a saved xhat (Note [One saved tensor per BN-ReLU6], kernels/batch_norm_ops.h)
+// The reference's per-element functions over whole planes with contiguous pointers, so the same bits
+// as kernels/cpu/batch_norm.cpp (same expressions, no contraction in either) and loops GCC vectorises;
+// the backward runs batch_norm_backward above (kernels/batch_norm.cpp says how).
+
+namespace {
+
+// body(in, out, length, scale_shift) for every plane of the chunks, with the plane's channel's weight and bias.
+template <typename Body>
+void for_planes_from_xhat(const BatchNormShape& shape, const void* weight, const void* bias, Body&& body) {
+  for_plane_chunks(shape, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t plane = begin; plane < end; ++plane)
+      body(plane * shape.spatial, batch_norm::channel_scale_shift(as_f32(weight), as_f32(bias), plane % shape.channels));
+  });
+}
+
+}  // namespace
+
+void batch_norm_normalize_saving(DType dtype, const void* x, const BatchNormShape& shape, const void* mean,
+                                 const void* invstd, const void* weight, const void* bias, bool relu6, void* xhat,
+                                 void* y) {
+  if (dtype != DType::f32)
+    return cpu::batch_norm_normalize_saving(dtype, x, shape, mean, invstd, weight, bias, relu6, xhat, y);
+  for_planes_from_xhat(shape, weight, bias, [&](std::int64_t first, const batch_norm::ChannelScaleShift<float>& a) {
+    const std::int64_t c = first / shape.spatial % shape.channels;
+    const float m = as_f32(mean)[c], is = as_f32(invstd)[c];
+    const float* in = as_f32(x) + first;
+    float *saved = as_f32(xhat) + first, *out = as_f32(y) + first;
+    for (std::int64_t s = 0; s < shape.spatial; ++s) saved[s] = batch_norm::xhat(in[s], m, is);
+    for (std::int64_t s = 0; s < shape.spatial; ++s) out[s] = batch_norm::output_from_xhat(saved[s], a, relu6);
+  });
+}
+
+void batch_norm_affine(DType dtype, const void* xhat, const BatchNormShape& shape, const void* weight, const void* bias,
+                       bool relu6, void* y) {
+  if (dtype != DType::f32) return cpu::batch_norm_affine(dtype, xhat, shape, weight, bias, relu6, y);
+  for_planes_from_xhat(shape, weight, bias, [&](std::int64_t first, const batch_norm::ChannelScaleShift<float>& a) {
+    const float* in = as_f32(xhat) + first;
+    float* out = as_f32(y) + first;
+    for (std::int64_t s = 0; s < shape.spatial; ++s) out[s] = batch_norm::output_from_xhat(in[s], a, relu6);
+  });
+}
+
 }  // namespace frugal::cpu::fast
