@@ -8,11 +8,27 @@
 
 namespace frugal::cpu {
 
+namespace {
+// Bytes per parallel_for iteration of pack_mask.
+constexpr std::int64_t kMaskBytesPerChunk = 4096;
+
+// Full mask bytes [begin, end): a loop GCC vectorises for f32 (Note [Masks without branches]). A
+// function, not a lambda, so that its operands are locals: a byte store may alias anything a
+// lambda's captured references point to, which would have them reloaded every byte.
+template <typename C, typename T>
+void pack_full_bytes(const T* x, OpenRange<C> range, std::uint8_t* mask, std::int64_t begin, std::int64_t end) {
+  for (std::int64_t byte = begin; byte < end; ++byte) mask[byte] = mask_bits(x + byte * 8, 8, range);
+}
+}  // namespace
+
 void pack_mask(DType dtype, const void* x, std::int64_t numel, double low, double high, std::uint8_t* mask) {
   visit_floating(dtype, "pack_mask_between", [&]<typename T, typename C>() {
     const T* in = static_cast<const T*>(x);
-    parallel_for(packed_mask_bytes(numel), numel,
-                 [&](std::int64_t byte) { mask[byte] = pack_mask_byte(in, numel, low, high, byte); });
+    const OpenRange<C> range = open_range<C>(low, high);
+    const std::int64_t full = numel / 8;
+    parallel_for_chunks(full, kMaskBytesPerChunk, numel,
+                        [&](std::int64_t begin, std::int64_t end) { pack_full_bytes(in, range, mask, begin, end); });
+    if (full < packed_mask_bytes(numel)) mask[full] = pack_mask_byte(in, numel, range, full);
   });
 }
 

@@ -24,10 +24,10 @@ constexpr int kChannelThreads = 256;                 // encode/decode: 8 warps p
 constexpr std::int64_t kMaxBlocksPerChannel = 64;    // with dozens of channels, thousands of blocks
 constexpr std::int64_t kMaxChannelBlocks = 65535;    // CUDA's limit on gridDim.y; more channels loop
 
-template <typename T>
-__global__ void pack_mask_kernel(const T* x, std::int64_t numel, double low, double high, std::uint8_t* mask) {
+template <typename T, typename C>
+__global__ void pack_mask_kernel(const T* x, std::int64_t numel, OpenRange<C> range, std::uint8_t* mask) {
   for (std::int64_t byte = grid_thread(); byte < packed_mask_bytes(numel); byte += grid_threads())
-    mask[byte] = pack_mask_byte(x, numel, low, high, byte);
+    mask[byte] = pack_mask_byte(x, numel, range, byte);
 }
 
 template <typename T>
@@ -86,8 +86,8 @@ dim3 channel_grid(const BatchNormShape& shape) {
 
 void pack_mask(DType dtype, const void* x, std::int64_t numel, double low, double high, std::uint8_t* mask) {
   visit_floating(dtype, "pack_mask_between", [&]<typename T, typename C>() {
-    FRUGAL_LAUNCH(grid_for(packed_mask_bytes(numel)), kGridBlockThreads, 0, nullptr, pack_mask_kernel<T>)(
-        static_cast<const T*>(x), numel, low, high, mask);
+    FRUGAL_LAUNCH(grid_for(packed_mask_bytes(numel)), kGridBlockThreads, 0, nullptr, pack_mask_kernel<T, C>)(
+        static_cast<const T*>(x), numel, open_range<C>(low, high), mask);
   });
   FRUGAL_CUDA_CHECK_LAUNCH();
 }

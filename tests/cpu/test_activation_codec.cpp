@@ -120,9 +120,17 @@ TEST_CASE("activation codec ops: mask bits and bytes, code rounding, ranges, dec
   CHECK(mask_bit(mask, 7));
   CHECK(mask_bit(mask, 9));
   const float x[] = {0.0f, 0.5f, 6.0f, 5.99f, -1.0f, NAN, 3.0f, 7.0f, 1.0f, 6.0f};
-  CHECK(pack_mask_byte(x, 10, 0.0, 6.0, 0) == 0b01001010);  // 0.5, 5.99, 3: not 0, 6, -1, NaN or 7
-  CHECK(pack_mask_byte(x, 10, 0.0, 6.0, 1) == 0b00000001);  // elements 8, 9 only; bits past numel stay 0
-  CHECK(pack_mask_byte(x, 9, 0.0, 6.0, 1) == 0b00000001);
+  const OpenRange<float> relu6 = open_range<float>(0.0, 6.0);
+  CHECK(pack_mask_byte(x, 10, relu6, 0) == 0b01001010);  // 0.5, 5.99, 3: not 0, 6, -1, NaN or 7
+  CHECK(pack_mask_byte(x, 10, relu6, 1) == 0b00000001);  // elements 8, 9 only; bits past numel stay 0
+  CHECK(pack_mask_byte(x, 9, relu6, 1) == 0b00000001);
+  // Bounds that f32 cannot hold round outward, and float comparisons then agree with double ones.
+  const OpenRange<float> tenth = open_range<float>(0.1, 0.3);
+  CHECK((tenth.low < 0.1 && tenth.high > 0.3));
+  const float near[] = {static_cast<float>(0.1), std::nextafter(static_cast<float>(0.1), 0.0f), static_cast<float>(0.3),
+                        std::nextafter(static_cast<float>(0.3), 1.0f), std::nextafter(static_cast<float>(0.3), 0.0f)};
+  for (float v : near) CHECK(in_open_range(v, tenth) == static_cast<unsigned>(0.1 < v && v < 0.3));
+  CHECK(open_range<double>(0.1, 0.3).low == 0.1);
   const float grad[] = {1, 2, 3, 4, 5, 6, 7, 8, INFINITY, 10};
   float out[10];
   apply_mask_byte(grad, mask, out, 10, 0);
@@ -145,6 +153,11 @@ TEST_CASE("activation codec ops: mask bits and bytes, code rounding, ranges, dec
   CHECK(float_at_or_below(0.1) == std::nextafter(static_cast<float>(0.1), 0.0f));  // 0.1 rounds up to f32
   CHECK(float_at_or_below(0.7) == static_cast<float>(0.7));                        // 0.7 rounds down already
   CHECK(float_at_or_below(2.0) == 2.0f);
+  CHECK(float_at_or_below(1e39) == std::numeric_limits<float>::max());  // beyond f32's range
+  CHECK(float_at_or_below(-1e39) == -std::numeric_limits<float>::infinity());
+  CHECK(float_at_or_below(kInf) == std::numeric_limits<float>::infinity());
+  CHECK(float_at_or_above(0.1) == static_cast<float>(0.1));
+  CHECK(float_at_or_above(0.7) == std::nextafter(static_cast<float>(0.7), 1.0f));
   for (double d : {0.1, -0.1, 1e6 + 0.1, -1e-30, 3e38}) {  // the largest f32 at or below d
     CAPTURE(d);
     CHECK(float_at_or_below(d) <= d);
@@ -214,6 +227,16 @@ TEST_CASE("masks of strided tensors follow row-major order; other bounds; bad in
   const Tensor xt = base.t();  // [17, 12], not contiguous
   CHECK(pack_mask_between(xt, 0.0, 6.0).to_vector<std::uint8_t>() == plain_mask(xt.to_vector<double>(), 0.0, 6.0));
   CHECK(pack_mask_between(base, 0.0, kInf).to_vector<std::uint8_t>() == plain_mask(base.to_vector<double>(), 0.0, kInf));
+  // Bounds that no f32 or bf16 holds, with the values nearest them in the data: f32 and bf16 compare
+  // in float against bounds rounded outward, and must agree with the comparison in double.
+  std::vector<double> near_bounds = relu6_edges(203, g);
+  for (std::size_t i = 1; i < near_bounds.size(); i += 4)
+    near_bounds[i] = std::nextafter(static_cast<float>(i % 8 < 4 ? 0.1 : 5.9), i % 3 == 0 ? 0.0f : i % 3 == 1 ? 10.0f : 1.0f);
+  for (DType dtype : {DType::f32, DType::bf16, DType::f64}) {
+    const Tensor x = from_vector(near_bounds, {203}).to(dtype);
+    CHECK(pack_mask_between(x, 0.1, 5.9).to_vector<std::uint8_t>() == plain_mask(x.to_vector<double>(), 0.1, 5.9));
+    CHECK(pack_mask_between(x, -1e300, 1e300).to_vector<std::uint8_t>() == plain_mask(x.to_vector<double>(), -1e300, 1e300));
+  }
   const Tensor grad = uniform({12, 17}, -1.0, 1.0, {}, &g).t();
   const Tensor mask = pack_mask_between(xt, 0.0, 6.0);
   const auto masked = apply_packed_mask(grad, mask).to_vector<double>();
