@@ -5,9 +5,10 @@
 // Glossary: a coded tensor is viewed as contiguous [N, C, S] (BatchNormShape, kernels/batch_norm_ops.h):
 // N the batch, C the channels, S the product of the dims after C (1 for [N, C]).
 //
-// Everything here computes in double, which holds every f16, bf16 and f32 value exactly and every
-// product of an 8-bit code with an f32 step: the results are then the same on the CPU and the GPU,
-// whether or not the compiler fuses a multiply and an add (nvcc does by default; x86-64 GCC cannot).
+// The codes compute in double, which holds every f16, bf16 and f32 value exactly and every product
+// of an 8-bit code with an f32 step: the results are then the same on the CPU and the GPU, whether
+// or not the compiler fuses a multiply and an add (nvcc does by default; x86-64 GCC cannot). The
+// masks compare in the compute type, with bounds chosen so that the bits equal double comparisons.
 #pragma once
 
 #include <cmath>
