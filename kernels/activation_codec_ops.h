@@ -5,10 +5,11 @@
 // Glossary: a coded tensor is viewed as contiguous [N, C, S] (BatchNormShape, kernels/batch_norm_ops.h):
 // N the batch, C the channels, S the product of the dims after C (1 for [N, C]).
 //
-// The codes compute in double, which holds every f16, bf16 and f32 value exactly and every product
-// of an 8-bit code with an f32 step: the results are then the same on the CPU and the GPU, whether
-// or not the compiler fuses a multiply and an add (nvcc does by default; x86-64 GCC cannot). The
-// masks compare in the compute type, with bounds chosen so that the bits equal double comparisons.
+// Ranges and decoding compute in double, which holds every f16, bf16 and f32 value exactly and every
+// product of an 8-bit code with an f32 step: the results are then the same on the CPU and the GPU,
+// whether or not the compiler fuses a multiply and an add (nvcc does by default; x86-64 GCC cannot).
+// Codes and masks compute in the compute type (float for 16- and 32-bit floats), which the CPU
+// loops vectorise; masks with bounds chosen so that their bits equal double comparisons.
 #pragma once
 
 #include <cmath>
@@ -124,14 +125,16 @@ FRUGAL_HOST_DEVICE inline void apply_mask_byte(const T* grad, const std::uint8_t
 
 inline constexpr int kMaxCode = 255;  // the largest 8-bit code: a channel's range spans 255 steps
 
-// A channel's smallest and largest value and its count of NaNs. min, max and a count come out the
-// same in any order, so however a channel is split (CPU planes, GPU threads) the range is exact.
+// A channel's smallest and largest value and its count of NaNs, in the compute type C (exact: a min
+// or max is one of the values). min, max and a count come out the same in any order, so however a
+// channel is split (CPU planes, GPU threads) the range is exact.
+template <typename C>
 struct ChannelRange {
-  double low = std::numeric_limits<double>::infinity();
-  double high = -std::numeric_limits<double>::infinity();
+  C low = std::numeric_limits<C>::infinity();
+  C high = -std::numeric_limits<C>::infinity();
   std::int64_t nans = 0;  // a NaN fails both comparisons below, so it is counted instead
 
-  FRUGAL_HOST_DEVICE void add(double x) {
+  FRUGAL_HOST_DEVICE void add(C x) {
     low = x < low ? x : low;
     high = x > high ? x : high;
     nans += x != x ? 1 : 0;
@@ -147,33 +150,42 @@ struct ChannelRange {
 // the caller's check (kernels/activation_codec.cpp reads the steps back): NaN when it holds a NaN
 // or an infinity, +infinity when it holds f64 values beyond f32's range (low and step are f32).
 // A channel with no elements (N or S is 0) gets low 0 and step 0.
-FRUGAL_HOST_DEVICE inline void finish_channel(const ChannelRange& range, std::int64_t c, float* low, float* step) {
+template <typename C>
+FRUGAL_HOST_DEVICE inline void finish_channel(const ChannelRange<C>& range, std::int64_t c, float* low, float* step) {
   constexpr double kInf = std::numeric_limits<double>::infinity();
   constexpr double kFloatMax = std::numeric_limits<float>::max();
+  const double min = range.low, max = range.high;  // exact in double
   low[c] = 0.0f;
-  if (range.nans > 0 || range.low == -kInf || range.high == kInf) {
+  if (range.nans > 0 || min == -kInf || max == kInf) {
     step[c] = std::numeric_limits<float>::quiet_NaN();
-  } else if (range.low > range.high) {
+  } else if (min > max) {
     step[c] = 0.0f;  // empty: nothing to code
-  } else if (range.low < -kFloatMax || range.high > kFloatMax) {
+  } else if (min < -kFloatMax || max > kFloatMax) {
     step[c] = std::numeric_limits<float>::infinity();
   } else {
-    low[c] = float_at_or_below(range.low);  // an f64 min rounded down: no value lies below low
-    // Rounded to f32, 255 steps may fall short of high by a relative 2^-24; the clamp in
-    // encode_value then gives high code 255, about 255 * 2^-24 steps from it, far inside half a step.
-    step[c] = static_cast<float>((range.high - static_cast<double>(low[c])) / kMaxCode);
+    low[c] = float_at_or_below(min);  // an f64 min rounded down: no value lies below low
+    // Rounded to f32, 255 steps may fall short of max by a relative 2^-24; the clamp in
+    // encode_value then gives max code 255, about 255 * 2^-24 steps from it, far inside half a step.
+    step[c] = static_cast<float>((max - static_cast<double>(low[c])) / kMaxCode);
   }
 }
 
-// One value's code: (x - low) / step clamped to [0, 255], rounded to nearest with halves up. Rounded
-// by comparing the exact fraction q - floor(q), not by floor(q + 0.5), whose addition can itself
-// round (0.49999999999999994 + 0.5 == 1.0). step 0 (a constant channel) codes every value as 0.
-FRUGAL_HOST_DEVICE inline std::uint8_t encode_value(double x, float low, float step) {
-  if (step == 0.0f) return 0;
-  const double q = (x - static_cast<double>(low)) / static_cast<double>(step);
-  const double clamped = q < 0.0 ? 0.0 : (q > kMaxCode ? static_cast<double>(kMaxCode) : q);
-  const double whole = static_cast<int>(clamped);  // floor, as clamped >= 0; no call to floor()
-  return static_cast<std::uint8_t>(static_cast<int>(whole) + (clamped - whole >= 0.5 ? 1 : 0));
+// One value's code: (x - low) / step clamped to [0, 255], rounded to nearest with halves up, in the
+// compute type C (float for f16, bf16 and f32; double for f64). In float, the subtraction and the
+// division each round by at most 2^-24 relatively, so q is off by at most 2 * 2^-24 * 255 < 2^-14
+// of a step; IEEE division is exact to the last bit on the CPU and the GPU alike (nvcc's default,
+// -prec-div=true), so both give the same codes. Rounded by comparing the exact fraction q - floor(q),
+// not by floor(q + 0.5), whose addition can itself round (0.49999997f + 0.5f == 1.0f). The clamp's
+// order sends NaN to 0, so the conversion to int is always defined. step 0 (a constant channel)
+// codes every value as 0.
+template <typename C>
+FRUGAL_HOST_DEVICE inline std::uint8_t encode_value(C x, float low, float step) {
+  const C q = (x - static_cast<C>(low)) / static_cast<C>(step);
+  const C raised = q > C(0) ? q : C(0);                                    // NaN -> 0
+  const C clamped = raised < C(kMaxCode) ? raised : static_cast<C>(kMaxCode);
+  const int whole = static_cast<int>(clamped);  // floor, as clamped >= 0
+  const int code = whole + (clamped - static_cast<C>(whole) >= C(0.5) ? 1 : 0);
+  return static_cast<std::uint8_t>(step == 0.0f ? 0 : code);
 }
 
 // low + code * step, rounded once to T. The product has at most 8 + 24 significant bits, so it is

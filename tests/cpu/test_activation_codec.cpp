@@ -92,13 +92,14 @@ double check_codes(const Tensor& x) {
     CHECK(step[c] == static_cast<float>((hi[c] - low[c]) / 255.0));
     CHECK(top[c] == (hi[c] > lo[c] ? 255 : 0));  // the max codes as 255; a constant channel as 0
   }
-  // The slack: the double division's rounding (<= 2^-44 steps, 2^-40 is ample) and at most two
-  // roundings of the decoded value (to double, then to the dtype), each <= unit_roundoff * |value|.
+  // The slack: q = (x - low) / step off by < 2^-14 of a step when computed in float (see
+  // encode_value), and at most two roundings of the decoded value (to double, then to the dtype),
+  // each <= unit_roundoff * |value|.
   const double u = unit_roundoff(x.dtype());
   for (std::size_t i = 0; i < xs.size(); ++i) {
     const std::int64_t c = static_cast<std::int64_t>(i) / spatial % channels;
     const double error = std::abs(ds[i] - xs[i]);
-    const double bound = step[c] / 2.0 * (1.0 + std::ldexp(1.0, -40)) + 2.0 * u * (std::abs(xs[i]) + step[c]);
+    const double bound = step[c] * (0.5 + std::ldexp(1.0, -14)) + 2.0 * u * (std::abs(xs[i]) + step[c]);
     REQUIRE_MESSAGE(error <= bound, "element ", i, " channel ", c, ": x ", xs[i], " decoded ", ds[i], " step ", step[c]);
     if (step[c] > 0) worst = std::max(worst, error / step[c]);
   }
@@ -140,11 +141,14 @@ TEST_CASE("activation codec ops: mask bits and bytes, code rounding, ranges, dec
   // Halves round up, by the exact fraction: q = 0.49999999999999994 stays 0 (floor(q + 0.5) would give 1).
   CHECK(encode_value(0.5, 0.0f, 1.0f) == 1);
   CHECK(encode_value(std::nextafter(0.5, 0.0), 0.0f, 1.0f) == 0);
+  CHECK(encode_value(std::nextafter(0.5f, 0.0f), 0.0f, 1.0f) == 0);  // in float too
+  CHECK(encode_value(254.5f, 0.0f, 1.0f) == 255);
   CHECK(encode_value(1.5, 0.0f, 1.0f) == 2);
   CHECK(encode_value(254.7, 0.0f, 1.0f) == 255);
   CHECK(encode_value(300.0, 0.0f, 1.0f) == 255);  // clamped
   CHECK(encode_value(-3.0, 0.0f, 1.0f) == 0);
   CHECK(encode_value(42.0, 42.0f, 0.0f) == 0);  // a constant channel
+  CHECK(encode_value(42.5f, 42.0f, 0.0f) == 0);
   CHECK(encode_value(6.0, 0.0f, 6.0f / 255) == 255);
   CHECK(decode_value<float>(255, 1.0f, 0.5f) == 128.5f);
   CHECK(decode_value<double>(3, -1.0f, 0.25f) == -0.25);
@@ -166,7 +170,7 @@ TEST_CASE("activation codec ops: mask bits and bytes, code rounding, ranges, dec
 
   // A channel's range is the same whichever way it is split and merged; NaNs are counted.
   const double values[] = {3.0, -1.5, NAN, 8.25, 0.0};
-  ChannelRange whole, front, back;
+  ChannelRange<double> whole, front, back;
   for (double v : values) whole.add(v);
   for (int i = 0; i < 2; ++i) front.add(values[i]);
   for (int i = 2; i < 5; ++i) back.add(values[i]);
@@ -177,21 +181,21 @@ TEST_CASE("activation codec ops: mask bits and bytes, code rounding, ranges, dec
   CHECK(back.nans == 1);
 
   float low[5], step[5];
-  ChannelRange plain;
+  ChannelRange<double> plain;
   plain.add(-1.0);
   plain.add(4.1);
   finish_channel(plain, 0, low, step);
   CHECK(low[0] == -1.0f);
   CHECK(step[0] == static_cast<float>(5.1 / 255));
-  finish_channel(ChannelRange{}, 1, low, step);  // no elements
+  finish_channel(ChannelRange<float>{}, 1, low, step);  // no elements
   CHECK((low[1] == 0.0f && step[1] == 0.0f));
   finish_channel(whole, 2, low, step);  // a NaN
   CHECK(std::isnan(step[2]));
-  ChannelRange infinite;
+  ChannelRange<float> infinite;
   infinite.add(-kInf);
   finish_channel(infinite, 3, low, step);
   CHECK(std::isnan(step[3]));
-  ChannelRange huge;
+  ChannelRange<double> huge;
   huge.add(1e39);
   finish_channel(huge, 4, low, step);  // beyond f32
   CHECK(std::isinf(step[4]));
