@@ -30,9 +30,10 @@ Tensor apply_packed_mask(const Tensor& grad, const Tensor& mask);
 
 // 8-bit codes per channel: for x [N, C, *] (or [N, C]) floating, per channel c over every other dim:
 // low_c = min, step_c = (max - min) / 255 (step 0 when max == min: every code 0), code =
-// round-to-nearest((x - low_c) / step_c), halves up, clamped to [0, 255]. Computed in double, so every
-// |x - decoded| <= step_c / 2 before the decoded value is rounded to its dtype. low and step are f32:
-// for f64 input low_c is the min rounded down to f32 (so no value lies below it), step_c from it.
+// round-to-nearest((x - low_c) / step_c), halves up, clamped to [0, 255], computed in float (double
+// for f64), so every |x - decoded| <= step_c * (1/2 + 2^-14) before the decoded value is rounded to
+// its dtype (kernels/activation_codec_ops.h). low and step are f32: for f64 input low_c is the min
+// rounded down to f32 (so no value lies below it), step_c from it.
 // A channel of no elements (N = 0) gets low 0, step 0.
 // Non-finite input: ValueError naming the first channel holding a NaN or an infinity; for f64 input,
 // ValueError too for a channel with values beyond f32's range. On CUDA the check reads the steps

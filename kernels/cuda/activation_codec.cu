@@ -24,10 +24,10 @@ constexpr int kChannelThreads = 256;                 // encode/decode: 8 warps p
 constexpr std::int64_t kMaxBlocksPerChannel = 64;    // with dozens of channels, thousands of blocks
 constexpr std::int64_t kMaxChannelBlocks = 65535;    // CUDA's limit on gridDim.y; more channels loop
 
-template <typename T>
-__global__ void pack_mask_kernel(const T* x, std::int64_t numel, double low, double high, std::uint8_t* mask) {
+template <typename T, typename C>
+__global__ void pack_mask_kernel(const T* x, std::int64_t numel, OpenRange<C> range, std::uint8_t* mask) {
   for (std::int64_t byte = grid_thread(); byte < packed_mask_bytes(numel); byte += grid_threads())
-    mask[byte] = pack_mask_byte(x, numel, low, high, byte);
+    mask[byte] = pack_mask_byte(x, numel, range, byte);
 }
 
 template <typename T>
@@ -36,19 +36,19 @@ __global__ void apply_mask_kernel(const T* grad, const std::uint8_t* mask, std::
     apply_mask_byte(grad, mask, out, numel, byte);
 }
 
-template <typename T>
+template <typename T, typename C>
 __global__ void channel_ranges_kernel(const T* x, BatchNormShape shape, float* low, float* step) {
-  FRUGAL_DYNAMIC_SHARED(ChannelRange, per_warp);
+  FRUGAL_DYNAMIC_SHARED(ChannelRange<C>, per_warp);
   for (std::int64_t c = blockIdx.x; c < shape.channels; c += gridDim.x) {
-    ChannelRange range;
+    ChannelRange<C> range;
     for (ChannelWalk w(shape, threadIdx.x, blockDim.x); w.n < shape.batch; w.advance())
-      range.add(convert<double>(x[shape.offset(w.n, c, w.s)]));
+      range.add(convert<C>(x[shape.offset(w.n, c, w.s)]));
     range = block_reduce(range, per_warp);
     if (threadIdx.x == 0) finish_channel(range, c, low, step);
   }
 }
 
-template <typename T>
+template <typename T, typename C>
 __global__ void encode_kernel(const T* x, BatchNormShape shape, const float* low, const float* step,
                               std::uint8_t* codes) {
   const std::int64_t first = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
@@ -57,7 +57,7 @@ __global__ void encode_kernel(const T* x, BatchNormShape shape, const float* low
     const float channel_low = low[c], channel_step = step[c];
     for (ChannelWalk w(shape, first, stride); w.n < shape.batch; w.advance()) {
       const std::int64_t i = shape.offset(w.n, c, w.s);
-      codes[i] = encode_value(convert<double>(x[i]), channel_low, channel_step);
+      codes[i] = encode_value(convert<C>(x[i]), channel_low, channel_step);
     }
   }
 }
@@ -86,8 +86,8 @@ dim3 channel_grid(const BatchNormShape& shape) {
 
 void pack_mask(DType dtype, const void* x, std::int64_t numel, double low, double high, std::uint8_t* mask) {
   visit_floating(dtype, "pack_mask_between", [&]<typename T, typename C>() {
-    FRUGAL_LAUNCH(grid_for(packed_mask_bytes(numel)), kGridBlockThreads, 0, nullptr, pack_mask_kernel<T>)(
-        static_cast<const T*>(x), numel, low, high, mask);
+    FRUGAL_LAUNCH(grid_for(packed_mask_bytes(numel)), kGridBlockThreads, 0, nullptr, pack_mask_kernel<T, C>)(
+        static_cast<const T*>(x), numel, open_range<C>(low, high), mask);
   });
   FRUGAL_CUDA_CHECK_LAUNCH();
 }
@@ -102,8 +102,8 @@ void apply_mask(DType dtype, const void* grad, const std::uint8_t* mask, std::in
 
 void channel_ranges(DType dtype, const void* x, const BatchNormShape& shape, float* low, float* step) {
   visit_floating(dtype, "encode_per_channel_u8", [&]<typename T, typename C>() {
-    FRUGAL_LAUNCH(channel_blocks(shape), kRangeThreads, kRangeWarps * sizeof(ChannelRange), nullptr,
-                  channel_ranges_kernel<T>)(static_cast<const T*>(x), shape, low, step);
+    FRUGAL_LAUNCH(channel_blocks(shape), kRangeThreads, kRangeWarps * sizeof(ChannelRange<C>), nullptr,
+                  channel_ranges_kernel<T, C>)(static_cast<const T*>(x), shape, low, step);
   });
   FRUGAL_CUDA_CHECK_LAUNCH();
 }
@@ -111,7 +111,7 @@ void channel_ranges(DType dtype, const void* x, const BatchNormShape& shape, flo
 void encode_channels(DType dtype, const void* x, const BatchNormShape& shape, const float* low, const float* step,
                      std::uint8_t* codes) {
   visit_floating(dtype, "encode_per_channel_u8", [&]<typename T, typename C>() {
-    FRUGAL_LAUNCH(channel_grid(shape), kChannelThreads, 0, nullptr, encode_kernel<T>)(static_cast<const T*>(x), shape,
+    FRUGAL_LAUNCH(channel_grid(shape), kChannelThreads, 0, nullptr, encode_kernel<T, C>)(static_cast<const T*>(x), shape,
                                                                                        low, step, codes);
   });
   FRUGAL_CUDA_CHECK_LAUNCH();

@@ -92,13 +92,14 @@ double check_codes(const Tensor& x) {
     CHECK(step[c] == static_cast<float>((hi[c] - low[c]) / 255.0));
     CHECK(top[c] == (hi[c] > lo[c] ? 255 : 0));  // the max codes as 255; a constant channel as 0
   }
-  // The slack: the double division's rounding (<= 2^-44 steps, 2^-40 is ample) and at most two
-  // roundings of the decoded value (to double, then to the dtype), each <= unit_roundoff * |value|.
+  // The slack: q = (x - low) / step off by < 2^-14 of a step when computed in float (see
+  // encode_value), and at most two roundings of the decoded value (to double, then to the dtype),
+  // each <= unit_roundoff * |value|.
   const double u = unit_roundoff(x.dtype());
   for (std::size_t i = 0; i < xs.size(); ++i) {
     const std::int64_t c = static_cast<std::int64_t>(i) / spatial % channels;
     const double error = std::abs(ds[i] - xs[i]);
-    const double bound = step[c] / 2.0 * (1.0 + std::ldexp(1.0, -40)) + 2.0 * u * (std::abs(xs[i]) + step[c]);
+    const double bound = step[c] * (0.5 + std::ldexp(1.0, -14)) + 2.0 * u * (std::abs(xs[i]) + step[c]);
     REQUIRE_MESSAGE(error <= bound, "element ", i, " channel ", c, ": x ", xs[i], " decoded ", ds[i], " step ", step[c]);
     if (step[c] > 0) worst = std::max(worst, error / step[c]);
   }
@@ -120,9 +121,17 @@ TEST_CASE("activation codec ops: mask bits and bytes, code rounding, ranges, dec
   CHECK(mask_bit(mask, 7));
   CHECK(mask_bit(mask, 9));
   const float x[] = {0.0f, 0.5f, 6.0f, 5.99f, -1.0f, NAN, 3.0f, 7.0f, 1.0f, 6.0f};
-  CHECK(pack_mask_byte(x, 10, 0.0, 6.0, 0) == 0b01001010);  // 0.5, 5.99, 3: not 0, 6, -1, NaN or 7
-  CHECK(pack_mask_byte(x, 10, 0.0, 6.0, 1) == 0b00000001);  // elements 8, 9 only; bits past numel stay 0
-  CHECK(pack_mask_byte(x, 9, 0.0, 6.0, 1) == 0b00000001);
+  const OpenRange<float> relu6 = open_range<float>(0.0, 6.0);
+  CHECK(pack_mask_byte(x, 10, relu6, 0) == 0b01001010);  // 0.5, 5.99, 3: not 0, 6, -1, NaN or 7
+  CHECK(pack_mask_byte(x, 10, relu6, 1) == 0b00000001);  // elements 8, 9 only; bits past numel stay 0
+  CHECK(pack_mask_byte(x, 9, relu6, 1) == 0b00000001);
+  // Bounds that f32 cannot hold round outward, and float comparisons then agree with double ones.
+  const OpenRange<float> tenth = open_range<float>(0.1, 0.3);
+  CHECK((tenth.low < 0.1 && tenth.high > 0.3));
+  const float near[] = {static_cast<float>(0.1), std::nextafter(static_cast<float>(0.1), 0.0f), static_cast<float>(0.3),
+                        std::nextafter(static_cast<float>(0.3), 1.0f), std::nextafter(static_cast<float>(0.3), 0.0f)};
+  for (float v : near) CHECK(in_open_range(v, tenth) == static_cast<unsigned>(0.1 < v && v < 0.3));
+  CHECK(open_range<double>(0.1, 0.3).low == 0.1);
   const float grad[] = {1, 2, 3, 4, 5, 6, 7, 8, INFINITY, 10};
   float out[10];
   apply_mask_byte(grad, mask, out, 10, 0);
@@ -132,11 +141,14 @@ TEST_CASE("activation codec ops: mask bits and bytes, code rounding, ranges, dec
   // Halves round up, by the exact fraction: q = 0.49999999999999994 stays 0 (floor(q + 0.5) would give 1).
   CHECK(encode_value(0.5, 0.0f, 1.0f) == 1);
   CHECK(encode_value(std::nextafter(0.5, 0.0), 0.0f, 1.0f) == 0);
+  CHECK(encode_value(std::nextafter(0.5f, 0.0f), 0.0f, 1.0f) == 0);  // in float too
+  CHECK(encode_value(254.5f, 0.0f, 1.0f) == 255);
   CHECK(encode_value(1.5, 0.0f, 1.0f) == 2);
   CHECK(encode_value(254.7, 0.0f, 1.0f) == 255);
   CHECK(encode_value(300.0, 0.0f, 1.0f) == 255);  // clamped
   CHECK(encode_value(-3.0, 0.0f, 1.0f) == 0);
   CHECK(encode_value(42.0, 42.0f, 0.0f) == 0);  // a constant channel
+  CHECK(encode_value(42.5f, 42.0f, 0.0f) == 0);
   CHECK(encode_value(6.0, 0.0f, 6.0f / 255) == 255);
   CHECK(decode_value<float>(255, 1.0f, 0.5f) == 128.5f);
   CHECK(decode_value<double>(3, -1.0f, 0.25f) == -0.25);
@@ -145,6 +157,11 @@ TEST_CASE("activation codec ops: mask bits and bytes, code rounding, ranges, dec
   CHECK(float_at_or_below(0.1) == std::nextafter(static_cast<float>(0.1), 0.0f));  // 0.1 rounds up to f32
   CHECK(float_at_or_below(0.7) == static_cast<float>(0.7));                        // 0.7 rounds down already
   CHECK(float_at_or_below(2.0) == 2.0f);
+  CHECK(float_at_or_below(1e39) == std::numeric_limits<float>::max());  // beyond f32's range
+  CHECK(float_at_or_below(-1e39) == -std::numeric_limits<float>::infinity());
+  CHECK(float_at_or_below(kInf) == std::numeric_limits<float>::infinity());
+  CHECK(float_at_or_above(0.1) == static_cast<float>(0.1));
+  CHECK(float_at_or_above(0.7) == std::nextafter(static_cast<float>(0.7), 1.0f));
   for (double d : {0.1, -0.1, 1e6 + 0.1, -1e-30, 3e38}) {  // the largest f32 at or below d
     CAPTURE(d);
     CHECK(float_at_or_below(d) <= d);
@@ -153,7 +170,7 @@ TEST_CASE("activation codec ops: mask bits and bytes, code rounding, ranges, dec
 
   // A channel's range is the same whichever way it is split and merged; NaNs are counted.
   const double values[] = {3.0, -1.5, NAN, 8.25, 0.0};
-  ChannelRange whole, front, back;
+  ChannelRange<double> whole, front, back;
   for (double v : values) whole.add(v);
   for (int i = 0; i < 2; ++i) front.add(values[i]);
   for (int i = 2; i < 5; ++i) back.add(values[i]);
@@ -164,21 +181,21 @@ TEST_CASE("activation codec ops: mask bits and bytes, code rounding, ranges, dec
   CHECK(back.nans == 1);
 
   float low[5], step[5];
-  ChannelRange plain;
+  ChannelRange<double> plain;
   plain.add(-1.0);
   plain.add(4.1);
   finish_channel(plain, 0, low, step);
   CHECK(low[0] == -1.0f);
   CHECK(step[0] == static_cast<float>(5.1 / 255));
-  finish_channel(ChannelRange{}, 1, low, step);  // no elements
+  finish_channel(ChannelRange<float>{}, 1, low, step);  // no elements
   CHECK((low[1] == 0.0f && step[1] == 0.0f));
   finish_channel(whole, 2, low, step);  // a NaN
   CHECK(std::isnan(step[2]));
-  ChannelRange infinite;
+  ChannelRange<float> infinite;
   infinite.add(-kInf);
   finish_channel(infinite, 3, low, step);
   CHECK(std::isnan(step[3]));
-  ChannelRange huge;
+  ChannelRange<double> huge;
   huge.add(1e39);
   finish_channel(huge, 4, low, step);  // beyond f32
   CHECK(std::isinf(step[4]));
@@ -214,6 +231,16 @@ TEST_CASE("masks of strided tensors follow row-major order; other bounds; bad in
   const Tensor xt = base.t();  // [17, 12], not contiguous
   CHECK(pack_mask_between(xt, 0.0, 6.0).to_vector<std::uint8_t>() == plain_mask(xt.to_vector<double>(), 0.0, 6.0));
   CHECK(pack_mask_between(base, 0.0, kInf).to_vector<std::uint8_t>() == plain_mask(base.to_vector<double>(), 0.0, kInf));
+  // Bounds that no f32 or bf16 holds, with the values nearest them in the data: f32 and bf16 compare
+  // in float against bounds rounded outward, and must agree with the comparison in double.
+  std::vector<double> near_bounds = relu6_edges(203, g);
+  for (std::size_t i = 1; i < near_bounds.size(); i += 4)
+    near_bounds[i] = std::nextafter(static_cast<float>(i % 8 < 4 ? 0.1 : 5.9), i % 3 == 0 ? 0.0f : i % 3 == 1 ? 10.0f : 1.0f);
+  for (DType dtype : {DType::f32, DType::bf16, DType::f64}) {
+    const Tensor x = from_vector(near_bounds, {203}).to(dtype);
+    CHECK(pack_mask_between(x, 0.1, 5.9).to_vector<std::uint8_t>() == plain_mask(x.to_vector<double>(), 0.1, 5.9));
+    CHECK(pack_mask_between(x, -1e300, 1e300).to_vector<std::uint8_t>() == plain_mask(x.to_vector<double>(), -1e300, 1e300));
+  }
   const Tensor grad = uniform({12, 17}, -1.0, 1.0, {}, &g).t();
   const Tensor mask = pack_mask_between(xt, 0.0, 6.0);
   const auto masked = apply_packed_mask(grad, mask).to_vector<double>();
