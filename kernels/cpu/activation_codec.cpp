@@ -9,7 +9,8 @@
 namespace frugal::cpu {
 
 namespace {
-// Bytes per parallel_for iteration of pack_mask.
+// Bytes per parallel_for iteration of pack_mask: 32768 elements, the work that pays for a thread
+// (Note [Small loops run on the calling thread]).
 constexpr std::int64_t kMaskBytesPerChunk = 4096;
 
 // Full mask bytes [begin, end): a loop GCC vectorises for f32 (Note [Masks without branches]). A
@@ -18,6 +19,21 @@ constexpr std::int64_t kMaskBytesPerChunk = 4096;
 template <typename C, typename T>
 void pack_full_bytes(const T* x, OpenRange<C> range, std::uint8_t* mask, std::int64_t begin, std::int64_t end) {
   for (std::int64_t byte = begin; byte < end; ++byte) mask[byte] = mask_bits(x + byte * 8, 8, range);
+}
+
+// One (n, c) plane's range, in order.
+template <typename C, typename T>
+ChannelRange<C> plane_range(const T* x, std::int64_t count) {
+  ChannelRange<C> range;
+  for (std::int64_t i = 0; i < count; ++i) range.add(convert<C>(x[i]));
+  return range;
+}
+
+// One (n, c) plane's codes. A function with its operands as locals, like pack_full_bytes, so that
+// the byte stores cannot alias low and step, and GCC vectorises the f32 loop.
+template <typename C, typename T>
+void encode_plane(const T* x, std::int64_t count, float low, float step, std::uint8_t* codes) {
+  for (std::int64_t i = 0; i < count; ++i) codes[i] = encode_value(convert<C>(x[i]), low, step);
 }
 }  // namespace
 
@@ -41,14 +57,6 @@ void apply_mask(DType dtype, const void* grad, const std::uint8_t* mask, std::in
   });
 }
 
-// One (n, c) plane's range: a function with its operands as locals, so that GCC vectorises the loop.
-template <typename C, typename T>
-ChannelRange<C> plane_range(const T* x, std::int64_t count) {
-  ChannelRange<C> range;
-  for (std::int64_t i = 0; i < count; ++i) range.add(convert<C>(x[i]));
-  return range;
-}
-
 // One channel per iteration, its N planes merged in order. Channels, not planes, so that no
 // per-plane partial ranges need a buffer: a CNN layer's dozens of channels keep both cores busy.
 void channel_ranges(DType dtype, const void* x, const BatchNormShape& shape, float* low, float* step) {
@@ -60,13 +68,6 @@ void channel_ranges(DType dtype, const void* x, const BatchNormShape& shape, flo
       finish_channel(range, c, low, step);
     });
   });
-}
-
-// One (n, c) plane's codes. A function with its operands as locals, like pack_full_bytes, so that
-// the byte stores cannot alias low and step, and GCC vectorises the f32 loop.
-template <typename C, typename T>
-void encode_plane(const T* x, std::int64_t count, float low, float step, std::uint8_t* codes) {
-  for (std::int64_t i = 0; i < count; ++i) codes[i] = encode_value(convert<C>(x[i]), low, step);
 }
 
 void encode_channels(DType dtype, const void* x, const BatchNormShape& shape, const float* low, const float* step,

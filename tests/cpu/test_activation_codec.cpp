@@ -225,7 +225,7 @@ TEST_CASE("pack_mask_between and apply_packed_mask match a plain loop: exact 0 a
   }
 }
 
-TEST_CASE("masks of strided tensors follow row-major order; other bounds; bad input is a typed error") {
+TEST_CASE("masks of strided tensors follow row-major order, other bounds hold, and bad input is a typed error") {
   Generator g(7);
   const Tensor base = from_vector(relu6_edges(12 * 17, g), {12, 17});
   const Tensor xt = base.t();  // [17, 12], not contiguous
@@ -294,7 +294,7 @@ TEST_CASE("8-bit codes: a constant channel decodes exactly, f64 low rounds down,
   CHECK(encode_per_channel_u8(empty({2, 0, 4})).low.shape() == Shape{0});
 }
 
-TEST_CASE("8-bit codes: non-finite values and f64 beyond f32 are ValueErrors naming the channel; bad parts") {
+TEST_CASE("8-bit codes: non-finite values and f64 beyond f32 are ValueErrors naming the channel, bad parts typed errors") {
   std::vector<double> v(2 * 4 * 3, 1.0);
   v[1 * 12 + 2 * 3 + 1] = NAN;  // n 1, channel 2
   CHECK_THROWS_WITH_AS(encode_per_channel_u8(from_vector(v, {2, 4, 3})), doctest::Contains("channel 2 holds a non-finite value"),

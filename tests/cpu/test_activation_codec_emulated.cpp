@@ -1,7 +1,7 @@
 // kernels/cuda/activation_codec.cu in the CUDA emulator against the CPU kernels, under two schedules:
 // masks over a size that is not a multiple of 8 with exact 0s and 6s, channel ranges of [N, C] and
-// [N, C, S] (a channel longer than the 1024-thread block, a constant channel, an empty batch, a NaN,
-// an infinity), codes and decoded values. The arithmetic is shared (kernels/activation_codec_ops.h)
+// [N, C, S] (a channel longer than the 1024-thread block, a constant channel, a NaN, an infinity),
+// codes and decoded values. The arithmetic is shared (kernels/activation_codec_ops.h)
 // and min, max and rounding-to-nearest do not depend on the order, so every byte must agree.
 #include <doctest/doctest.h>
 
@@ -82,11 +82,15 @@ TEST_CASE("the CUDA mask kernels in the emulator give the CPU's bytes") {
 
 TEST_CASE("the CUDA channel codec kernels in the emulator give the CPU's ranges, codes and decoded values") {
   Generator g(17);
-  // [N, C, S]: a channel of 2 * 700 values (more than a 1024-thread block), [N, C] with S = 1, an empty batch.
-  const BatchNormShape shapes[] = {{2, 3, 700}, {37, 4, 1}, {0, 2, 5}};
+  // [N, C, S]: a channel of 2 * 520 values (more than a 1024-thread block), and [N, C] with S = 1.
+  // Every dtype in the forward schedule, f32 also shuffled: each emulated block of 1024 fibers
+  // costs, and this case keeps under a second in the sanitizer build. (Empty channels: the CPU
+  // suite, and finish_channel called directly.)
+  const BatchNormShape shapes[] = {{2, 2, 520}, {19, 2, 1}};
   for (const emu::Options& schedule : kSchedules) {
     emu::OptionsScope scope(schedule);
     for (DType dtype : kDTypes) {
+      if (schedule.schedule != emu::Schedule::forward && dtype != DType::f32) continue;
       for (const BatchNormShape& shape : shapes) {
         CAPTURE(dtype);
         CAPTURE(shape.spatial);
