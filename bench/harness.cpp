@@ -20,6 +20,7 @@ std::vector<Result> loader_benchmark(const Options& options);  // bench/loader_b
 Report train_benchmark(const Options& options);                // bench/train_bench.cpp
 Report allreduce_benchmark(const Options& options);            // bench/allreduce_bench.cpp
 Report roofline_benchmark(const Options& options);             // bench/roofline_bench.cpp
+Report saving_benchmark(const Options& options);               // bench/saving_bench.cpp
 
 const std::vector<Benchmark>& all_benchmarks() {
   static const std::vector<Benchmark> benchmarks = {
@@ -45,6 +46,11 @@ const std::vector<Benchmark>& all_benchmarks() {
        "their shapes in a batch of 64 (standard and CIFAR stem), beside the time the bytes moved and the FLOPs "
        "would take at this machine's measured copy bandwidth and GEMM rate",
        roofline_benchmark},
+      {"saving",
+       "MobileNetV2 training steps on a batch of 64 1x32x32 images (standard and CIFAR stem) with each way of saving "
+       "fewer activation bytes (the standard graph, BatchNorm from its output, and that with bf16 or 8-bit saved "
+       "feature maps): images/s and saved activations per sample",
+       saving_benchmark},
       {"allreduce",
        "all-reduce algorithm and bus bandwidth (nccl-tests' algbw, busbw) per message size, 4 KiB to 64 MiB, over MPI "
        "on CPU ranks (run under mpirun -np N; rank 0 reports), beside a local memcpy of each message",

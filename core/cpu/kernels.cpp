@@ -65,6 +65,39 @@ void copy_rows(To* dst, const StridedLayout& dst_layout, const From* src, const 
   });
 }
 
+// Note [bf16 casts in vectors]: saved feature maps kept in bf16 (nn/saved_activations.h) are cast
+// twice a step, and convert<> element by element (a NaN test per element, two-lane SSE2) took 13% of
+// a CIFAR-stem training step. These are half_bits::from_float_bf16's and to_float_bf16's rounding
+// (nearest even, NaN kept and made quiet) written as selects, in loops compiled for AVX-512 and AVX2
+// too: the same bits, vectorised.
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void f32_to_bf16(const float* __restrict in, BFloat16* __restrict out, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::uint32_t bits = half_bits::float_bits(in[i]);
+    const std::uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+    const bool nan = (bits & 0x7fffffffu) > 0x7f800000u;
+    out[i] = BFloat16::from_bits(static_cast<std::uint16_t>(nan ? ((bits >> 16) | 0x40u) : rounded));
+  }
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void bf16_to_f32(const BFloat16* __restrict in, float* __restrict out, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = half_bits::bits_float(static_cast<std::uint32_t>(in[i].bits) << 16);
+}
+
+// A contiguous cast: the vector loops above for f32 <-> bf16, convert<> otherwise.
+template <typename To, typename From>
+void cast_contiguous(To* dst, const From* src, std::int64_t n) {
+  parallel_for_chunks(n, kChunk, n, [&](std::int64_t begin, std::int64_t end) {
+    if constexpr (std::is_same_v<To, BFloat16> && std::is_same_v<From, float>)
+      f32_to_bf16(src + begin, dst + begin, end - begin);
+    else if constexpr (std::is_same_v<To, float> && std::is_same_v<From, BFloat16>)
+      bf16_to_f32(src + begin, dst + begin, end - begin);
+    else
+      for (std::int64_t i = begin; i < end; ++i) dst[i] = convert<To>(src[i]);
+  });
+}
+
 template <typename To, typename From>
 void copy_loop(To* dst, const StridedLayout& dst_layout, const From* src, const StridedLayout& src_layout) {
   const std::int64_t n = layout_numel(dst_layout);
@@ -72,9 +105,7 @@ void copy_loop(To* dst, const StridedLayout& dst_layout, const From* src, const 
     if constexpr (std::is_same_v<To, From>) {
       std::memcpy(dst, src, static_cast<std::size_t>(n) * sizeof(To));
     } else {
-      parallel_for_chunks(n, kChunk, n, [&](std::int64_t begin, std::int64_t end) {
-        for (std::int64_t i = begin; i < end; ++i) dst[i] = convert<To>(src[i]);
-      });
+      cast_contiguous(dst, src, n);
     }
     return;
   }

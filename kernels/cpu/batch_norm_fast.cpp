@@ -526,20 +526,91 @@ void batch_norm_backward(DType dtype, const void* grad, const void* x, const voi
 }
 
 // ---- From a saved xhat (Note [One saved tensor per BN-ReLU6], kernels/batch_norm_ops.h)
-// The reference's per-element functions over whole planes with contiguous pointers, so the same bits
-// as kernels/cpu/batch_norm.cpp (same expressions, no contraction in either) and loops GCC vectorises;
-// the backward runs batch_norm_backward above (kernels/batch_norm.cpp says how).
+// The reference's per-element functions (batch_norm::xhat, output_from_xhat) in contiguous loops,
+// so the same bits as kernels/cpu/batch_norm.cpp (same expressions, no contraction in either): a loop
+// per plane with the channel's coefficients, or on planes under 16 elements a loop per sample over
+// coefficients laid out per element (Note [Normalising small planes]). The backward runs
+// batch_norm_backward above (kernels/batch_norm.cpp, Note [The x-hat backward on the fast loops]).
 
 namespace {
 
-// body(in, out, length, scale_shift) for every plane of the chunks, with the plane's channel's weight and bias.
+// Coefficients for a run of elements: one channel's (kPerElement false: element 0 serves all) or one
+// per element. The runs below take their pointers __restrict: with two outputs and five inputs GCC
+// would need more overlap checks than it is willing to emit, and left xhat_run unvectorised.
+template <bool kPerElement>
+inline float coefficient(const float* values, std::int64_t i) {
+  return kPerElement ? values[i] : values[0];
+}
+
+template <bool kPerElement, bool kReLU6>
+inline __attribute__((always_inline)) void xhat_run_of(const float* __restrict x, std::int64_t length,
+                                                      const float* __restrict mean, const float* __restrict invstd,
+                                                      const float* __restrict weight, const float* __restrict bias,
+                                                      float* __restrict xhat, float* __restrict y) {
+  for (std::int64_t i = 0; i < length; ++i) {
+    const float saved = batch_norm::xhat(x[i], coefficient<kPerElement>(mean, i), coefficient<kPerElement>(invstd, i));
+    xhat[i] = saved;  // y from xhat as stored: what batch_norm_affine recomputes
+    y[i] = batch_norm::output_from_xhat(
+        saved, {coefficient<kPerElement>(weight, i), coefficient<kPerElement>(bias, i)}, kReLU6);
+  }
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void xhat_run(const float* x, std::int64_t length, const float* mean, const float* invstd, const float* weight,
+              const float* bias, bool per_element, bool relu6, float* xhat, float* y) {
+  if (per_element && relu6) return xhat_run_of<true, true>(x, length, mean, invstd, weight, bias, xhat, y);
+  if (per_element) return xhat_run_of<true, false>(x, length, mean, invstd, weight, bias, xhat, y);
+  if (relu6) return xhat_run_of<false, true>(x, length, mean, invstd, weight, bias, xhat, y);
+  xhat_run_of<false, false>(x, length, mean, invstd, weight, bias, xhat, y);
+}
+
+template <bool kPerElement, bool kReLU6>
+inline __attribute__((always_inline)) void affine_run_of(const float* __restrict xhat, std::int64_t length,
+                                                        const float* __restrict weight, const float* __restrict bias,
+                                                        float* __restrict y) {
+  for (std::int64_t i = 0; i < length; ++i)
+    y[i] = batch_norm::output_from_xhat(xhat[i], {coefficient<kPerElement>(weight, i), coefficient<kPerElement>(bias, i)},
+                                        kReLU6);
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void affine_run(const float* xhat, std::int64_t length, const float* weight, const float* bias, bool per_element,
+                bool relu6, float* y) {
+  if (per_element && relu6) return affine_run_of<true, true>(xhat, length, weight, bias, y);
+  if (per_element) return affine_run_of<true, false>(xhat, length, weight, bias, y);
+  if (relu6) return affine_run_of<false, true>(xhat, length, weight, bias, y);
+  affine_run_of<false, false>(xhat, length, weight, bias, y);
+}
+
+// A channel's mean, invstd, weight and bias (1, 0 when not affine), [C] each; or laid out per element
+// along one sample's C * S elements.
+struct XhatCoefficients {
+  std::vector<float> mean, invstd, weight, bias;
+};
+
+XhatCoefficients xhat_coefficients(const BatchNormShape& shape, std::int64_t spatial, const void* mean,
+                                   const void* invstd, const void* weight, const void* bias) {
+  const auto of = [&](const void* values, float absent) {
+    return per_element(shape.channels, spatial, [&](std::int64_t c) { return values ? as_f32(values)[c] : absent; });
+  };
+  return {of(mean, 0.0f), of(invstd, 1.0f), of(weight, 1.0f), of(bias, 0.0f)};
+}
+
+// body(offset, length, coefficients at the run's first element, per_element) for each run: each plane,
+// or on planes under 16 elements each sample. Split by the shapes only.
 template <typename Body>
-void for_planes_from_xhat(const BatchNormShape& shape, const void* weight, const void* bias, Body&& body) {
+void for_xhat_runs(const BatchNormShape& shape, Body&& body) {
+  if (shape.spatial < kLanes) {
+    const std::int64_t length = shape.channels * shape.spatial;
+    return parallel_for(shape.batch, shape.batch * length, [&](std::int64_t n) { body(n * length, length, 0, true); });
+  }
   for_plane_chunks(shape, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t plane = begin; plane < end; ++plane)
-      body(plane * shape.spatial, batch_norm::channel_scale_shift(as_f32(weight), as_f32(bias), plane % shape.channels));
+      body(plane * shape.spatial, shape.spatial, plane % shape.channels, false);
   });
 }
+
+std::int64_t coefficient_spatial(const BatchNormShape& shape) { return shape.spatial < kLanes ? shape.spatial : 1; }
 
 }  // namespace
 
@@ -548,23 +619,19 @@ void batch_norm_normalize_saving(DType dtype, const void* x, const BatchNormShap
                                  void* y) {
   if (dtype != DType::f32)
     return cpu::batch_norm_normalize_saving(dtype, x, shape, mean, invstd, weight, bias, relu6, xhat, y);
-  for_planes_from_xhat(shape, weight, bias, [&](std::int64_t first, const batch_norm::ChannelScaleShift<float>& a) {
-    const std::int64_t c = first / shape.spatial % shape.channels;
-    const float m = as_f32(mean)[c], is = as_f32(invstd)[c];
-    const float* in = as_f32(x) + first;
-    float *saved = as_f32(xhat) + first, *out = as_f32(y) + first;
-    for (std::int64_t s = 0; s < shape.spatial; ++s) saved[s] = batch_norm::xhat(in[s], m, is);
-    for (std::int64_t s = 0; s < shape.spatial; ++s) out[s] = batch_norm::output_from_xhat(saved[s], a, relu6);
+  const XhatCoefficients k = xhat_coefficients(shape, coefficient_spatial(shape), mean, invstd, weight, bias);
+  for_xhat_runs(shape, [&](std::int64_t offset, std::int64_t length, std::int64_t first, bool per_element) {
+    xhat_run(as_f32(x) + offset, length, &k.mean[first], &k.invstd[first], &k.weight[first], &k.bias[first], per_element,
+             relu6, as_f32(xhat) + offset, as_f32(y) + offset);
   });
 }
 
 void batch_norm_affine(DType dtype, const void* xhat, const BatchNormShape& shape, const void* weight, const void* bias,
                        bool relu6, void* y) {
   if (dtype != DType::f32) return cpu::batch_norm_affine(dtype, xhat, shape, weight, bias, relu6, y);
-  for_planes_from_xhat(shape, weight, bias, [&](std::int64_t first, const batch_norm::ChannelScaleShift<float>& a) {
-    const float* in = as_f32(xhat) + first;
-    float* out = as_f32(y) + first;
-    for (std::int64_t s = 0; s < shape.spatial; ++s) out[s] = batch_norm::output_from_xhat(in[s], a, relu6);
+  const XhatCoefficients k = xhat_coefficients(shape, coefficient_spatial(shape), nullptr, nullptr, weight, bias);
+  for_xhat_runs(shape, [&](std::int64_t offset, std::int64_t length, std::int64_t first, bool per_element) {
+    affine_run(as_f32(xhat) + offset, length, &k.weight[first], &k.bias[first], per_element, relu6, as_f32(y) + offset);
   });
 }
 

@@ -5,9 +5,11 @@
 #include <cmath>
 #include <ios>
 #include <limits>
+#include <vector>
 
 #include "core/convert.h"
 #include "core/half.h"
+#include "core/tensor.h"
 
 using namespace frugal;
 
@@ -126,4 +128,27 @@ TEST_CASE("convert follows PyTorch's casting rules") {
   CHECK(convert<float>(Half(1.5f)) == 1.5f);
   CHECK(convert<Half>(BFloat16(2.0f)).bits == 0x4000);
   CHECK(convert<double>(true) == 1.0);
+}
+
+TEST_CASE("bf16: tensor casts (the vector loops) give BFloat16's bits for every kind of float") {
+  // Bit patterns from every exponent with mantissas at the rounding edges (ties both ways, just
+  // above and below), NaNs of both signs and payloads, infinities and denormals; more than one
+  // parallel chunk, and a length no vector width divides.
+  std::vector<float> values;
+  for (std::uint32_t sign : {0u, 0x80000000u})
+    for (std::uint32_t exponent = 0; exponent < 256; ++exponent)
+      for (std::uint32_t mantissa : {0u, 1u, 0x7fffu, 0x8000u, 0x8001u, 0x18000u, 0x7fffffu, 0x400000u, 0x7f8000u})
+        values.push_back(half_bits::bits_float(sign | (exponent << 23) | mantissa));
+  while (values.size() < 40001) values.push_back(static_cast<float>(values.size()) * 1.0009765625f);
+  const Tensor f32 = from_vector(values);
+  const std::vector<BFloat16> cast = f32.to(DType::bf16).to_vector<BFloat16>();
+  REQUIRE(cast.size() == values.size());
+  std::vector<float> back_expected;
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    CHECK_MESSAGE(cast[i].bits == BFloat16(values[i]).bits, "element ", i);
+    back_expected.push_back(static_cast<float>(cast[i]));
+  }
+  const std::vector<float> back = f32.to(DType::bf16).to(DType::f32).to_vector<float>();
+  for (std::size_t i = 0; i < values.size(); ++i)
+    CHECK(half_bits::float_bits(back[i]) == half_bits::float_bits(back_expected[i]));
 }
