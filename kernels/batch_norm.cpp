@@ -432,9 +432,12 @@ bool runs_xhat_backward_fast(const Tensor& normalized) {
 // input gradient's scale is weight * invstd), so f32 on the CPU runs the fast per-channel sweeps
 // unchanged; with ReLU6 the mask reads the output rebuilt once into a temporary (the forward's bits).
 void backward_from_xhat_fast(const Tensor& grad, const Tensor& xhat, const Tensor& weight, const Tensor& bias,
-                             const Tensor& invstd, bool training, bool fuse_relu6, const BatchNormShape& shape,
-                             const Tensor& sum_dy, const Tensor& sum_dy_xhat, const Tensor& grad_input) {
-  const Tensor output = fuse_relu6 ? batch_norm_affine(xhat, weight, bias, true) : Tensor();
+                             const Tensor& invstd, bool training, bool fuse_relu6, const Tensor& known_output,
+                             const BatchNormShape& shape, const Tensor& sum_dy, const Tensor& sum_dy_xhat,
+                             const Tensor& grad_input) {
+  const Tensor output = !fuse_relu6             ? Tensor()
+                        : known_output.defined() ? known_output.contiguous()
+                                                 : batch_norm_affine(xhat, weight, bias, true);
   const Tensor scale = weight.defined() ? mul(weight, invstd) : invstd;
   const TensorOptions per_channel{.dtype = DType::f32, .device = xhat.device()};
   const Tensor mean = zeros({shape.channels}, per_channel), unit = full({shape.channels}, 1.0, per_channel);
@@ -448,9 +451,10 @@ void backward_from_xhat_fast(const Tensor& grad, const Tensor& xhat, const Tenso
 
 BatchNormGrads batch_norm_backward_normalized(const Tensor& grad_output, const Tensor& normalized, const Tensor& weight,
                                               const Tensor& bias, const Tensor& save_invstd, bool training,
-                                              bool fuse_relu6) {
+                                              bool fuse_relu6, const Tensor& output) {
   const char* op = "batch_norm_backward_normalized";
   const BatchNormShape shape = check_backward_normalized(grad_output, normalized, weight, bias, save_invstd, op);
+  if (output.defined()) check_same_shape(output, normalized, op), check_same_dtype(output, normalized, op);
   const DType dtype = normalized.dtype(), stats = statistics_dtype(dtype);
   const Tensor xhat = normalized.contiguous(), grad = grad_output.contiguous();
   const Tensor invstd = as_statistics(save_invstd, stats), w = as_statistics(weight, stats), b = as_statistics(bias, stats);
@@ -460,7 +464,8 @@ BatchNormGrads batch_norm_backward_normalized(const Tensor& grad_output, const T
   const Tensor sum_dy_xhat = sums ? zeros({shape.channels}, per_channel) : Tensor();
   BatchNormGrads grads{empty(normalized.shape(), {.dtype = dtype, .device = normalized.device()}), Tensor(), Tensor()};
   if (normalized.numel() > 0 && runs_xhat_backward_fast(normalized)) {
-    backward_from_xhat_fast(grad, xhat, w, b, invstd, training, fuse_relu6, shape, sum_dy, sum_dy_xhat, grads.input);
+    backward_from_xhat_fast(grad, xhat, w, b, invstd, training, fuse_relu6, output, shape, sum_dy, sum_dy_xhat,
+                            grads.input);
   } else if (normalized.numel() > 0) {
     switch (normalized.device().type()) {
       case DeviceType::CPU:

@@ -91,9 +91,11 @@ Tensor batch_norm_affine(const Tensor& normalized, const Tensor& weight, const T
 
 // batch_norm_backward from xhat: with fuse_relu6 the gradient passes where 0 < y < 6, y recomputed
 // as batch_norm_affine does. weight and bias both or neither (not affine: gamma 1, beta 0);
-// save_invstd from the forward. The sums run in double, as batch_norm_backward's.
+// save_invstd from the forward. The sums run in double, as batch_norm_backward's. `output`: that y
+// when the caller has it already (a rebuild of it for the next layer's backward), so the CPU's fast
+// path need not compute it again; it must be batch_norm_affine's result for these operands.
 BatchNormGrads batch_norm_backward_normalized(const Tensor& grad_output, const Tensor& normalized, const Tensor& weight,
                                               const Tensor& bias, const Tensor& save_invstd, bool training,
-                                              bool fuse_relu6 = false);
+                                              bool fuse_relu6 = false, const Tensor& output = Tensor());
 
 }  // namespace frugal
