@@ -86,7 +86,8 @@ case $check in
     make_subset "$dir" 64 32
     for bad in "--batch-size 0" "--batch-size 12x" "--lr -1" "--epochs 0" "--optimizer adam" "--schedule linear" \
                "--amp f32" "--memory-limit lots" "--warmup 1.5" "--model vgg16" "--save-every 5" \
-               "--data $dir/absent" "--resume $dir/absent.safetensors" "--width 0.5 --model resnet18" "--device meta"; do
+               "--data $dir/absent" "--resume $dir/absent.safetensors" "--width 0.5 --model resnet18" "--device meta" \
+               "--compress-activations fp8" "--compress-activations"; do
       # shellcheck disable=SC2086
       expect_exit 2 "$frugal" train --data "$dir" $bad
       expect_one_line_error "^frugal( train)?: "  # "frugal:" when the command line parser refuses it
@@ -273,7 +274,7 @@ PY
     ;;
   plan_arguments)
     for bad in "--batch-size 0" "--model vgg16" "--amp f8" "--optimizer adam" "--depth -1" "--image-size 4" "--batch-size 1" \
-               "--budget lots" "--budget 0"; do
+               "--budget lots" "--budget 0" "--compress-activations int4" "--bn-from-output=maybe"; do
       # shellcheck disable=SC2086
       expect_exit 2 "$frugal" plan $bad
       expect_one_line_error "^frugal( plan)?: "
@@ -304,6 +305,26 @@ given = [o for o in options if o["cost"] == "as given"]
 assert len(given) == 1 and given[0]["peak_bytes"] == p["peak_bytes"] and not given[0]["fits"], given
 fits = [o for o in options if o["fits"]]
 assert fits and options[:len(fits)] == fits and all(o["peak_bytes"] <= 7 * 2**20 for o in fits), options
+# Saving less is offered beside recomputing: BatchNorm from its output, and that with bf16 (after the
+# ways that keep the numbers, as bf16 autocast is).
+savings = {o["activation_saving"] for o in options}
+assert savings == {"standard", "bn-from-output", "bn-from-output+bit-masks+bf16"}, savings
+exact = [i for i, o in enumerate(fits) if not o["bf16"] and "bf16" not in o["activation_saving"]]
+lossy = [i for i, o in enumerate(fits) if o["bf16"] or "bf16" in o["activation_saving"]]
+assert not exact or not lossy or max(exact) < min(lossy), fits
+PY
+    # The saving flags reach the plan: its headline and JSON say which, and it keeps fewer bytes.
+    "$frugal" plan --model mobilenet_v2 --width 0.5 --batch-size 8 --bn-from-output --bit-masks --compress-activations int8 \
+      --json "$dir/saving.json" >"$dir/out"
+    grep -q "^mobilenet_v2, batch 1 x 8 of 32x32, adamw, saving bn-from-output+bit-masks+int8: predicted peak" "$dir/out" ||
+      fail "no saving in the headline: $(head -1 "$dir/out")"
+    "$frugal" plan --model mobilenet_v2 --width 0.5 --batch-size 8 --json "$dir/standard.json" >/dev/null
+    python3 - "$dir/saving.json" "$dir/standard.json" <<'PY'
+import json, sys
+saving, standard = (json.load(open(f)) for f in sys.argv[1:])
+assert saving["activation_saving"] == "bn-from-output+bit-masks+int8" and standard["activation_saving"] == "standard"
+kept = lambda p: sum(l["saved_bytes"] for l in p["layers"])
+assert kept(saving) < 0.2 * kept(standard), (kept(saving), kept(standard))
 PY
     ;;
   plan_matches_train)

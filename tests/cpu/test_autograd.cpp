@@ -11,6 +11,7 @@
 #include "nn/functional.h"
 #include "nn/gradcheck.h"
 #include "nn/node.h"
+#include "nn/saved_activations.h"
 
 using namespace frugal;
 using namespace frugal::autograd;
@@ -234,4 +235,61 @@ TEST_CASE("autograd: pow(x, 0) has a zero gradient, also at x = 0") {
   set_requires_grad(x);
   backward(F::sum(F::pow(x, 0.0)));
   CHECK(grad(x).to_vector<double>() == std::vector<double>{0, 0});
+}
+
+namespace {
+
+// A BatchNorm (affine, training), with or without ReLU6, on a [4, 3, 5, 5] f64 map made by an op.
+struct BatchNormCase {
+  Tensor x = leaf({4, 3, 5, 5}, -2.0, 2.0), weight = leaf({3}, 0.5, 1.5), bias = leaf({3}, -0.5, 0.5);
+  Tensor running_mean = zeros({3}, {.dtype = DType::f64}), running_var = ones({3}, {.dtype = DType::f64});
+  Tensor forward(bool relu6 = true) const {
+    return F::batch_norm(F::mul(x, 3.0), running_mean, running_var, weight, bias, true, 0.1, 1e-5, relu6);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("saving less: a rebuilt output still catches an in-place change made after it was saved") {
+  const nn::ActivationSavingGuard saving({.bn_from_output = true});
+  const BatchNormCase c;
+  Tensor y = c.forward();                      // BatchNorm keeps x-hat; y carries how to rebuild it
+  const Tensor loss = F::sum(F::mul(y, y));    // mul saves y: the rebuild, not y's memory
+  frugal::relu_(y);                            // y changes after it was saved
+  CHECK_THROWS_WITH_AS(backward(loss), doctest::Contains("modified in place"), ValueError);
+}
+
+TEST_CASE("saving less: an output changed in place before it is saved is kept as it is, not rebuilt") {
+  // BatchNorm without ReLU6 has negative outputs; an in-place ReLU then zeroes them, so a rebuild
+  // (BatchNorm's output as it was) would give w's gradient, which is y, the wrong values.
+  const auto weight_gradient = [](const nn::ActivationSaving& way) {
+    const nn::ActivationSavingGuard saving(way);
+    manual_seed(7);  // the same x, weight, bias and w both times
+    const BatchNormCase c;
+    const Tensor w = leaf({4, 3, 5, 5});
+    Tensor y = c.forward(false);
+    F::relu_(y);
+    backward(F::sum(F::mul(y, w)));
+    return grad(w).to_vector<double>();
+  };
+  const std::vector<double> standard = weight_gradient({}), rebuilt = weight_gradient({.bn_from_output = true});
+  REQUIRE(standard.size() == rebuilt.size());
+  for (std::size_t i = 0; i < standard.size(); ++i) CHECK(rebuilt[i] == doctest::Approx(standard[i]).epsilon(1e-12));
+}
+
+TEST_CASE("saving less: a feature map two nodes save is compressed once, and the loss's logits are not compressed") {
+  const Tensor x = leaf({4, 8, 16, 16});
+  const Tensor h = F::mul(x, 2.0);  // made by an op: a feature map the graph may compress
+  const nn::ActivationSavingGuard saving({.compress = nn::SavedCompression::bf16});
+  const std::int64_t before = tag_bytes(MemoryTag::activation);
+  const Tensor a = F::mul(h, h);  // saves h twice: one bf16 copy
+  const std::int64_t one_copy = tag_bytes(MemoryTag::activation) - before - static_cast<std::int64_t>(a.nbytes());
+  CHECK(one_copy == h.numel() * 2);  // bf16: 2 bytes an element
+  const Tensor b = F::mul(h, 3.0);   // a scalar multiply saves nothing
+  const Tensor c = F::sigmoid(h);    // saves its output, a new map: its own copy
+  const Tensor d = F::mul(h, c);     // h again: shared; c: shared with sigmoid's
+  CHECK(tag_bytes(MemoryTag::activation) - before ==
+        one_copy + static_cast<std::int64_t>(a.nbytes() + b.nbytes() + c.nbytes() + d.nbytes()) + c.numel() * 2);
+  backward(F::sum(F::add(F::add(a, b), d)));
+  CHECK(grad(x).defined());
 }
