@@ -303,8 +303,9 @@ void normalize_saving(const Forward& f, const Tensor& mean, const Tensor& invstd
   const DType dtype = f.x.dtype();
   switch (f.x.device().type()) {
     case DeviceType::CPU:
-      cpu::batch_norm_normalize_saving(dtype, f.x.data_ptr(), f.shape, mean.data_ptr(), invstd.data_ptr(),
-                                       ptr(f.weight), ptr(f.bias), relu6, out.normalized.data_ptr(), out.output.data_ptr());
+      (g_cpu_reference ? cpu::batch_norm_normalize_saving : cpu::fast::batch_norm_normalize_saving)(
+          dtype, f.x.data_ptr(), f.shape, mean.data_ptr(), invstd.data_ptr(), ptr(f.weight), ptr(f.bias), relu6,
+          out.normalized.data_ptr(), out.output.data_ptr());
       break;
     case DeviceType::Meta: break;
     case DeviceType::CUDA:
@@ -388,7 +389,8 @@ Tensor batch_norm_affine(const Tensor& normalized, const Tensor& weight, const T
   if (normalized.numel() == 0) return y;
   switch (normalized.device().type()) {
     case DeviceType::CPU:
-      cpu::batch_norm_affine(dtype, xhat.data_ptr(), shape, ptr(w), ptr(b), fuse_relu6, y.data_ptr());
+      (g_cpu_reference ? cpu::batch_norm_affine : cpu::fast::batch_norm_affine)(dtype, xhat.data_ptr(), shape, ptr(w),
+                                                                                ptr(b), fuse_relu6, y.data_ptr());
       break;
     case DeviceType::Meta: break;
     case DeviceType::CUDA:
@@ -436,6 +438,12 @@ BatchNormGrads batch_norm_backward_normalized(const Tensor& grad_output, const T
   if (normalized.numel() > 0) {
     switch (normalized.device().type()) {
       case DeviceType::CPU:
+        if (!g_cpu_reference) {
+          cpu::fast::batch_norm_backward_from_xhat(dtype, grad.data_ptr(), xhat.data_ptr(), shape, invstd.data_ptr(),
+                                                   ptr(w), ptr(b), fuse_relu6, training, ptr(sum_dy), ptr(sum_dy_xhat),
+                                                   grads.input.data_ptr());
+          break;
+        }
         if (sums)
           cpu::batch_norm_backward_sums_from_xhat(dtype, grad.data_ptr(), xhat.data_ptr(), shape, ptr(w), ptr(b),
                                                   fuse_relu6, sum_dy.data_ptr(), sum_dy_xhat.data_ptr());

@@ -36,7 +36,7 @@ namespace frugal {
                                  void* grad_input);
 
 // The kernels that work from a saved xhat (Note [One saved tensor per BN-ReLU6], batch_norm_ops.h),
-// operands as above plus xhat (the input's dtype, [N, C, S]); no fast CPU loops.
+// operands as above plus xhat (the input's dtype, [N, C, S]).
 // normalize_saving:          xhat = (x - mean) * invstd stored, then y from the stored xhat
 // affine:                    y = weight * xhat + bias, then ReLU6 when asked: normalize_saving's y
 // backward_sums_from_xhat:   sum_dy, sum_dy_xhat; with relu6, dy gated by the y recomputed from xhat
@@ -72,6 +72,18 @@ void batch_norm_train_forward(DType dtype, const void* x, const BatchNormShape& 
 void batch_norm_backward(DType dtype, const void* grad, const void* x, const void* fused_output,
                          const BatchNormShape& shape, const void* mean, const void* invstd, const void* weight,
                          bool training, void* sum_dy, void* sum_dy_xhat, void* grad_input);
+
+// The kernels from a saved xhat for f32 (other dtypes run the reference's): normalize_saving and
+// affine by planes, the backward a channel at a time, its sums (when sum_dy is set) then its input
+// gradient, as batch_norm_backward.
+void batch_norm_normalize_saving(DType dtype, const void* x, const BatchNormShape& shape, const void* mean,
+                                 const void* invstd, const void* weight, const void* bias, bool relu6, void* xhat,
+                                 void* y);
+void batch_norm_affine(DType dtype, const void* xhat, const BatchNormShape& shape, const void* weight, const void* bias,
+                       bool relu6, void* y);
+void batch_norm_backward_from_xhat(DType dtype, const void* grad, const void* xhat, const BatchNormShape& shape,
+                                   const void* invstd, const void* weight, const void* bias, bool relu6, bool training,
+                                   void* sum_dy, void* sum_dy_xhat, void* grad_input);
 }  // namespace cpu::fast
 
 namespace cuda {

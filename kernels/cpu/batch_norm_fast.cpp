@@ -131,11 +131,13 @@ Welford block_statistics(const float* x, Block b) {
 }
 
 // sum(dy) and sum(dy * (x - mean)) over a block, dy gated by the fused ReLU6's output when given
-// (batch_norm::incoming_grad). The gating runs first, as a plain loop over a row into `gated`:
-// GCC vectorises that loop with mask registers, where comparisons written on Lanes compile lane by
-// lane for AVX-512F.
+// (batch_norm::incoming_grad), or by the output recomputed from x = xhat when `recompute` is set
+// (batch_norm::incoming_grad_from_xhat, mean 0). The gating runs first, as a plain loop over a row
+// into `gated`: GCC vectorises that loop with mask registers, where comparisons written on Lanes
+// compile lane by lane for AVX-512F.
 __attribute__((target_clones("avx512f", "avx2", "default")))
-void block_grad_sums(const float* grad, const float* x, const float* fused, Block b, float mean, double& sum_dy,
+void block_grad_sums(const float* grad, const float* x, const float* fused,
+                     const batch_norm::ChannelScaleShift<float>* recompute, Block b, float mean, double& sum_dy,
                      double& sum_dy_centered) {
   Lanes dy_sums = {}, centered_sums = {}, dy, v;
   float tail_dy[kLanes] = {}, tail_centered[kLanes] = {};
@@ -145,6 +147,10 @@ void block_grad_sums(const float* grad, const float* x, const float* fused, Bloc
     const float* g = grad + row;
     if (fused) {
       for (std::int64_t s = 0; s < b.length; ++s) gated[s] = batch_norm::incoming_grad<float>(grad, fused, row + s);
+      g = gated;
+    } else if (recompute) {
+      for (std::int64_t s = 0; s < b.length; ++s)
+        gated[s] = batch_norm::incoming_grad_from_xhat<float>(grad, x, *recompute, true, row + s);
       g = gated;
     }
     const float* in = x + row;
@@ -241,12 +247,81 @@ void channel_grad_sums(const float* grad, const float* x, const float* fused, co
   batch_norm::GradSums sums;
   for_each_block(shape, c, [&](Block b) {
     double dy = 0.0, dy_centered = 0.0;
-    block_grad_sums(grad, x, fused, b, mean[c], dy, dy_centered);
+    block_grad_sums(grad, x, fused, nullptr, b, mean[c], dy, dy_centered);
     sums.merge({dy, dy_centered});
   });
   // sum(dy * xhat) = invstd * sum(dy * (x - mean)): one multiplication per channel.
   sum_dy[c] = static_cast<float>(sums.dy);
   sum_dy_xhat[c] = static_cast<float>(sums.dy_xhat * static_cast<double>(invstd[c]));
+}
+
+// ---- The loops from a saved xhat (Note [One saved tensor per BN-ReLU6], kernels/batch_norm_ops.h)
+
+// One plane's xhat, then y from it as stored (f32 stores what it computes).
+inline void normalize_saving_row(const float* in, std::int64_t length, float mean, float invstd,
+                                 const batch_norm::ChannelScaleShift<float>& a, bool relu6, float* xhat, float* y) {
+  for (std::int64_t s = 0; s < length; ++s) xhat[s] = batch_norm::xhat(in[s], mean, invstd);
+  if (relu6)
+    for (std::int64_t s = 0; s < length; ++s) y[s] = batch_norm::output_from_xhat(xhat[s], a, true);
+  else
+    for (std::int64_t s = 0; s < length; ++s) y[s] = batch_norm::output_from_xhat(xhat[s], a, false);
+}
+
+// Planes [begin, end) of the forward that saves xhat.
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void xhat_planes(const float* x, const BatchNormShape& shape, std::int64_t begin, std::int64_t end, const float* mean,
+                 const float* invstd, const float* weight, const float* bias, bool relu6, float* xhat, float* y) {
+  for (std::int64_t plane = begin; plane < end; ++plane) {
+    const std::int64_t c = plane % shape.channels, first = plane * shape.spatial;
+    normalize_saving_row(x + first, shape.spatial, mean[c], invstd[c], batch_norm::channel_scale_shift(weight, bias, c),
+                         relu6, xhat + first, y + first);
+  }
+}
+
+// Planes [begin, end) of batch_norm_affine.
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void affine_planes(const float* xhat, const BatchNormShape& shape, std::int64_t begin, std::int64_t end,
+                   const float* weight, const float* bias, bool relu6, float* y) {
+  for (std::int64_t plane = begin; plane < end; ++plane) {
+    const auto a = batch_norm::channel_scale_shift(weight, bias, plane % shape.channels);
+    const float* in = xhat + plane * shape.spatial;
+    float* out = y + plane * shape.spatial;
+    if (relu6)
+      for (std::int64_t s = 0; s < shape.spatial; ++s) out[s] = batch_norm::output_from_xhat(in[s], a, true);
+    else
+      for (std::int64_t s = 0; s < shape.spatial; ++s) out[s] = batch_norm::output_from_xhat(in[s], a, false);
+  }
+}
+
+// Channel c's input gradient from xhat, the gradient gated by the recomputed output with relu6.
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void xhat_grad_input_channel(const float* grad, const float* xhat, const BatchNormShape& shape, std::int64_t c,
+                             const batch_norm::ChannelScaleShift<float>& a, bool relu6,
+                             const batch_norm::ChannelBackward<float>& b, float* grad_input) {
+  for (std::int64_t n = 0; n < shape.batch; ++n) {
+    const std::int64_t first = shape.offset(n, c, 0);
+    const float *g = grad + first, *in = xhat + first;
+    float* out = grad_input + first;
+    if (relu6)
+      for (std::int64_t s = 0; s < shape.spatial; ++s)
+        out[s] = batch_norm::grad_input_from_xhat(batch_norm::incoming_grad_from_xhat<float>(g, in, a, true, s), in[s], b);
+    else
+      for (std::int64_t s = 0; s < shape.spatial; ++s) out[s] = batch_norm::grad_input_from_xhat(g[s], in[s], b);
+  }
+}
+
+// Channel c's sum(dy) and sum(dy * xhat): block_grad_sums with x = xhat and mean 0.
+void xhat_channel_grad_sums(const float* grad, const float* xhat, const BatchNormShape& shape, std::int64_t c,
+                            const batch_norm::ChannelScaleShift<float>& a, bool relu6, float* sum_dy,
+                            float* sum_dy_xhat) {
+  batch_norm::GradSums sums;
+  for_each_block(shape, c, [&](Block b) {
+    double dy = 0.0, dy_xhat = 0.0;
+    block_grad_sums(grad, xhat, nullptr, relu6 ? &a : nullptr, b, 0.0f, dy, dy_xhat);
+    sums.merge({dy, dy_xhat});
+  });
+  sum_dy[c] = static_cast<float>(sums.dy);
+  sum_dy_xhat[c] = static_cast<float>(sums.dy_xhat);
 }
 
 // Calls body(begin, end) over all N * C planes in chunks of about kBlockElements elements, in
@@ -522,6 +597,43 @@ void batch_norm_backward(DType dtype, const void* grad, const void* x, const voi
     const auto coefficients = batch_norm::channel_backward(as_f32(mean), as_f32(invstd), as_f32(weight), as_f32(sum_dy),
                                                            as_f32(sum_dy_xhat), training, shape.per_channel(), c);
     grad_input_channel(as_f32(grad), as_f32(x), as_f32(fused_output), shape, c, coefficients, as_f32(grad_input));
+  });
+}
+
+void batch_norm_normalize_saving(DType dtype, const void* x, const BatchNormShape& shape, const void* mean,
+                                 const void* invstd, const void* weight, const void* bias, bool relu6, void* xhat,
+                                 void* y) {
+  if (dtype != DType::f32)
+    return cpu::batch_norm_normalize_saving(dtype, x, shape, mean, invstd, weight, bias, relu6, xhat, y);
+  for_plane_chunks(shape, [&](std::int64_t begin, std::int64_t end) {
+    xhat_planes(as_f32(x), shape, begin, end, as_f32(mean), as_f32(invstd), as_f32(weight), as_f32(bias), relu6,
+                as_f32(xhat), as_f32(y));
+  });
+}
+
+void batch_norm_affine(DType dtype, const void* xhat, const BatchNormShape& shape, const void* weight, const void* bias,
+                       bool relu6, void* y) {
+  if (dtype != DType::f32) return cpu::batch_norm_affine(dtype, xhat, shape, weight, bias, relu6, y);
+  for_plane_chunks(shape, [&](std::int64_t begin, std::int64_t end) {
+    affine_planes(as_f32(xhat), shape, begin, end, as_f32(weight), as_f32(bias), relu6, as_f32(y));
+  });
+}
+
+void batch_norm_backward_from_xhat(DType dtype, const void* grad, const void* xhat, const BatchNormShape& shape,
+                                   const void* invstd, const void* weight, const void* bias, bool relu6, bool training,
+                                   void* sum_dy, void* sum_dy_xhat, void* grad_input) {
+  if (dtype != DType::f32) {
+    if (sum_dy)
+      cpu::batch_norm_backward_sums_from_xhat(dtype, grad, xhat, shape, weight, bias, relu6, sum_dy, sum_dy_xhat);
+    return cpu::batch_norm_backward_input_from_xhat(dtype, grad, xhat, shape, invstd, weight, bias, relu6, sum_dy,
+                                                    sum_dy_xhat, training, grad_input);
+  }
+  parallel_for(shape.channels, 2 * shape.channels * shape.per_channel(), [&](std::int64_t c) {
+    const auto a = batch_norm::channel_scale_shift(as_f32(weight), as_f32(bias), c);
+    if (sum_dy) xhat_channel_grad_sums(as_f32(grad), as_f32(xhat), shape, c, a, relu6, as_f32(sum_dy), as_f32(sum_dy_xhat));
+    const auto b = batch_norm::channel_backward<float>(nullptr, as_f32(invstd), as_f32(weight), as_f32(sum_dy),
+                                                       as_f32(sum_dy_xhat), training, shape.per_channel(), c);
+    xhat_grad_input_channel(as_f32(grad), as_f32(xhat), shape, c, a, relu6, b, as_f32(grad_input));
   });
 }
 
