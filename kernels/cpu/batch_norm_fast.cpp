@@ -1,7 +1,8 @@
 // CPU batch norm, the fast loops (cpu::fast in kernels/batch_norm_backends.h): the four kernels of
 // the readable reference (kernels/cpu/batch_norm.cpp), for f32, written so that the compiler
 // vectorises them, and two per-channel sweeps that run a channel's two passes back to back while it
-// is in L2 (what the dispatcher calls). f64, f16 and bf16 go to the reference; planes shorter than 16
+// is in L2 (what the dispatcher calls); and the same for the kernels that work from a saved xhat
+// (Note [One saved tensor per BN-ReLU6] in kernels/batch_norm_ops.h), whose backward always sweeps. f64, f16 and bf16 go to the reference; planes shorter than 16
 // elements take loops of their own, a sample at a time (Note [Normalising small planes]). What
 // changes against the reference:
 //   - sums run in 16 f32 lanes per block of a channel, each block's lanes folded into double
@@ -511,6 +512,104 @@ void small_plane_grad_input(const float* grad, const float* x, const float* fuse
   });
 }
 
+// The xhat path on small planes (Note [Normalising small planes]): the per-channel values laid out
+// along a sample, a sample per loop; the sums grouped as small_plane_grad_sums's.
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void xhat_sample(const float* x, std::int64_t length, const float* mean, const float* invstd, float* xhat) {
+  for (std::int64_t i = 0; i < length; ++i) xhat[i] = batch_norm::xhat(x[i], mean[i], invstd[i]);
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void affine_sample(const float* xhat, std::int64_t length, const float* weight, const float* bias, bool relu6, float* y) {
+  if (relu6)
+    for (std::int64_t i = 0; i < length; ++i) y[i] = batch_norm::output_from_xhat(xhat[i], {weight[i], bias[i]}, true);
+  else
+    for (std::int64_t i = 0; i < length; ++i) y[i] = batch_norm::output_from_xhat(xhat[i], {weight[i], bias[i]}, false);
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void add_sample_xhat_grad_sums(const float* g, const float* xhat, std::int64_t length, const float* weight,
+                               const float* bias, bool relu6, double* dy_sums, double* xhat_sums) {
+  for (std::int64_t i = 0; i < length; ++i) {
+    const float dy = batch_norm::incoming_grad_from_xhat<float>(g, xhat, {weight[i], bias[i]}, relu6, i);
+    dy_sums[i] += static_cast<double>(dy);
+    xhat_sums[i] += static_cast<double>(dy * xhat[i]);
+  }
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void xhat_grad_input_sample(const float* g, const float* xhat, std::int64_t length, const float* weight,
+                            const float* bias, bool relu6, const float* scale, const float* mean_dy,
+                            const float* mean_dy_xhat, float* out) {
+  for (std::int64_t i = 0; i < length; ++i) {
+    const float dy = batch_norm::incoming_grad_from_xhat<float>(g, xhat, {weight[i], bias[i]}, relu6, i);
+    out[i] = batch_norm::grad_input_from_xhat(dy, xhat[i], {0.0f, 0.0f, scale[i], mean_dy[i], mean_dy_xhat[i]});
+  }
+}
+
+// A sample's weight and bias laid out along it (1 and 0 when not affine).
+struct SampleScaleShift {
+  std::vector<float> weight, bias;
+};
+
+SampleScaleShift sample_scale_shift(const BatchNormShape& shape, const float* weight, const float* bias) {
+  auto a = [&](std::int64_t c) { return batch_norm::channel_scale_shift(weight, bias, c); };
+  return {per_element(shape.channels, shape.spatial, [&](std::int64_t c) { return a(c).weight; }),
+          per_element(shape.channels, shape.spatial, [&](std::int64_t c) { return a(c).bias; })};
+}
+
+void small_plane_xhat(const float* x, const BatchNormShape& shape, const float* mean, const float* invstd,
+                      const float* weight, const float* bias, bool relu6, float* xhat, float* y) {
+  const std::int64_t length = shape.channels * shape.spatial;
+  const SampleScaleShift a = sample_scale_shift(shape, weight, bias);
+  const std::vector<float> means = per_element(shape.channels, shape.spatial, [&](std::int64_t c) { return mean[c]; });
+  const std::vector<float> invstds = per_element(shape.channels, shape.spatial, [&](std::int64_t c) { return invstd[c]; });
+  parallel_for(shape.batch, shape.batch * length, [&](std::int64_t n) {
+    const std::int64_t at = n * length;
+    xhat_sample(x + at, length, means.data(), invstds.data(), xhat + at);
+    affine_sample(xhat + at, length, a.weight.data(), a.bias.data(), relu6, y + at);
+  });
+}
+
+void small_plane_affine(const float* xhat, const BatchNormShape& shape, const float* weight, const float* bias,
+                        bool relu6, float* y) {
+  const std::int64_t length = shape.channels * shape.spatial;
+  const SampleScaleShift a = sample_scale_shift(shape, weight, bias);
+  parallel_for(shape.batch, shape.batch * length, [&](std::int64_t n) {
+    affine_sample(xhat + n * length, length, a.weight.data(), a.bias.data(), relu6, y + n * length);
+  });
+}
+
+void small_plane_xhat_backward(const float* grad, const float* xhat, const BatchNormShape& shape, const float* invstd,
+                               const float* weight, const float* bias, bool relu6, bool training, float* sum_dy,
+                               float* sum_dy_xhat, float* grad_input) {
+  const std::int64_t length = shape.channels * shape.spatial, C = shape.channels, S = shape.spatial;
+  const SampleScaleShift a = sample_scale_shift(shape, weight, bias);
+  if (sum_dy) {
+    std::vector<double> dy(static_cast<std::size_t>(sample_groups(shape) * length)), dy_xhat(dy.size());
+    for_sample_groups(shape, [&](std::int64_t group, std::int64_t first, std::int64_t end) {
+      for (std::int64_t n = first; n < end; ++n)
+        add_sample_xhat_grad_sums(grad + n * length, xhat + n * length, length, a.weight.data(), a.bias.data(), relu6,
+                                  &dy[group * length], &dy_xhat[group * length]);
+    });
+    for (std::int64_t c = 0; c < C; ++c) {
+      sum_dy[c] = static_cast<float>(channel_total(dy, shape, c));
+      sum_dy_xhat[c] = static_cast<float>(channel_total(dy_xhat, shape, c));
+    }
+  }
+  auto b = [&](std::int64_t c) {
+    return batch_norm::channel_backward<float>(nullptr, invstd, weight, sum_dy, sum_dy_xhat, training, shape.per_channel(), c);
+  };
+  const std::vector<float> scales = per_element(C, S, [&](std::int64_t c) { return b(c).scale; });
+  const std::vector<float> mean_dys = per_element(C, S, [&](std::int64_t c) { return b(c).mean_dy; });
+  const std::vector<float> mean_dy_xhats = per_element(C, S, [&](std::int64_t c) { return b(c).mean_dy_xhat; });
+  parallel_for(shape.batch, shape.batch * length, [&](std::int64_t n) {
+    const std::int64_t at = n * length;
+    xhat_grad_input_sample(grad + at, xhat + at, length, a.weight.data(), a.bias.data(), relu6, scales.data(),
+                           mean_dys.data(), mean_dy_xhats.data(), grad_input + at);
+  });
+}
+
 }  // namespace
 
 void batch_norm_statistics(DType dtype, const void* x, const BatchNormShape& shape, double momentum, double eps,
@@ -605,6 +704,9 @@ void batch_norm_normalize_saving(DType dtype, const void* x, const BatchNormShap
                                  void* y) {
   if (dtype != DType::f32)
     return cpu::batch_norm_normalize_saving(dtype, x, shape, mean, invstd, weight, bias, relu6, xhat, y);
+  if (shape.spatial < kLanes)
+    return small_plane_xhat(as_f32(x), shape, as_f32(mean), as_f32(invstd), as_f32(weight), as_f32(bias), relu6,
+                            as_f32(xhat), as_f32(y));
   for_plane_chunks(shape, [&](std::int64_t begin, std::int64_t end) {
     xhat_planes(as_f32(x), shape, begin, end, as_f32(mean), as_f32(invstd), as_f32(weight), as_f32(bias), relu6,
                 as_f32(xhat), as_f32(y));
@@ -614,6 +716,8 @@ void batch_norm_normalize_saving(DType dtype, const void* x, const BatchNormShap
 void batch_norm_affine(DType dtype, const void* xhat, const BatchNormShape& shape, const void* weight, const void* bias,
                        bool relu6, void* y) {
   if (dtype != DType::f32) return cpu::batch_norm_affine(dtype, xhat, shape, weight, bias, relu6, y);
+  if (shape.spatial < kLanes)
+    return small_plane_affine(as_f32(xhat), shape, as_f32(weight), as_f32(bias), relu6, as_f32(y));
   for_plane_chunks(shape, [&](std::int64_t begin, std::int64_t end) {
     affine_planes(as_f32(xhat), shape, begin, end, as_f32(weight), as_f32(bias), relu6, as_f32(y));
   });
@@ -628,6 +732,9 @@ void batch_norm_backward_from_xhat(DType dtype, const void* grad, const void* xh
     return cpu::batch_norm_backward_input_from_xhat(dtype, grad, xhat, shape, invstd, weight, bias, relu6, sum_dy,
                                                     sum_dy_xhat, training, grad_input);
   }
+  if (shape.spatial < kLanes)
+    return small_plane_xhat_backward(as_f32(grad), as_f32(xhat), shape, as_f32(invstd), as_f32(weight), as_f32(bias),
+                                     relu6, training, as_f32(sum_dy), as_f32(sum_dy_xhat), as_f32(grad_input));
   parallel_for(shape.channels, 2 * shape.channels * shape.per_channel(), [&](std::int64_t c) {
     const auto a = batch_norm::channel_scale_shift(as_f32(weight), as_f32(bias), c);
     if (sum_dy) xhat_channel_grad_sums(as_f32(grad), as_f32(xhat), shape, c, a, relu6, as_f32(sum_dy), as_f32(sum_dy_xhat));
