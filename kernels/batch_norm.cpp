@@ -319,28 +319,6 @@ void normalize_saving(const Forward& f, const Tensor& mean, const Tensor& invstd
   }
 }
 
-// The batch statistics as batch_norm_train computes them on the CPU (the fast loops' sums for f32
-// unless the reference is asked for), so that both leave the same bits in the running statistics.
-void batch_statistics(const Forward& f, double momentum, double eps, const Tensor& save_mean, const Tensor& save_invstd,
-                      const Tensor& running_mean, const Tensor& running_var, [[maybe_unused]] const char* op) {
-  switch (f.x.device().type()) {
-    case DeviceType::CPU:
-      (g_cpu_reference ? cpu::batch_norm_statistics : cpu::fast::batch_norm_statistics)(
-          f.x.dtype(), f.x.data_ptr(), f.shape, momentum, eps, save_mean.data_ptr(), save_invstd.data_ptr(),
-          ptr(running_mean), ptr(running_var));
-      break;
-    case DeviceType::Meta: break;
-    case DeviceType::CUDA:
-#if FRUGAL_WITH_CUDA
-      cuda::batch_norm_statistics(f.x.dtype(), f.x.data_ptr(), f.shape, momentum, eps, save_mean.data_ptr(),
-                                  save_invstd.data_ptr(), ptr(running_mean), ptr(running_var));
-      break;
-#else
-      throw_no_cuda(op);
-#endif
-  }
-}
-
 BatchNormNormalizedOutput normalized_output(const Forward& f, Tensor save_mean, Tensor save_invstd) {
   return {f.output, empty(f.x.shape(), {.dtype = f.x.dtype(), .device = f.x.device()}), std::move(save_mean),
           std::move(save_invstd)};
@@ -359,8 +337,32 @@ BatchNormNormalizedOutput batch_norm_train_normalized(const Tensor& x, const Ten
       normalized_output(f, empty({f.shape.channels}, per_channel), empty({f.shape.channels}, per_channel));
   if (f.shape.channels == 0) return out;  // as batch_norm_train: no kernel for an empty grid
   const Tensor mean_work = as_statistics(running_mean, f.stats), var_work = as_statistics(running_var, f.stats);
-  batch_statistics(f, momentum, eps, out.save_mean, out.save_invstd, mean_work, var_work, op);
-  normalize_saving(f, out.save_mean, out.save_invstd, fuse_relu6, out, op);
+  // The batch statistics as batch_norm_train computes them (on the CPU the fast loops' sums for f32
+  // unless the reference is asked for), so that both leave the same bits in the running statistics.
+  switch (x.device().type()) {
+    case DeviceType::CPU:
+      if (g_cpu_reference) {
+        cpu::batch_norm_statistics(x.dtype(), f.x.data_ptr(), f.shape, momentum, eps, out.save_mean.data_ptr(),
+                                   out.save_invstd.data_ptr(), ptr(mean_work), ptr(var_work));
+        normalize_saving(f, out.save_mean, out.save_invstd, fuse_relu6, out, op);
+      } else {
+        cpu::fast::batch_norm_train_forward_saving(x.dtype(), f.x.data_ptr(), f.shape, momentum, eps, ptr(f.weight),
+                                                   ptr(f.bias), fuse_relu6, out.save_mean.data_ptr(),
+                                                   out.save_invstd.data_ptr(), ptr(mean_work), ptr(var_work),
+                                                   out.normalized.data_ptr(), out.output.data_ptr());
+      }
+      break;
+    case DeviceType::Meta: break;
+    case DeviceType::CUDA:
+#if FRUGAL_WITH_CUDA
+      cuda::batch_norm_statistics(x.dtype(), f.x.data_ptr(), f.shape, momentum, eps, out.save_mean.data_ptr(),
+                                  out.save_invstd.data_ptr(), ptr(mean_work), ptr(var_work));
+      normalize_saving(f, out.save_mean, out.save_invstd, fuse_relu6, out, op);
+      break;
+#else
+      throw_no_cuda(op);
+#endif
+  }
   write_back(running_mean, mean_work);
   write_back(running_var, var_work);
   return out;

@@ -74,8 +74,10 @@ void batch_norm_backward(DType dtype, const void* grad, const void* x, const voi
                          bool training, void* sum_dy, void* sum_dy_xhat, void* grad_input);
 
 // The kernels from a saved xhat for f32 (other dtypes run the reference's): normalize_saving and
-// affine by planes, the backward a channel at a time, its sums (when sum_dy is set) then its input
-// gradient, as batch_norm_backward.
+// affine by planes, the training forward as the sweep above, the backward always a channel at a time.
+void batch_norm_train_forward_saving(DType dtype, const void* x, const BatchNormShape& shape, double momentum,
+                                     double eps, const void* weight, const void* bias, bool relu6, void* save_mean,
+                                     void* save_invstd, void* running_mean, void* running_var, void* xhat, void* y);
 void batch_norm_normalize_saving(DType dtype, const void* x, const BatchNormShape& shape, const void* mean,
                                  const void* invstd, const void* weight, const void* bias, bool relu6, void* xhat,
                                  void* y);

@@ -2,7 +2,8 @@
 // the readable reference (kernels/cpu/batch_norm.cpp), for f32, written so that the compiler
 // vectorises them, and two per-channel sweeps that run a channel's two passes back to back while it
 // is in L2 (what the dispatcher calls); and the same for the kernels that work from a saved xhat
-// (Note [One saved tensor per BN-ReLU6] in kernels/batch_norm_ops.h), whose backward always sweeps. f64, f16 and bf16 go to the reference; planes shorter than 16
+// (Note [One saved tensor per BN-ReLU6] in kernels/batch_norm_ops.h), whose backward always sweeps
+// (the separate passes measured no faster for it on 8x8 and 4x4 planes). f64, f16 and bf16 go to the reference; planes shorter than 16
 // elements take loops of their own, a sample at a time (Note [Normalising small planes]). What
 // changes against the reference:
 //   - sums run in 16 f32 lanes per block of a channel, each block's lanes folded into double
@@ -279,6 +280,16 @@ void xhat_planes(const float* x, const BatchNormShape& shape, std::int64_t begin
   }
 }
 
+// Channel c's planes of the forward that saves xhat, for the per-channel sweep.
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void xhat_channel(const float* x, const BatchNormShape& shape, std::int64_t c, float mean, float invstd,
+                  const batch_norm::ChannelScaleShift<float>& a, bool relu6, float* xhat, float* y) {
+  for (std::int64_t n = 0; n < shape.batch; ++n) {
+    const std::int64_t first = shape.offset(n, c, 0);
+    normalize_saving_row(x + first, shape.spatial, mean, invstd, a, relu6, xhat + first, y + first);
+  }
+}
+
 // Planes [begin, end) of batch_norm_affine.
 __attribute__((target_clones("avx512f", "avx2", "default")))
 void affine_planes(const float* xhat, const BatchNormShape& shape, std::int64_t begin, std::int64_t end,
@@ -294,20 +305,25 @@ void affine_planes(const float* xhat, const BatchNormShape& shape, std::int64_t 
   }
 }
 
-// Channel c's input gradient from xhat, the gradient gated by the recomputed output with relu6.
+// One plane's input gradient from xhat, the gradient gated by the recomputed output with relu6.
+inline void xhat_grad_input_row(const float* g, const float* in, std::int64_t length,
+                                const batch_norm::ChannelScaleShift<float>& a, bool relu6,
+                                const batch_norm::ChannelBackward<float>& b, float* out) {
+  if (relu6)
+    for (std::int64_t s = 0; s < length; ++s)
+      out[s] = batch_norm::grad_input_from_xhat(batch_norm::incoming_grad_from_xhat<float>(g, in, a, true, s), in[s], b);
+  else
+    for (std::int64_t s = 0; s < length; ++s) out[s] = batch_norm::grad_input_from_xhat(g[s], in[s], b);
+}
+
+// Channel c's planes of it.
 __attribute__((target_clones("avx512f", "avx2", "default")))
 void xhat_grad_input_channel(const float* grad, const float* xhat, const BatchNormShape& shape, std::int64_t c,
                              const batch_norm::ChannelScaleShift<float>& a, bool relu6,
                              const batch_norm::ChannelBackward<float>& b, float* grad_input) {
   for (std::int64_t n = 0; n < shape.batch; ++n) {
     const std::int64_t first = shape.offset(n, c, 0);
-    const float *g = grad + first, *in = xhat + first;
-    float* out = grad_input + first;
-    if (relu6)
-      for (std::int64_t s = 0; s < shape.spatial; ++s)
-        out[s] = batch_norm::grad_input_from_xhat(batch_norm::incoming_grad_from_xhat<float>(g, in, a, true, s), in[s], b);
-    else
-      for (std::int64_t s = 0; s < shape.spatial; ++s) out[s] = batch_norm::grad_input_from_xhat(g[s], in[s], b);
+    xhat_grad_input_row(grad + first, xhat + first, shape.spatial, a, relu6, b, grad_input + first);
   }
 }
 
@@ -710,6 +726,21 @@ void batch_norm_normalize_saving(DType dtype, const void* x, const BatchNormShap
   for_plane_chunks(shape, [&](std::int64_t begin, std::int64_t end) {
     xhat_planes(as_f32(x), shape, begin, end, as_f32(mean), as_f32(invstd), as_f32(weight), as_f32(bias), relu6,
                 as_f32(xhat), as_f32(y));
+  });
+}
+
+void batch_norm_train_forward_saving(DType dtype, const void* x, const BatchNormShape& shape, double momentum,
+                                     double eps, const void* weight, const void* bias, bool relu6, void* save_mean,
+                                     void* save_invstd, void* running_mean, void* running_var, void* xhat, void* y) {
+  if (dtype != DType::f32 || shape.spatial < kSweepMinPlane) {
+    batch_norm_statistics(dtype, x, shape, momentum, eps, save_mean, save_invstd, running_mean, running_var);
+    return batch_norm_normalize_saving(dtype, x, shape, save_mean, save_invstd, weight, bias, relu6, xhat, y);
+  }
+  parallel_for(shape.channels, 3 * shape.channels * shape.per_channel(), [&](std::int64_t c) {
+    batch_norm::finish_statistics(channel_statistics(as_f32(x), shape, c), c, momentum, eps, as_f32(save_mean),
+                                  as_f32(save_invstd), as_f32(running_mean), as_f32(running_var));
+    xhat_channel(as_f32(x), shape, c, as_f32(save_mean)[c], as_f32(save_invstd)[c],
+                 batch_norm::channel_scale_shift(as_f32(weight), as_f32(bias), c), relu6, as_f32(xhat), as_f32(y));
   });
 }
 
