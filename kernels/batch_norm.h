@@ -68,11 +68,12 @@ BatchNormGrads batch_norm_backward(const Tensor& grad_output, const Tensor& x, c
 // A BN-ReLU6 block may keep only xhat = (x - mean) * invstd for its backward: the output y, the
 // ReLU6 mask 0 < y < 6 and the next layer's input are recomputed from it by batch_norm_affine, the
 // same bits as the forward's, since the forward computes y from xhat as stored. On CUDA these run
-// frugal's kernels whatever batch_norm_impl() says: cuDNN does not return xhat.
+// frugal's kernels whatever batch_norm_impl() says (cuDNN does not return xhat), so the statistics
+// are batch_norm_train's to the bit under BatchNormImpl::native, and to rounding under cudnn.
 struct BatchNormNormalizedOutput {
   Tensor output;                  // weight * normalized + bias (clamped to [0, 6] with fuse_relu6), from `normalized`
   Tensor normalized;              // xhat, x's shape and dtype, contiguous
-  Tensor save_mean, save_invstd;  // as BatchNormOutput's (eval: running_mean and batch_norm_invstd(running_var))
+  Tensor save_mean, save_invstd;  // as BatchNormOutput's (eval: a copy of running_mean, batch_norm_invstd(running_var))
 };
 
 // batch_norm_train (the same statistics, running-statistics update and errors) that also returns xhat.
