@@ -3,9 +3,9 @@
 // vectorises them, and two per-channel sweeps that run a channel's two passes back to back while it
 // is in L2 (what the dispatcher calls); and the same for the kernels that work from a saved xhat
 // (Note [One saved tensor per BN-ReLU6] in kernels/batch_norm_ops.h), whose backward always sweeps
-// (the separate passes measured no faster for it on 8x8 and 4x4 planes). f64, f16 and bf16 go to the reference; planes shorter than 16
-// elements take loops of their own, a sample at a time (Note [Normalising small planes]). What
-// changes against the reference:
+// (the separate passes measured no faster for it on 8x8 and 4x4 planes). f64, f16 and bf16 go to
+// the reference; planes shorter than 16 elements take loops of their own, a sample at a time
+// (Note [Normalising small planes]). What changes against the reference:
 //   - sums run in 16 f32 lanes per block of a channel, each block's lanes folded into double
 //     (Note [Batch norm statistics in f32 lanes]);
 //   - the per-channel affine is hoisted out of the element loops, which walk one contiguous plane
