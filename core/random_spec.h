@@ -23,17 +23,6 @@ struct RandomSpec {
   std::uint64_t offset = 0;
 };
 
-// a * b + c with two roundings (product, then sum) on both devices. nvcc would otherwise contract
-// it into one fma, which rounds once, and GPU values would differ from the CPU's in the last bit.
-// The host side needs no such care: frugal compiles in ISO mode, where GCC does not contract.
-FRUGAL_HOST_DEVICE inline double multiply_add_unfused(double a, double b, double c) {
-#if defined(__CUDA_ARCH__)
-  return __dadd_rn(__dmul_rn(a, b), c);
-#else
-  return a * b + c;
-#endif
-}
-
 // Value of element 4*block + lane, given that block's four Philox words. Element i always uses block
 // i / 4, so the value depends only on (seed, offset, i), never on how the work was split.
 FRUGAL_HOST_DEVICE inline double random_value(const RandomSpec& spec, const PhiloxWords& words, int lane) {

@@ -319,28 +319,6 @@ void normalize_saving(const Forward& f, const Tensor& mean, const Tensor& invstd
   }
 }
 
-// The batch statistics as batch_norm_train computes them on the CPU (the fast loops' sums for f32
-// unless the reference is asked for), so that both leave the same bits in the running statistics.
-void batch_statistics(const Forward& f, double momentum, double eps, const Tensor& save_mean, const Tensor& save_invstd,
-                      const Tensor& running_mean, const Tensor& running_var, [[maybe_unused]] const char* op) {
-  switch (f.x.device().type()) {
-    case DeviceType::CPU:
-      (g_cpu_reference ? cpu::batch_norm_statistics : cpu::fast::batch_norm_statistics)(
-          f.x.dtype(), f.x.data_ptr(), f.shape, momentum, eps, save_mean.data_ptr(), save_invstd.data_ptr(),
-          ptr(running_mean), ptr(running_var));
-      break;
-    case DeviceType::Meta: break;
-    case DeviceType::CUDA:
-#if FRUGAL_WITH_CUDA
-      cuda::batch_norm_statistics(f.x.dtype(), f.x.data_ptr(), f.shape, momentum, eps, save_mean.data_ptr(),
-                                  save_invstd.data_ptr(), ptr(running_mean), ptr(running_var));
-      break;
-#else
-      throw_no_cuda(op);
-#endif
-  }
-}
-
 BatchNormNormalizedOutput normalized_output(const Forward& f, Tensor save_mean, Tensor save_invstd) {
   return {f.output, empty(f.x.shape(), {.dtype = f.x.dtype(), .device = f.x.device()}), std::move(save_mean),
           std::move(save_invstd)};
@@ -359,8 +337,32 @@ BatchNormNormalizedOutput batch_norm_train_normalized(const Tensor& x, const Ten
       normalized_output(f, empty({f.shape.channels}, per_channel), empty({f.shape.channels}, per_channel));
   if (f.shape.channels == 0) return out;  // as batch_norm_train: no kernel for an empty grid
   const Tensor mean_work = as_statistics(running_mean, f.stats), var_work = as_statistics(running_var, f.stats);
-  batch_statistics(f, momentum, eps, out.save_mean, out.save_invstd, mean_work, var_work, op);
-  normalize_saving(f, out.save_mean, out.save_invstd, fuse_relu6, out, op);
+  // The batch statistics as batch_norm_train computes them (on the CPU the fast loops' sums for f32
+  // unless the reference is asked for), so that both leave the same bits in the running statistics.
+  switch (x.device().type()) {
+    case DeviceType::CPU:
+      if (g_cpu_reference) {
+        cpu::batch_norm_statistics(x.dtype(), f.x.data_ptr(), f.shape, momentum, eps, out.save_mean.data_ptr(),
+                                   out.save_invstd.data_ptr(), ptr(mean_work), ptr(var_work));
+        normalize_saving(f, out.save_mean, out.save_invstd, fuse_relu6, out, op);
+      } else {
+        cpu::fast::batch_norm_train_forward_saving(x.dtype(), f.x.data_ptr(), f.shape, momentum, eps, ptr(f.weight),
+                                                   ptr(f.bias), fuse_relu6, out.save_mean.data_ptr(),
+                                                   out.save_invstd.data_ptr(), ptr(mean_work), ptr(var_work),
+                                                   out.normalized.data_ptr(), out.output.data_ptr());
+      }
+      break;
+    case DeviceType::Meta: break;
+    case DeviceType::CUDA:
+#if FRUGAL_WITH_CUDA
+      cuda::batch_norm_statistics(x.dtype(), f.x.data_ptr(), f.shape, momentum, eps, out.save_mean.data_ptr(),
+                                  out.save_invstd.data_ptr(), ptr(mean_work), ptr(var_work));
+      normalize_saving(f, out.save_mean, out.save_invstd, fuse_relu6, out, op);
+      break;
+#else
+      throw_no_cuda(op);
+#endif
+  }
   write_back(running_mean, mean_work);
   write_back(running_var, var_work);
   return out;
@@ -390,7 +392,7 @@ Tensor batch_norm_affine(const Tensor& normalized, const Tensor& weight, const T
   switch (normalized.device().type()) {
     case DeviceType::CPU:
       (g_cpu_reference ? cpu::batch_norm_affine : cpu::fast::batch_norm_affine)(dtype, xhat.data_ptr(), shape, ptr(w),
-                                                                               ptr(b), fuse_relu6, y.data_ptr());
+                                                                                ptr(b), fuse_relu6, y.data_ptr());
       break;
     case DeviceType::Meta: break;
     case DeviceType::CUDA:
@@ -420,41 +422,13 @@ BatchNormShape check_backward_normalized(const Tensor& grad_output, const Tensor
   return shape;
 }
 
-// Whether batch_norm_backward_normalized runs backward_from_xhat_fast: f32 on the CPU (and on the
-// meta device, which allocates what the CPU would), unless the reference is asked for.
-bool runs_xhat_backward_fast(const Tensor& normalized) {
-  return normalized.dtype() == DType::f32 && !g_cpu_reference &&
-         (normalized.device().is_cpu() || normalized.device().type() == DeviceType::Meta);
-}
-
-// Note [The x-hat backward on the fast loops]: BatchNorm's backward from x with mean 0, invstd 1 and
-// weight * invstd for weight IS the backward from xhat (the x it normalises is xhat itself; the
-// input gradient's scale is weight * invstd), so f32 on the CPU runs the fast per-channel sweeps
-// unchanged; with ReLU6 the mask reads the output rebuilt once into a temporary (the forward's bits).
-void backward_from_xhat_fast(const Tensor& grad, const Tensor& xhat, const Tensor& weight, const Tensor& bias,
-                             const Tensor& invstd, bool training, bool fuse_relu6, const Tensor& known_output,
-                             const BatchNormShape& shape, const Tensor& sum_dy, const Tensor& sum_dy_xhat,
-                             const Tensor& grad_input) {
-  const Tensor output = !fuse_relu6             ? Tensor()
-                        : known_output.defined() ? known_output.contiguous()
-                                                 : batch_norm_affine(xhat, weight, bias, true);
-  const Tensor scale = weight.defined() ? mul(weight, invstd) : invstd;
-  const TensorOptions per_channel{.dtype = DType::f32, .device = xhat.device()};
-  const Tensor mean = zeros({shape.channels}, per_channel), unit = full({shape.channels}, 1.0, per_channel);
-  if (!xhat.device().is_cpu()) return;  // meta: the same temporaries, nothing to compute
-  cpu::fast::batch_norm_backward(DType::f32, grad.data_ptr(), xhat.data_ptr(), ptr(output), shape, mean.data_ptr(),
-                                 unit.data_ptr(), scale.data_ptr(), training, ptr(sum_dy), ptr(sum_dy_xhat),
-                                 grad_input.data_ptr());
-}
-
 }  // namespace
 
 BatchNormGrads batch_norm_backward_normalized(const Tensor& grad_output, const Tensor& normalized, const Tensor& weight,
                                               const Tensor& bias, const Tensor& save_invstd, bool training,
-                                              bool fuse_relu6, const Tensor& output) {
+                                              bool fuse_relu6) {
   const char* op = "batch_norm_backward_normalized";
   const BatchNormShape shape = check_backward_normalized(grad_output, normalized, weight, bias, save_invstd, op);
-  if (output.defined()) check_same_shape(output, normalized, op), check_same_dtype(output, normalized, op);
   const DType dtype = normalized.dtype(), stats = statistics_dtype(dtype);
   const Tensor xhat = normalized.contiguous(), grad = grad_output.contiguous();
   const Tensor invstd = as_statistics(save_invstd, stats), w = as_statistics(weight, stats), b = as_statistics(bias, stats);
@@ -463,12 +437,15 @@ BatchNormGrads batch_norm_backward_normalized(const Tensor& grad_output, const T
   const Tensor sum_dy = sums ? zeros({shape.channels}, per_channel) : Tensor();
   const Tensor sum_dy_xhat = sums ? zeros({shape.channels}, per_channel) : Tensor();
   BatchNormGrads grads{empty(normalized.shape(), {.dtype = dtype, .device = normalized.device()}), Tensor(), Tensor()};
-  if (normalized.numel() > 0 && runs_xhat_backward_fast(normalized)) {
-    backward_from_xhat_fast(grad, xhat, w, b, invstd, training, fuse_relu6, output, shape, sum_dy, sum_dy_xhat,
-                            grads.input);
-  } else if (normalized.numel() > 0) {
+  if (normalized.numel() > 0) {
     switch (normalized.device().type()) {
       case DeviceType::CPU:
+        if (!g_cpu_reference) {
+          cpu::fast::batch_norm_backward_from_xhat(dtype, grad.data_ptr(), xhat.data_ptr(), shape, invstd.data_ptr(),
+                                                   ptr(w), ptr(b), fuse_relu6, training, ptr(sum_dy), ptr(sum_dy_xhat),
+                                                   grads.input.data_ptr());
+          break;
+        }
         if (sums)
           cpu::batch_norm_backward_sums_from_xhat(dtype, grad.data_ptr(), xhat.data_ptr(), shape, ptr(w), ptr(b),
                                                   fuse_relu6, sum_dy.data_ptr(), sum_dy_xhat.data_ptr());

@@ -68,11 +68,12 @@ BatchNormGrads batch_norm_backward(const Tensor& grad_output, const Tensor& x, c
 // A BN-ReLU6 block may keep only xhat = (x - mean) * invstd for its backward: the output y, the
 // ReLU6 mask 0 < y < 6 and the next layer's input are recomputed from it by batch_norm_affine, the
 // same bits as the forward's, since the forward computes y from xhat as stored. On CUDA these run
-// frugal's kernels whatever batch_norm_impl() says: cuDNN does not return xhat.
+// frugal's kernels whatever batch_norm_impl() says (cuDNN does not return xhat), so the statistics
+// are batch_norm_train's to the bit under BatchNormImpl::native, and to rounding under cudnn.
 struct BatchNormNormalizedOutput {
   Tensor output;                  // weight * normalized + bias (clamped to [0, 6] with fuse_relu6), from `normalized`
   Tensor normalized;              // xhat, x's shape and dtype, contiguous
-  Tensor save_mean, save_invstd;  // as BatchNormOutput's (eval: running_mean and batch_norm_invstd(running_var))
+  Tensor save_mean, save_invstd;  // as BatchNormOutput's (eval: a copy of running_mean, batch_norm_invstd(running_var))
 };
 
 // batch_norm_train (the same statistics, running-statistics update and errors) that also returns xhat.
@@ -91,11 +92,9 @@ Tensor batch_norm_affine(const Tensor& normalized, const Tensor& weight, const T
 
 // batch_norm_backward from xhat: with fuse_relu6 the gradient passes where 0 < y < 6, y recomputed
 // as batch_norm_affine does. weight and bias both or neither (not affine: gamma 1, beta 0);
-// save_invstd from the forward. The sums run in double, as batch_norm_backward's. `output`: that y
-// when the caller has it already (a rebuild of it for the next layer's backward), so the CPU's fast
-// path need not compute it again; it must be batch_norm_affine's result for these operands.
+// save_invstd from the forward. The sums run in double, as batch_norm_backward's.
 BatchNormGrads batch_norm_backward_normalized(const Tensor& grad_output, const Tensor& normalized, const Tensor& weight,
                                               const Tensor& bias, const Tensor& save_invstd, bool training,
-                                              bool fuse_relu6 = false, const Tensor& output = Tensor());
+                                              bool fuse_relu6 = false);
 
 }  // namespace frugal

@@ -36,8 +36,7 @@ namespace frugal {
                                  void* grad_input);
 
 // The kernels that work from a saved xhat (Note [One saved tensor per BN-ReLU6], batch_norm_ops.h),
-// operands as above plus xhat (the input's dtype, [N, C, S]). On the CPU, f32 runs the forward ones'
-// fast loops and the fast backward with xhat for x (kernels/batch_norm.cpp, backward_from_xhat_fast).
+// operands as above plus xhat (the input's dtype, [N, C, S]).
 // normalize_saving:          xhat = (x - mean) * invstd stored, then y from the stored xhat
 // affine:                    y = weight * xhat + bias, then ReLU6 when asked: normalize_saving's y
 // backward_sums_from_xhat:   sum_dy, sum_dy_xhat; with relu6, dy gated by the y recomputed from xhat
@@ -58,13 +57,7 @@ namespace frugal {
 
 // the readable reference (kernels/cpu/batch_norm.cpp)
 namespace cpu { FRUGAL_BATCH_NORM_KERNELS FRUGAL_BATCH_NORM_XHAT_KERNELS }
-namespace cpu::fast {  // f32 vectorised (cpu/batch_norm_fast.cpp), xhat's forward kernels only
-FRUGAL_BATCH_NORM_KERNELS
-void batch_norm_normalize_saving(DType dtype, const void* x, const BatchNormShape& shape, const void* mean,
-                                 const void* invstd, const void* weight, const void* bias, bool relu6, void* xhat, void* y);
-void batch_norm_affine(DType dtype, const void* xhat, const BatchNormShape& shape, const void* weight, const void* bias,
-                       bool relu6, void* y);
-}  // namespace cpu::fast
+namespace cpu::fast { FRUGAL_BATCH_NORM_KERNELS }     // f32 vectorised (cpu/batch_norm_fast.cpp)
 namespace cuda { FRUGAL_BATCH_NORM_KERNELS FRUGAL_BATCH_NORM_XHAT_KERNELS }  // hand-written (BatchNormImpl::native)
 namespace cuda_emulated { FRUGAL_BATCH_NORM_KERNELS FRUGAL_BATCH_NORM_XHAT_KERNELS }  // the same, in the emulator
 
@@ -79,6 +72,20 @@ void batch_norm_train_forward(DType dtype, const void* x, const BatchNormShape& 
 void batch_norm_backward(DType dtype, const void* grad, const void* x, const void* fused_output,
                          const BatchNormShape& shape, const void* mean, const void* invstd, const void* weight,
                          bool training, void* sum_dy, void* sum_dy_xhat, void* grad_input);
+
+// The kernels from a saved xhat for f32 (other dtypes run the reference's): normalize_saving and
+// affine by planes, the training forward as the sweep above, the backward always a channel at a time.
+void batch_norm_train_forward_saving(DType dtype, const void* x, const BatchNormShape& shape, double momentum,
+                                     double eps, const void* weight, const void* bias, bool relu6, void* save_mean,
+                                     void* save_invstd, void* running_mean, void* running_var, void* xhat, void* y);
+void batch_norm_normalize_saving(DType dtype, const void* x, const BatchNormShape& shape, const void* mean,
+                                 const void* invstd, const void* weight, const void* bias, bool relu6, void* xhat,
+                                 void* y);
+void batch_norm_affine(DType dtype, const void* xhat, const BatchNormShape& shape, const void* weight, const void* bias,
+                       bool relu6, void* y);
+void batch_norm_backward_from_xhat(DType dtype, const void* grad, const void* xhat, const BatchNormShape& shape,
+                                   const void* invstd, const void* weight, const void* bias, bool relu6, bool training,
+                                   void* sum_dy, void* sum_dy_xhat, void* grad_input);
 }  // namespace cpu::fast
 
 namespace cuda {

@@ -136,17 +136,18 @@ FRUGAL_HOST_DEVICE inline C grad_input(C g, C x, const ChannelBackward<C>& b) {
   return grad_input_from_xhat(g, xhat(x, b.mean, b.invstd), b);
 }
 
-// ---- From a saved xhat (Note [One saved tensor per BN-ReLU6])
+// ---- From a saved xhat
 //
+// Note [One saved tensor per BN-ReLU6]
 // A BN-ReLU6 block can keep xhat alone for its backward: y, the ReLU6 mask and the next layer's
 // input relu6(y) are all recomputed from it. That is exact only if the forward's y is itself
-// computed from xhat AS STORED (rounded to the input's dtype) by the same expression the backward
-// recomputes it with: output_from_xhat below, the one place y = weight * xhat + bias is written.
-// Every kernel that computes y from xhat (the forward, batch_norm_affine, the backward's mask) calls
-// it and lives in the same source file per backend (kernels/cpu/batch_norm.cpp,
-// kernels/cuda/batch_norm.cu), so all see the same compiler flags: whether the multiply-add is
-// contracted into an FMA (the host build targets plain x86-64, which has none; nvcc contracts) is
-// then the same decision at every call, and y comes out the same bits in forward and backward.
+// computed from xhat AS STORED (rounded to the input's dtype) by the same arithmetic the backward
+// recomputes it with. output_from_xhat below is the one place y = xhat * weight + bias is written,
+// and every kernel that computes y from xhat calls it (the forward, batch_norm_affine, the
+// backward's mask). Its multiply-add is multiply_add_unfused (core/host_device.h): two roundings on
+// every device, never an FMA that a compiler may or may not form at one call site and not another
+// (nvcc contracts unless told not to). So y has the same bits in forward and backward, and on the
+// CPU, the GPU and the emulator alike.
 
 // A channel's weight and bias, 1 and 0 when not affine.
 template <typename C>
@@ -161,7 +162,7 @@ FRUGAL_HOST_DEVICE inline ChannelScaleShift<C> channel_scale_shift(const C* weig
 
 template <typename C>
 FRUGAL_HOST_DEVICE inline C output_from_xhat(C xhat, const ChannelScaleShift<C>& a, bool relu6) {
-  const C y = xhat * a.weight + a.bias;
+  const C y = multiply_add_unfused(xhat, a.weight, a.bias);
   return relu6 ? elementwise::unary(UnaryOp::relu6, y, C(0), C(0)) : y;
 }
 

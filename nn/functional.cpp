@@ -5,7 +5,6 @@
 #include <limits>
 #include <numeric>
 #include <optional>
-#include <utility>
 
 #include "kernels/activation_codec.h"
 #include "kernels/batch_norm.h"
@@ -391,23 +390,17 @@ namespace {
 
 // BatchNorm's output made again from the x-hat its node saved (nn/saved_activations.h), by the same
 // kernel expression as the forward, so the same bits unless x-hat was kept compressed.
-// With ReLU6 it also keeps what it rebuilt for BatchNorm's own backward, which comes next and reads
-// the ReLU6 mask from it (take_rebuilt): one rebuild instead of two.
 class AffineRebuild final : public autograd::Rebuild {
  public:
-  AffineRebuild(SavedTensor normalized, const Tensor& weight, const Tensor& bias, bool relu6, bool keep)
-      : normalized_(std::move(normalized)), weight_(weight), bias_(bias), relu6_(relu6), keep_(keep) {}
+  AffineRebuild(SavedTensor normalized, const Tensor& weight, const Tensor& bias, bool relu6)
+      : normalized_(std::move(normalized)), weight_(weight), bias_(bias), relu6_(relu6) {}
   Tensor rebuild(std::string_view op) const override {
-    Tensor y = batch_norm_affine(normalized_.unpack(op), weight_.unpack(op), bias_.unpack(op), relu6_);
-    if (keep_) rebuilt_ = y;
-    return y;
+    return batch_norm_affine(normalized_.unpack(op), weight_.unpack(op), bias_.unpack(op), relu6_);
   }
-  Tensor take_rebuilt() const { return std::exchange(rebuilt_, Tensor()); }
 
  private:
   SavedTensor normalized_, weight_, bias_;
-  bool relu6_, keep_;  // keep_: BatchNorm's backward reads its mask from what was rebuilt
-  mutable Tensor rebuilt_;
+  bool relu6_;
 };
 
 // Whether BatchNorm's fused ReLU6 keeps its mask as bits when it saves x-hat: only when x-hat is kept
@@ -428,15 +421,13 @@ Tensor batch_norm_from_normalized(Recorder& op, const Tensor& x, const Tensor& r
   const SavedTensor normalized(r.normalized, /*activation=*/true);  // one copy, shared with the rebuild
   const bool bits = relu6_mask_as_bits_beside_normalized(fuse_relu6);
   const Tensor mask = bits ? pack_mask_between(r.output, 0.0, kReLU6Top) : Tensor();
-  const auto rebuild = std::make_shared<AffineRebuild>(normalized, weight, bias, fuse_relu6, fuse_relu6 && !bits);
-  autograd::set_rebuild(r.output, rebuild);
+  autograd::set_rebuild(r.output, std::make_shared<AffineRebuild>(normalized, weight, bias, fuse_relu6));
   std::vector<SavedTensor> saved = {normalized, SavedTensor(weight), SavedTensor(bias), SavedTensor(r.save_invstd),
                                     SavedTensor(mask)};
-  return op.finish_saved(r.output, std::move(saved), [training, fuse_relu6, bits, rebuild](const Grads& g, const Saved& s) {
+  return op.finish_saved(r.output, std::move(saved), [training, fuse_relu6, bits](const Grads& g, const Saved& s) {
     const Tensor grad = bits ? apply_packed_mask(g[0], s[4]) : g[0];
-    const bool gated = fuse_relu6 && !bits;
-    const BatchNormGrads grads = batch_norm_backward_normalized(grad, s[0], s[1], s[2], s[3], training, gated,
-                                                                gated ? rebuild->take_rebuilt() : Tensor());
+    const BatchNormGrads grads =
+        batch_norm_backward_normalized(grad, s[0], s[1], s[2], s[3], training, fuse_relu6 && !bits);
     return Grads{grads.input, grads.weight, grads.bias};
   });
 }

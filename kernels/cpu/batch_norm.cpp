@@ -3,8 +3,6 @@
 // order; the elementwise passes run in parallel over (n, c) planes. The arithmetic is
 // kernels/batch_norm_ops.h, the same as the CUDA kernels'. For f32 the dispatcher runs the fast loops
 // of kernels/cpu/batch_norm_fast.cpp, which are tested against these; f64, f16 and bf16 run these.
-// The kernels from a saved xhat are here alone, for every dtype: all that compute y from xhat must
-// share this file's compiler flags (Note [One saved tensor per BN-ReLU6], kernels/batch_norm_ops.h).
 #include "core/cpu/parallel.h"
 #include "core/convert.h"
 #include "kernels/batch_norm_backends.h"

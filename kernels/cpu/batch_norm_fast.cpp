@@ -1,9 +1,11 @@
 // CPU batch norm, the fast loops (cpu::fast in kernels/batch_norm_backends.h): the four kernels of
 // the readable reference (kernels/cpu/batch_norm.cpp), for f32, written so that the compiler
 // vectorises them, and two per-channel sweeps that run a channel's two passes back to back while it
-// is in L2 (what the dispatcher calls). f64, f16 and bf16 go to the reference; planes shorter than 16
-// elements take loops of their own, a sample at a time (Note [Normalising small planes]). What
-// changes against the reference:
+// is in L2 (what the dispatcher calls); and the same for the kernels that work from a saved xhat
+// (Note [One saved tensor per BN-ReLU6] in kernels/batch_norm_ops.h), whose backward always sweeps
+// (the separate passes measured no faster for it on 8x8 and 4x4 planes). f64, f16 and bf16 go to
+// the reference; planes shorter than 16 elements take loops of their own, a sample at a time
+// (Note [Normalising small planes]). What changes against the reference:
 //   - sums run in 16 f32 lanes per block of a channel, each block's lanes folded into double
 //     (Note [Batch norm statistics in f32 lanes]);
 //   - the per-channel affine is hoisted out of the element loops, which walk one contiguous plane
@@ -131,11 +133,13 @@ Welford block_statistics(const float* x, Block b) {
 }
 
 // sum(dy) and sum(dy * (x - mean)) over a block, dy gated by the fused ReLU6's output when given
-// (batch_norm::incoming_grad). The gating runs first, as a plain loop over a row into `gated`:
-// GCC vectorises that loop with mask registers, where comparisons written on Lanes compile lane by
-// lane for AVX-512F.
+// (batch_norm::incoming_grad), or by the output recomputed from x = xhat when `recompute` is set
+// (batch_norm::incoming_grad_from_xhat, mean 0). The gating runs first, as a plain loop over a row
+// into `gated`: GCC vectorises that loop with mask registers, where comparisons written on Lanes
+// compile lane by lane for AVX-512F.
 __attribute__((target_clones("avx512f", "avx2", "default")))
-void block_grad_sums(const float* grad, const float* x, const float* fused, Block b, float mean, double& sum_dy,
+void block_grad_sums(const float* grad, const float* x, const float* fused,
+                     const batch_norm::ChannelScaleShift<float>* recompute, Block b, float mean, double& sum_dy,
                      double& sum_dy_centered) {
   Lanes dy_sums = {}, centered_sums = {}, dy, v;
   float tail_dy[kLanes] = {}, tail_centered[kLanes] = {};
@@ -145,6 +149,10 @@ void block_grad_sums(const float* grad, const float* x, const float* fused, Bloc
     const float* g = grad + row;
     if (fused) {
       for (std::int64_t s = 0; s < b.length; ++s) gated[s] = batch_norm::incoming_grad<float>(grad, fused, row + s);
+      g = gated;
+    } else if (recompute) {
+      for (std::int64_t s = 0; s < b.length; ++s)
+        gated[s] = batch_norm::incoming_grad_from_xhat<float>(grad, x, *recompute, true, row + s);
       g = gated;
     }
     const float* in = x + row;
@@ -241,12 +249,96 @@ void channel_grad_sums(const float* grad, const float* x, const float* fused, co
   batch_norm::GradSums sums;
   for_each_block(shape, c, [&](Block b) {
     double dy = 0.0, dy_centered = 0.0;
-    block_grad_sums(grad, x, fused, b, mean[c], dy, dy_centered);
+    block_grad_sums(grad, x, fused, nullptr, b, mean[c], dy, dy_centered);
     sums.merge({dy, dy_centered});
   });
   // sum(dy * xhat) = invstd * sum(dy * (x - mean)): one multiplication per channel.
   sum_dy[c] = static_cast<float>(sums.dy);
   sum_dy_xhat[c] = static_cast<float>(sums.dy_xhat * static_cast<double>(invstd[c]));
+}
+
+// ---- The loops from a saved xhat (Note [One saved tensor per BN-ReLU6], kernels/batch_norm_ops.h)
+
+// One plane's xhat, then y from it as stored (f32 stores what it computes).
+inline void normalize_saving_row(const float* in, std::int64_t length, float mean, float invstd,
+                                 const batch_norm::ChannelScaleShift<float>& a, bool relu6, float* xhat, float* y) {
+  for (std::int64_t s = 0; s < length; ++s) xhat[s] = batch_norm::xhat(in[s], mean, invstd);
+  if (relu6)
+    for (std::int64_t s = 0; s < length; ++s) y[s] = batch_norm::output_from_xhat(xhat[s], a, true);
+  else
+    for (std::int64_t s = 0; s < length; ++s) y[s] = batch_norm::output_from_xhat(xhat[s], a, false);
+}
+
+// Planes [begin, end) of the forward that saves xhat.
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void xhat_planes(const float* x, const BatchNormShape& shape, std::int64_t begin, std::int64_t end, const float* mean,
+                 const float* invstd, const float* weight, const float* bias, bool relu6, float* xhat, float* y) {
+  for (std::int64_t plane = begin; plane < end; ++plane) {
+    const std::int64_t c = plane % shape.channels, first = plane * shape.spatial;
+    normalize_saving_row(x + first, shape.spatial, mean[c], invstd[c], batch_norm::channel_scale_shift(weight, bias, c),
+                         relu6, xhat + first, y + first);
+  }
+}
+
+// Channel c's planes of the forward that saves xhat, for the per-channel sweep.
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void xhat_channel(const float* x, const BatchNormShape& shape, std::int64_t c, float mean, float invstd,
+                  const batch_norm::ChannelScaleShift<float>& a, bool relu6, float* xhat, float* y) {
+  for (std::int64_t n = 0; n < shape.batch; ++n) {
+    const std::int64_t first = shape.offset(n, c, 0);
+    normalize_saving_row(x + first, shape.spatial, mean, invstd, a, relu6, xhat + first, y + first);
+  }
+}
+
+// Planes [begin, end) of batch_norm_affine.
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void affine_planes(const float* xhat, const BatchNormShape& shape, std::int64_t begin, std::int64_t end,
+                   const float* weight, const float* bias, bool relu6, float* y) {
+  for (std::int64_t plane = begin; plane < end; ++plane) {
+    const auto a = batch_norm::channel_scale_shift(weight, bias, plane % shape.channels);
+    const float* in = xhat + plane * shape.spatial;
+    float* out = y + plane * shape.spatial;
+    if (relu6)
+      for (std::int64_t s = 0; s < shape.spatial; ++s) out[s] = batch_norm::output_from_xhat(in[s], a, true);
+    else
+      for (std::int64_t s = 0; s < shape.spatial; ++s) out[s] = batch_norm::output_from_xhat(in[s], a, false);
+  }
+}
+
+// One plane's input gradient from xhat, the gradient gated by the recomputed output with relu6.
+inline void xhat_grad_input_row(const float* g, const float* in, std::int64_t length,
+                                const batch_norm::ChannelScaleShift<float>& a, bool relu6,
+                                const batch_norm::ChannelBackward<float>& b, float* out) {
+  if (relu6)
+    for (std::int64_t s = 0; s < length; ++s)
+      out[s] = batch_norm::grad_input_from_xhat(batch_norm::incoming_grad_from_xhat<float>(g, in, a, true, s), in[s], b);
+  else
+    for (std::int64_t s = 0; s < length; ++s) out[s] = batch_norm::grad_input_from_xhat(g[s], in[s], b);
+}
+
+// Channel c's planes of it.
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void xhat_grad_input_channel(const float* grad, const float* xhat, const BatchNormShape& shape, std::int64_t c,
+                             const batch_norm::ChannelScaleShift<float>& a, bool relu6,
+                             const batch_norm::ChannelBackward<float>& b, float* grad_input) {
+  for (std::int64_t n = 0; n < shape.batch; ++n) {
+    const std::int64_t first = shape.offset(n, c, 0);
+    xhat_grad_input_row(grad + first, xhat + first, shape.spatial, a, relu6, b, grad_input + first);
+  }
+}
+
+// Channel c's sum(dy) and sum(dy * xhat): block_grad_sums with x = xhat and mean 0.
+void xhat_channel_grad_sums(const float* grad, const float* xhat, const BatchNormShape& shape, std::int64_t c,
+                            const batch_norm::ChannelScaleShift<float>& a, bool relu6, float* sum_dy,
+                            float* sum_dy_xhat) {
+  batch_norm::GradSums sums;
+  for_each_block(shape, c, [&](Block b) {
+    double dy = 0.0, dy_xhat = 0.0;
+    block_grad_sums(grad, xhat, nullptr, relu6 ? &a : nullptr, b, 0.0f, dy, dy_xhat);
+    sums.merge({dy, dy_xhat});
+  });
+  sum_dy[c] = static_cast<float>(sums.dy);
+  sum_dy_xhat[c] = static_cast<float>(sums.dy_xhat);
 }
 
 // Calls body(begin, end) over all N * C planes in chunks of about kBlockElements elements, in
@@ -436,6 +528,104 @@ void small_plane_grad_input(const float* grad, const float* x, const float* fuse
   });
 }
 
+// The xhat path on small planes (Note [Normalising small planes]): the per-channel values laid out
+// along a sample, a sample per loop; the sums grouped as small_plane_grad_sums's.
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void xhat_sample(const float* x, std::int64_t length, const float* mean, const float* invstd, float* xhat) {
+  for (std::int64_t i = 0; i < length; ++i) xhat[i] = batch_norm::xhat(x[i], mean[i], invstd[i]);
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void affine_sample(const float* xhat, std::int64_t length, const float* weight, const float* bias, bool relu6, float* y) {
+  if (relu6)
+    for (std::int64_t i = 0; i < length; ++i) y[i] = batch_norm::output_from_xhat(xhat[i], {weight[i], bias[i]}, true);
+  else
+    for (std::int64_t i = 0; i < length; ++i) y[i] = batch_norm::output_from_xhat(xhat[i], {weight[i], bias[i]}, false);
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void add_sample_xhat_grad_sums(const float* g, const float* xhat, std::int64_t length, const float* weight,
+                               const float* bias, bool relu6, double* dy_sums, double* xhat_sums) {
+  for (std::int64_t i = 0; i < length; ++i) {
+    const float dy = batch_norm::incoming_grad_from_xhat<float>(g, xhat, {weight[i], bias[i]}, relu6, i);
+    dy_sums[i] += static_cast<double>(dy);
+    xhat_sums[i] += static_cast<double>(dy * xhat[i]);
+  }
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void xhat_grad_input_sample(const float* g, const float* xhat, std::int64_t length, const float* weight,
+                            const float* bias, bool relu6, const float* scale, const float* mean_dy,
+                            const float* mean_dy_xhat, float* out) {
+  for (std::int64_t i = 0; i < length; ++i) {
+    const float dy = batch_norm::incoming_grad_from_xhat<float>(g, xhat, {weight[i], bias[i]}, relu6, i);
+    out[i] = batch_norm::grad_input_from_xhat(dy, xhat[i], {0.0f, 0.0f, scale[i], mean_dy[i], mean_dy_xhat[i]});
+  }
+}
+
+// A sample's weight and bias laid out along it (1 and 0 when not affine).
+struct SampleScaleShift {
+  std::vector<float> weight, bias;
+};
+
+SampleScaleShift sample_scale_shift(const BatchNormShape& shape, const float* weight, const float* bias) {
+  auto a = [&](std::int64_t c) { return batch_norm::channel_scale_shift(weight, bias, c); };
+  return {per_element(shape.channels, shape.spatial, [&](std::int64_t c) { return a(c).weight; }),
+          per_element(shape.channels, shape.spatial, [&](std::int64_t c) { return a(c).bias; })};
+}
+
+void small_plane_xhat(const float* x, const BatchNormShape& shape, const float* mean, const float* invstd,
+                      const float* weight, const float* bias, bool relu6, float* xhat, float* y) {
+  const std::int64_t length = shape.channels * shape.spatial;
+  const SampleScaleShift a = sample_scale_shift(shape, weight, bias);
+  const std::vector<float> means = per_element(shape.channels, shape.spatial, [&](std::int64_t c) { return mean[c]; });
+  const std::vector<float> invstds = per_element(shape.channels, shape.spatial, [&](std::int64_t c) { return invstd[c]; });
+  parallel_for(shape.batch, shape.batch * length, [&](std::int64_t n) {
+    const std::int64_t at = n * length;
+    xhat_sample(x + at, length, means.data(), invstds.data(), xhat + at);
+    affine_sample(xhat + at, length, a.weight.data(), a.bias.data(), relu6, y + at);
+  });
+}
+
+void small_plane_affine(const float* xhat, const BatchNormShape& shape, const float* weight, const float* bias,
+                        bool relu6, float* y) {
+  const std::int64_t length = shape.channels * shape.spatial;
+  const SampleScaleShift a = sample_scale_shift(shape, weight, bias);
+  parallel_for(shape.batch, shape.batch * length, [&](std::int64_t n) {
+    affine_sample(xhat + n * length, length, a.weight.data(), a.bias.data(), relu6, y + n * length);
+  });
+}
+
+void small_plane_xhat_backward(const float* grad, const float* xhat, const BatchNormShape& shape, const float* invstd,
+                               const float* weight, const float* bias, bool relu6, bool training, float* sum_dy,
+                               float* sum_dy_xhat, float* grad_input) {
+  const std::int64_t length = shape.channels * shape.spatial, C = shape.channels, S = shape.spatial;
+  const SampleScaleShift a = sample_scale_shift(shape, weight, bias);
+  if (sum_dy) {
+    std::vector<double> dy(static_cast<std::size_t>(sample_groups(shape) * length)), dy_xhat(dy.size());
+    for_sample_groups(shape, [&](std::int64_t group, std::int64_t first, std::int64_t end) {
+      for (std::int64_t n = first; n < end; ++n)
+        add_sample_xhat_grad_sums(grad + n * length, xhat + n * length, length, a.weight.data(), a.bias.data(), relu6,
+                                  &dy[group * length], &dy_xhat[group * length]);
+    });
+    for (std::int64_t c = 0; c < C; ++c) {
+      sum_dy[c] = static_cast<float>(channel_total(dy, shape, c));
+      sum_dy_xhat[c] = static_cast<float>(channel_total(dy_xhat, shape, c));
+    }
+  }
+  auto b = [&](std::int64_t c) {
+    return batch_norm::channel_backward<float>(nullptr, invstd, weight, sum_dy, sum_dy_xhat, training, shape.per_channel(), c);
+  };
+  const std::vector<float> scales = per_element(C, S, [&](std::int64_t c) { return b(c).scale; });
+  const std::vector<float> mean_dys = per_element(C, S, [&](std::int64_t c) { return b(c).mean_dy; });
+  const std::vector<float> mean_dy_xhats = per_element(C, S, [&](std::int64_t c) { return b(c).mean_dy_xhat; });
+  parallel_for(shape.batch, shape.batch * length, [&](std::int64_t n) {
+    const std::int64_t at = n * length;
+    xhat_grad_input_sample(grad + at, xhat + at, length, a.weight.data(), a.bias.data(), relu6, scales.data(),
+                           mean_dys.data(), mean_dy_xhats.data(), grad_input + at);
+  });
+}
+
 }  // namespace
 
 void batch_norm_statistics(DType dtype, const void* x, const BatchNormShape& shape, double momentum, double eps,
@@ -525,113 +715,63 @@ void batch_norm_backward(DType dtype, const void* grad, const void* x, const voi
   });
 }
 
-// ---- From a saved xhat (Note [One saved tensor per BN-ReLU6], kernels/batch_norm_ops.h)
-// The reference's per-element functions (batch_norm::xhat, output_from_xhat) in contiguous loops,
-// so the same bits as kernels/cpu/batch_norm.cpp (same expressions, no contraction in either): a loop
-// per plane with the channel's coefficients, or on planes under 16 elements a loop per sample over
-// coefficients laid out per element (Note [Normalising small planes]). The backward runs
-// batch_norm_backward above (kernels/batch_norm.cpp, Note [The x-hat backward on the fast loops]).
-
-namespace {
-
-// Coefficients for a run of elements: one channel's (kPerElement false: element 0 serves all) or one
-// per element. The runs below take their pointers __restrict: with two outputs and five inputs GCC
-// would need more overlap checks than it is willing to emit, and left xhat_run unvectorised.
-template <bool kPerElement>
-inline float coefficient(const float* values, std::int64_t i) {
-  return kPerElement ? values[i] : values[0];
-}
-
-template <bool kPerElement, bool kReLU6>
-inline __attribute__((always_inline)) void xhat_run_of(const float* __restrict x, std::int64_t length,
-                                                      const float* __restrict mean, const float* __restrict invstd,
-                                                      const float* __restrict weight, const float* __restrict bias,
-                                                      float* __restrict xhat, float* __restrict y) {
-  for (std::int64_t i = 0; i < length; ++i) {
-    const float saved = batch_norm::xhat(x[i], coefficient<kPerElement>(mean, i), coefficient<kPerElement>(invstd, i));
-    xhat[i] = saved;  // y from xhat as stored: what batch_norm_affine recomputes
-    y[i] = batch_norm::output_from_xhat(
-        saved, {coefficient<kPerElement>(weight, i), coefficient<kPerElement>(bias, i)}, kReLU6);
-  }
-}
-
-__attribute__((target_clones("avx512f", "avx2", "default")))
-void xhat_run(const float* x, std::int64_t length, const float* mean, const float* invstd, const float* weight,
-              const float* bias, bool per_element, bool relu6, float* xhat, float* y) {
-  if (per_element && relu6) return xhat_run_of<true, true>(x, length, mean, invstd, weight, bias, xhat, y);
-  if (per_element) return xhat_run_of<true, false>(x, length, mean, invstd, weight, bias, xhat, y);
-  if (relu6) return xhat_run_of<false, true>(x, length, mean, invstd, weight, bias, xhat, y);
-  xhat_run_of<false, false>(x, length, mean, invstd, weight, bias, xhat, y);
-}
-
-template <bool kPerElement, bool kReLU6>
-inline __attribute__((always_inline)) void affine_run_of(const float* __restrict xhat, std::int64_t length,
-                                                        const float* __restrict weight, const float* __restrict bias,
-                                                        float* __restrict y) {
-  for (std::int64_t i = 0; i < length; ++i)
-    y[i] = batch_norm::output_from_xhat(xhat[i], {coefficient<kPerElement>(weight, i), coefficient<kPerElement>(bias, i)},
-                                        kReLU6);
-}
-
-__attribute__((target_clones("avx512f", "avx2", "default")))
-void affine_run(const float* xhat, std::int64_t length, const float* weight, const float* bias, bool per_element,
-                bool relu6, float* y) {
-  if (per_element && relu6) return affine_run_of<true, true>(xhat, length, weight, bias, y);
-  if (per_element) return affine_run_of<true, false>(xhat, length, weight, bias, y);
-  if (relu6) return affine_run_of<false, true>(xhat, length, weight, bias, y);
-  affine_run_of<false, false>(xhat, length, weight, bias, y);
-}
-
-// A channel's mean, invstd, weight and bias (1, 0 when not affine), [C] each; or laid out per element
-// along one sample's C * S elements.
-struct XhatCoefficients {
-  std::vector<float> mean, invstd, weight, bias;
-};
-
-XhatCoefficients xhat_coefficients(const BatchNormShape& shape, std::int64_t spatial, const void* mean,
-                                   const void* invstd, const void* weight, const void* bias) {
-  const auto of = [&](const void* values, float absent) {
-    return per_element(shape.channels, spatial, [&](std::int64_t c) { return values ? as_f32(values)[c] : absent; });
-  };
-  return {of(mean, 0.0f), of(invstd, 1.0f), of(weight, 1.0f), of(bias, 0.0f)};
-}
-
-// body(offset, length, coefficients at the run's first element, per_element) for each run: each plane,
-// or on planes under 16 elements each sample. Split by the shapes only.
-template <typename Body>
-void for_xhat_runs(const BatchNormShape& shape, Body&& body) {
-  if (shape.spatial < kLanes) {
-    const std::int64_t length = shape.channels * shape.spatial;
-    return parallel_for(shape.batch, shape.batch * length, [&](std::int64_t n) { body(n * length, length, 0, true); });
-  }
-  for_plane_chunks(shape, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t plane = begin; plane < end; ++plane)
-      body(plane * shape.spatial, shape.spatial, plane % shape.channels, false);
-  });
-}
-
-std::int64_t coefficient_spatial(const BatchNormShape& shape) { return shape.spatial < kLanes ? shape.spatial : 1; }
-
-}  // namespace
-
 void batch_norm_normalize_saving(DType dtype, const void* x, const BatchNormShape& shape, const void* mean,
                                  const void* invstd, const void* weight, const void* bias, bool relu6, void* xhat,
                                  void* y) {
   if (dtype != DType::f32)
     return cpu::batch_norm_normalize_saving(dtype, x, shape, mean, invstd, weight, bias, relu6, xhat, y);
-  const XhatCoefficients k = xhat_coefficients(shape, coefficient_spatial(shape), mean, invstd, weight, bias);
-  for_xhat_runs(shape, [&](std::int64_t offset, std::int64_t length, std::int64_t first, bool per_element) {
-    xhat_run(as_f32(x) + offset, length, &k.mean[first], &k.invstd[first], &k.weight[first], &k.bias[first], per_element,
-             relu6, as_f32(xhat) + offset, as_f32(y) + offset);
+  if (shape.spatial < kLanes)
+    return small_plane_xhat(as_f32(x), shape, as_f32(mean), as_f32(invstd), as_f32(weight), as_f32(bias), relu6,
+                            as_f32(xhat), as_f32(y));
+  for_plane_chunks(shape, [&](std::int64_t begin, std::int64_t end) {
+    xhat_planes(as_f32(x), shape, begin, end, as_f32(mean), as_f32(invstd), as_f32(weight), as_f32(bias), relu6,
+                as_f32(xhat), as_f32(y));
+  });
+}
+
+void batch_norm_train_forward_saving(DType dtype, const void* x, const BatchNormShape& shape, double momentum,
+                                     double eps, const void* weight, const void* bias, bool relu6, void* save_mean,
+                                     void* save_invstd, void* running_mean, void* running_var, void* xhat, void* y) {
+  if (dtype != DType::f32 || shape.spatial < kSweepMinPlane) {
+    batch_norm_statistics(dtype, x, shape, momentum, eps, save_mean, save_invstd, running_mean, running_var);
+    return batch_norm_normalize_saving(dtype, x, shape, save_mean, save_invstd, weight, bias, relu6, xhat, y);
+  }
+  parallel_for(shape.channels, 3 * shape.channels * shape.per_channel(), [&](std::int64_t c) {
+    batch_norm::finish_statistics(channel_statistics(as_f32(x), shape, c), c, momentum, eps, as_f32(save_mean),
+                                  as_f32(save_invstd), as_f32(running_mean), as_f32(running_var));
+    xhat_channel(as_f32(x), shape, c, as_f32(save_mean)[c], as_f32(save_invstd)[c],
+                 batch_norm::channel_scale_shift(as_f32(weight), as_f32(bias), c), relu6, as_f32(xhat), as_f32(y));
   });
 }
 
 void batch_norm_affine(DType dtype, const void* xhat, const BatchNormShape& shape, const void* weight, const void* bias,
                        bool relu6, void* y) {
   if (dtype != DType::f32) return cpu::batch_norm_affine(dtype, xhat, shape, weight, bias, relu6, y);
-  const XhatCoefficients k = xhat_coefficients(shape, coefficient_spatial(shape), nullptr, nullptr, weight, bias);
-  for_xhat_runs(shape, [&](std::int64_t offset, std::int64_t length, std::int64_t first, bool per_element) {
-    affine_run(as_f32(xhat) + offset, length, &k.weight[first], &k.bias[first], per_element, relu6, as_f32(y) + offset);
+  if (shape.spatial < kLanes)
+    return small_plane_affine(as_f32(xhat), shape, as_f32(weight), as_f32(bias), relu6, as_f32(y));
+  for_plane_chunks(shape, [&](std::int64_t begin, std::int64_t end) {
+    affine_planes(as_f32(xhat), shape, begin, end, as_f32(weight), as_f32(bias), relu6, as_f32(y));
+  });
+}
+
+void batch_norm_backward_from_xhat(DType dtype, const void* grad, const void* xhat, const BatchNormShape& shape,
+                                   const void* invstd, const void* weight, const void* bias, bool relu6, bool training,
+                                   void* sum_dy, void* sum_dy_xhat, void* grad_input) {
+  if (dtype != DType::f32) {
+    if (sum_dy)
+      cpu::batch_norm_backward_sums_from_xhat(dtype, grad, xhat, shape, weight, bias, relu6, sum_dy, sum_dy_xhat);
+    return cpu::batch_norm_backward_input_from_xhat(dtype, grad, xhat, shape, invstd, weight, bias, relu6, sum_dy,
+                                                    sum_dy_xhat, training, grad_input);
+  }
+  if (shape.spatial < kLanes)
+    return small_plane_xhat_backward(as_f32(grad), as_f32(xhat), shape, as_f32(invstd), as_f32(weight), as_f32(bias),
+                                     relu6, training, as_f32(sum_dy), as_f32(sum_dy_xhat), as_f32(grad_input));
+  parallel_for(shape.channels, 2 * shape.channels * shape.per_channel(), [&](std::int64_t c) {
+    const auto a = batch_norm::channel_scale_shift(as_f32(weight), as_f32(bias), c);
+    if (sum_dy) xhat_channel_grad_sums(as_f32(grad), as_f32(xhat), shape, c, a, relu6, as_f32(sum_dy), as_f32(sum_dy_xhat));
+    const auto b = batch_norm::channel_backward<float>(nullptr, as_f32(invstd), as_f32(weight), as_f32(sum_dy),
+                                                       as_f32(sum_dy_xhat), training, shape.per_channel(), c);
+    xhat_grad_input_channel(as_f32(grad), as_f32(xhat), shape, c, a, relu6, b, as_f32(grad_input));
   });
 }
 

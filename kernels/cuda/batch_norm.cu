@@ -96,7 +96,7 @@ __global__ void backward_input_kernel(const T* grad, const T* x, const T* fused_
 }
 
 // The kernels from a saved xhat, laid out as the ones above; every y comes from
-// batch_norm::output_from_xhat in this one file (Note [One saved tensor per BN-ReLU6]).
+// batch_norm::output_from_xhat (Note [One saved tensor per BN-ReLU6]).
 template <typename T, typename C>
 __global__ void normalize_saving_kernel(const T* x, BatchNormShape shape, const C* mean, const C* invstd,
                                         const C* weight, const C* bias, bool relu6, T* xhat, T* y) {

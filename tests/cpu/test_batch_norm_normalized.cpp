@@ -2,13 +2,16 @@
 // kernels/batch_norm_ops.h), checked against the batch norm that saves x: the backward from xhat
 // against batch_norm_backward (f64 to 1e-10, f32 to its rounding), batch_norm_affine against the
 // forward's output (to the bit), the forward's output and running statistics against
-// batch_norm_train's, the meta device's shapes, and the errors.
+// batch_norm_train's, the f32 fast loops against the reference and across thread counts, the meta
+// device's shapes, and the errors.
 #include <doctest/doctest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "core/allocator_registry.h"
 #include "core/caching_allocator.h"
@@ -24,14 +27,16 @@ constexpr double kEps = 1e-5, kMomentum = 0.1;
 const std::array<Shape, 3> kShapes{Shape{6, 3}, Shape{2, 3, 4, 5}, Shape{5, 3, 1, 1}};
 
 // Operands whose outputs reach both sides of ReLU6's [0, 6] (x in [-2, 4], bias in [-1, 3]), with
-// weights of both signs away from 0.
+// weights away from 0, negative in odd channels.
 struct Operands {
   Tensor x, grad, weight, bias, running_mean, running_var;
 };
 
 Operands operands(const Shape& shape, DType dtype) {
   const Shape channel{shape[1]};
-  const Tensor sign = from_vector(std::vector<double>{1.0, -1.0, 1.0}, {3}).to(dtype);
+  std::vector<double> signs(static_cast<std::size_t>(shape[1]));
+  for (std::size_t c = 0; c < signs.size(); ++c) signs[c] = c % 2 == 0 ? 1.0 : -1.0;
+  const Tensor sign = from_vector(signs, channel).to(dtype);
   return {uniform(shape, -2.0, 4.0, {.dtype = dtype}), uniform(shape, -1.0, 1.0, {.dtype = dtype}),
           mul(uniform(channel, 0.5, 2.5, {.dtype = dtype}), sign), uniform(channel, -1.0, 3.0, {.dtype = dtype}),
           uniform(channel, -1.0, 1.0, {.dtype = dtype}), uniform(channel, 0.5, 2.0, {.dtype = dtype})};
@@ -158,6 +163,56 @@ TEST_CASE("batch norm from xhat: the forward equals batch_norm_train's to f32 ro
         REQUIRE(std::abs(got[i] - expected[i]) <= 8 * u * (std::abs(w[c] * xhat[i]) + std::abs(b[c])));
       }
     }
+}
+
+namespace {
+// Every output of the xhat path for one f32 configuration: forward, affine, backward. The forward
+// in eval mode, so that the fast loops and the reference normalise with the same statistics (the
+// batch's they sum in different orders); the backward in training mode, with the sums.
+std::vector<Tensor> xhat_path(const Operands& o, bool relu6) {
+  const auto out = batch_norm_eval_normalized(o.x, o.weight, o.bias, o.running_mean, o.running_var, kEps, relu6);
+  const BatchNormGrads g =
+      batch_norm_backward_normalized(o.grad, out.normalized, o.weight, o.bias, out.save_invstd, true, relu6);
+  return {out.normalized, out.output, batch_norm_affine(out.normalized, o.weight, o.bias, relu6), g.input, g.weight,
+          g.bias};
+}
+
+// f32 shapes for each of the fast loops' cases: planes under 16 elements, 1x1, the per-plane loops,
+// and planes longer than a 4096-element block.
+const std::array<Shape, 4> kFastShapes{Shape{6, 3}, Shape{5, 3, 1, 1}, Shape{2, 3, 4, 5}, Shape{2, 2, 70, 70}};
+}  // namespace
+
+TEST_CASE("batch norm from xhat: the f32 fast loops give the reference's bits, the sums to f32 rounding") {
+  for (const Shape& shape : kFastShapes)
+    for (bool relu6 : {false, true}) {
+      CAPTURE(shape_str(shape));
+      CAPTURE(relu6);
+      const Operands o = operands(shape, DType::f32);
+      const std::vector<Tensor> fast = xhat_path(o, relu6);
+      set_batch_norm_cpu_reference(true);
+      const std::vector<Tensor> reference = xhat_path(o, relu6);
+      set_batch_norm_cpu_reference(false);
+      for (std::size_t i = 0; i < 3; ++i) CHECK(same_bits(fast[i], reference[i]));  // xhat, y, affine: elementwise
+      // The fast loops sum in f32 lanes folded into double, the reference in double: each sum may
+      // differ by an f32 rounding of its partial sums, and the input gradient through them.
+      for (std::size_t i = 3; i < fast.size(); ++i) CHECK(relative_error(fast[i], reference[i]) <= 1e-5);
+    }
+}
+
+TEST_CASE("batch norm from xhat: the same bits on 1, 2 and 3 threads") {
+  const int saved = omp_get_max_threads();
+  for (const Shape& shape : kFastShapes) {
+    CAPTURE(shape_str(shape));
+    const Operands o = operands(shape, DType::f32);
+    omp_set_num_threads(1);
+    const std::vector<Tensor> one = xhat_path(o, true);
+    for (int threads : {2, 3}) {
+      omp_set_num_threads(threads);
+      const std::vector<Tensor> many = xhat_path(o, true);
+      for (std::size_t i = 0; i < one.size(); ++i) CHECK(same_bits(many[i], one[i]));
+    }
+  }
+  omp_set_num_threads(saved);
 }
 
 TEST_CASE("batch norm from xhat on the meta device: shapes and allocations, no work") {

@@ -2,8 +2,12 @@
 // the training forward (output, saved statistics, running statistics: cuDNN's running variance must
 // be the unbiased one, like frugal's), the eval forward, the backward in both modes, with and without
 // affine parameters and the fused ReLU6, every floating dtype (f16/bf16 with f32 parameters), on a
-// strided odd 4-D input and an [N, C] one; and the device check.
+// strided odd 4-D input and an [N, C] one; the kernels from a saved xhat (batch_norm_affine giving
+// the forward's output to the bit on the GPU, and y from the same xhat the same bits as the CPU's);
+// and the device check.
 #include <doctest/doctest.h>
+
+#include <cstring>
 
 #include "core/random.h"
 #include "kernels/batch_norm.h"
@@ -80,6 +84,47 @@ TEST_CASE("batch norm on the GPU matches the CPU, both implementations") {
     }
   }
   set_batch_norm_impl(previous);
+}
+
+namespace {
+// The same values bit for bit, wherever each tensor is.
+bool same_bits(const Tensor& a, const Tensor& b) {
+  const Tensor ca = a.to(Device::cpu()).contiguous(), cb = b.to(Device::cpu()).contiguous();
+  return ca.dtype() == cb.dtype() && ca.shape() == cb.shape() &&
+         std::memcmp(ca.data_ptr(), cb.data_ptr(), ca.nbytes()) == 0;
+}
+}  // namespace
+
+TEST_CASE("batch norm from a saved xhat on the GPU: the forward's bits again, and the CPU's results") {
+  for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
+    CAPTURE(dtype);
+    const DType params = dtype == DType::f64 ? DType::f64 : DType::f32;
+    const Tolerance data = accumulation_tolerance(dtype), per_channel = accumulation_tolerance(params);
+    const Tensor x = uniform({5, 7, 9, 11}, -2.0, 4.0, {.dtype = dtype}), grad = uniform(x.shape(), -1.0, 1.0, {.dtype = dtype});
+    const Tensor w = uniform({7}, 0.5, 2.0, {.dtype = params}), b = uniform({7}, -1.0, 3.0, {.dtype = params});
+    const Tensor running_mean = zeros({7}, {.dtype = params}), running_var = ones({7}, {.dtype = params});
+    for (bool relu6 : {false, true}) {
+      CAPTURE(relu6);
+      const Tensor cpu_mean = running_mean.clone(), gpu_mean = gpu(running_mean), gpu_var = gpu(running_var);
+      const auto cpu = batch_norm_train_normalized(x, w, b, cpu_mean, running_var.clone(), kMomentum, kEps, relu6);
+      const auto out = batch_norm_train_normalized(gpu(x), gpu(w), gpu(b), gpu_mean, gpu_var, kMomentum, kEps, relu6);
+      CHECK(same_bits(batch_norm_affine(out.normalized, gpu(w), gpu(b), relu6), out.output));
+      CHECK(same_bits(batch_norm_affine(gpu(cpu.normalized), gpu(w), gpu(b), relu6), cpu.output));
+      check_close(out.normalized, cpu.normalized, data, "xhat");
+      check_close(out.save_invstd, cpu.save_invstd, per_channel, "save_invstd");
+      check_close(gpu_mean, cpu_mean, per_channel, "running_mean");
+      for (bool training : {true, false}) {  // both sides from the CPU's xhat, so only the backward is compared
+        CAPTURE(training);
+        const BatchNormGrads expected = batch_norm_backward_normalized(grad, cpu.normalized, w, b, cpu.save_invstd,
+                                                                       training, relu6);
+        const BatchNormGrads got = batch_norm_backward_normalized(gpu(grad), gpu(cpu.normalized), gpu(w), gpu(b),
+                                                                  gpu(cpu.save_invstd), training, relu6);
+        check_close(got.input, expected.input, data, "grad input from xhat");
+        check_close(got.weight, expected.weight, per_channel, "grad weight from xhat");
+        check_close(got.bias, expected.bias, per_channel, "grad bias from xhat");
+      }
+    }
+  }
 }
 
 TEST_CASE("batch norm on the GPU: operands on another device are a DeviceError") {
