@@ -60,7 +60,7 @@ int report_out_of_memory(const OutOfMemoryError& e, const train::TrainOptions& o
   if (const auto* explained = dynamic_cast<const train::TrainingOutOfMemoryError*>(&e))
     std::cerr << train::describe(explained->explanation());
   std::cerr << "Smaller batches (--batch-size, with --accum to keep the effective batch), --checkpoint-blocks, "
-               "--checkpoint-activations or --amp bf16 need less. "
+               "--checkpoint-activations, --bn-from-output, --compress-activations or --amp bf16 need less. "
             << (o.save.empty() ? "" : "The last checkpoint, " + o.save + ", is intact.") << "\n";
   return kExitOutOfMemory;
 }

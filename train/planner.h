@@ -90,8 +90,9 @@ struct BudgetOption {
 // BatchNorm from its output, and that with bit masks and bf16 compression; each planned. Sorted:
 // those that fit first, cheapest first (no change; then more micro-batches, which cost speed only;
 // then recomputing, the fewer blocks the cheaper: all of them costs about one more forward, and
-// BatchNorm from its output costs as little as recomputing kRebuildCost of the blocks; then bf16
-// autocast or compression, which change the numbers), those that do not by how far over they are.
+// BatchNorm from its output is priced as recomputing a third of the blocks (kRebuildCost in
+// planner.cpp); then bf16 autocast or compression, which change the numbers), those that do not by
+// how far over they are.
 std::vector<BudgetOption> fit_budget(const TrainOptions& options, std::int64_t budget_bytes, const PlanShape& shape = {});
 
 // The smallest k for which checkpointing blocks 1..k (and no others) fits `limit_bytes`, fitting
