@@ -147,14 +147,14 @@ PY
     # Every way of saving for both stems, a speed and a saved-bytes row each; fewer bytes than standard.
     expect_exit 0 "$frugal" bench saving --json --quick --device cpu
     check_bench_report saving <<PY
-ways = {"standard", "bn_from_output", "bn_from_output_bf16", "bn_from_output_int8"}
+ways = {"standard", "bn_from_output", "bn_from_output_bf16", "bn_from_output_bf16_bit_masks", "bn_from_output_int8_bit_masks"}
 for suffix in ("", "_cifar"):
     speed, saved = cases["mobilenet_v2" + suffix + "_b64"], cases["activation_bytes_per_sample" + suffix]
     assert set(speed) == ways and set(saved) == ways, (speed, saved)
     assert all(r["unit"] == "img/s" and r["higher_is_better"] for r in speed.values()), speed
     assert all(r["unit"] == "MiB/sample" and not r["higher_is_better"] for r in saved.values()), saved
     assert saved["bn_from_output"]["value"] <= 0.6 * saved["standard"]["value"], saved
-    assert saved["bn_from_output_bf16"]["value"] <= 0.35 * saved["standard"]["value"], saved
+    assert saved["bn_from_output_bf16_bit_masks"]["value"] <= 0.35 * saved["standard"]["value"], saved
 assert len(cases) == 4, sorted(cases)
 PY
     ;;
