@@ -230,7 +230,7 @@ TEST_CASE("below the minimum: BatchNorm from its output gives the standard step 
   }
 }
 
-TEST_CASE("below the minimum: bit masks give the very same step; a mask alone no longer holds an output") {
+TEST_CASE("below the minimum: bit masks give the very same step, and a mask alone no longer holds an output") {
   const Case cases[] = {
       {"mobilenet_v2", {.width_mult = 0.35}, {4, 1, 32, 32}, 1.0, false},
       {"resnet18", {}, {2, 1, 32, 32}, 1.0, false},
