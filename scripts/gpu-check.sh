@@ -69,6 +69,7 @@ fashion="$root/.gpu-deps/usr/share/datasets/fashion-mnist"
 [ -d "$fashion" ] || fashion=/usr/share/datasets/fashion-mnist
 record train_gpu build-gpu/bin/frugal train --device cuda:0 --data "$fashion" --json "$out/train_gpu.json"
 record bench_train_gpu build-gpu/bin/frugal bench train --json --device cuda:0
+record bench_saving_gpu build-gpu/bin/frugal bench saving --json --device cuda:0  # x-hat's and the codecs' CUDA kernels
 record training_sample build-gpu/bin/07_training
 if [ "${FRUGAL_LONG_RUN:-0}" = 1 ]; then
   record train_long build-gpu/bin/frugal train --device cuda:0 --data "$fashion" --epochs 15 --cifar-stem --augment \
