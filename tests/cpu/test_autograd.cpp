@@ -277,7 +277,7 @@ TEST_CASE("saving less: an output changed in place before it is saved is kept as
   for (std::size_t i = 0; i < standard.size(); ++i) CHECK(rebuilt[i] == doctest::Approx(standard[i]).epsilon(1e-12));
 }
 
-TEST_CASE("saving less: a feature map two nodes save is compressed once, and the loss's logits are not compressed") {
+TEST_CASE("saving less: a feature map two nodes save is compressed once, and an op that saves its own output compresses it") {
   const Tensor x = leaf({4, 8, 16, 16});
   const Tensor h = F::mul(x, 2.0);  // made by an op: a feature map the graph may compress
   const nn::ActivationSavingGuard saving({.compress = nn::SavedCompression::bf16});
