@@ -185,13 +185,6 @@ constexpr double kReLU6Top = 6.0;                                      // ReLU6'
 // pooling layer keeps nothing of it), and the gradient is the same (the rule is strict at both edges).
 bool masks_as_bits() { return nn::activation_saving().bit_masks; }
 
-// An in-place op on x (in_place below, masked_by_bits_in_place): refused on a leaf that requires grad.
-void check_in_place(const char* name, const Tensor& x) {
-  FRUGAL_CHECK_VALUE(!(autograd::requires_grad(x) && autograd::is_leaf(x) && autograd::grad_mode_enabled()), name,
-                     ": a leaf that requires grad cannot be modified in place (its gradient would be wrong)");
-}
-
-
 template <typename Forward>
 Tensor masked_by_bits(const char* name, const Tensor& x, Forward forward, double top) {
   Recorder op(name, {x});
@@ -200,15 +193,6 @@ Tensor masked_by_bits(const char* name, const Tensor& x, Forward forward, double
   return op.finish(y, {bits}, [](const Grads& g, const Saved& s) { return Grads{apply_packed_mask(g[0], s[0])}; });
 }
 
-template <typename Apply>
-Tensor& masked_by_bits_in_place(const char* name, Tensor& x, Apply apply, double top) {
-  check_in_place(name, x);
-  Recorder op(name, {x});
-  apply(x);
-  const Tensor bits = op.recording() ? pack_mask_between(x, 0.0, top) : Tensor();
-  op.finish(x, {bits}, [](const Grads& g, const Saved& s) { return Grads{apply_packed_mask(g[0], s[0])}; });
-  return x;
-}
 
 }  // namespace
 
@@ -237,26 +221,31 @@ Tensor tanh(const Tensor& x) {
 namespace {
 // An in-place activation: x's values are replaced, and x's history continues through a new node
 // whose input is x's previous history. Its output is x itself, saved at its new version.
+// With bit masks it saves the mask 0 < x < `mask_top` as bits instead (masks_as_bits above).
 template <typename Apply, typename Backward>
-Tensor& in_place(const char* name, Tensor& x, Apply apply, Backward backward) {
-  check_in_place(name, x);
+Tensor& in_place(const char* name, Tensor& x, Apply apply, Backward backward, double mask_top) {
+  FRUGAL_CHECK_VALUE(!(autograd::requires_grad(x) && autograd::is_leaf(x) && autograd::grad_mode_enabled()), name,
+                     ": a leaf that requires grad cannot be modified in place (its gradient would be wrong)");
   Recorder op(name, {x});
   apply(x);
+  if (masks_as_bits()) {
+    const Tensor bits = op.recording() ? pack_mask_between(x, 0.0, mask_top) : Tensor();
+    op.finish(x, {bits}, [](const Grads& g, const Saved& s) { return Grads{apply_packed_mask(g[0], s[0])}; });
+    return x;
+  }
   op.finish(x, {x}, [backward](const Grads& g, const Saved& s) { return Grads{backward(g[0], s[0])}; });
   return x;
 }
 }  // namespace
 
 Tensor& relu_(Tensor& x) {
-  if (masks_as_bits()) return masked_by_bits_in_place("relu_", x, [](Tensor& t) { frugal::relu_(t); }, kReLUTop);
   return in_place("relu_", x, [](Tensor& t) { frugal::relu_(t); },
-                  [](const Tensor& g, const Tensor& y) { return frugal::relu_backward(g, y); });
+                  [](const Tensor& g, const Tensor& y) { return frugal::relu_backward(g, y); }, kReLUTop);
 }
 
 Tensor& relu6_(Tensor& x) {
-  if (masks_as_bits()) return masked_by_bits_in_place("relu6_", x, [](Tensor& t) { frugal::relu6_(t); }, kReLU6Top);
   return in_place("relu6_", x, [](Tensor& t) { frugal::relu6_(t); },
-                  [](const Tensor& g, const Tensor& y) { return frugal::relu6_backward(g, y); });
+                  [](const Tensor& g, const Tensor& y) { return frugal::relu6_backward(g, y); }, kReLU6Top);
 }
 
 // ---- reductions

@@ -296,7 +296,7 @@ std::vector<nn::ActivationSaving> saving_candidates(const TrainOptions& o) {
   for (const nn::ActivationSaving& s :
        {nn::ActivationSaving{.bn_from_output = true, .bit_masks = o.saving.bit_masks, .compress = o.saving.compress},
         nn::ActivationSaving{.bn_from_output = true, .bit_masks = true, .compress = nn::SavedCompression::bf16}})
-    if (s.str() != candidates.front().str() && (candidates.size() < 2 || s.str() != candidates.back().str()))
+    if (std::none_of(candidates.begin(), candidates.end(), [&s](const auto& c) { return c.str() == s.str(); }))
       candidates.push_back(s);
   return candidates;
 }
