@@ -3,7 +3,10 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
+
+#include "core/error.h"
 
 #if FRUGAL_WITH_OPENBLAS
 #include <cblas.h>
@@ -18,6 +21,17 @@ std::string blas_core() {
 #else
   return "";
 #endif
+}
+
+namespace {
+std::atomic<int> g_blas_threads{0};  // read by kernels/cpu/gemm.cpp at every call
+}
+
+int blas_threads() { return g_blas_threads.load(std::memory_order_relaxed); }
+
+void set_blas_threads(int threads) {
+  FRUGAL_CHECK_VALUE(threads >= 0, "set_blas_threads: ", threads, " threads (0 for OpenMP's count, or at least 1)");
+  g_blas_threads.store(threads, std::memory_order_relaxed);
 }
 
 std::optional<std::string> better_blas_core() {

@@ -16,6 +16,16 @@
 // the small CNN took 103 s against 3.2 s with OMP_WAIT_POLICY=passive on a busy 2-core machine.
 // Passive waiting costs a futex wake-up per parallel region instead (microseconds).
 //
+// Note [OpenBLAS threads and bits]
+// OpenBLAS threads a large GEMM itself when frugal calls it outside a parallel region of its own.
+// With its SkylakeX and Sandybridge kernels a product has the same bits on any number of threads;
+// with its AVX2 kernels (Haswell, Zen) it does not (measured with Debian's 0.3.21 on an AMD EPYC:
+// 6 of 7 shapes of MobileNetV2's layers differed between 1 and 2 threads). frugal's own kernels split
+// their work by shape alone, so on such a CPU a training step depends on the thread count only
+// through OpenBLAS, and set_blas_threads(1) makes it the same bits on any thread count, with GEMMs
+// on one core. (openblas_set_num_threads cannot: Debian's OpenMP build of OpenBLAS takes OpenMP's
+// thread count at every call, so frugal's GEMM lowers that count around the call instead.)
+//
 // Not here: the GEMM calls (kernels/cpu/gemm.cpp), the parallel loops (core/cpu/parallel.h).
 #pragma once
 
@@ -31,6 +41,12 @@ std::string blas_core();
 // The core OpenBLAS should run on this CPU when it fell back to "Prescott" although the CPU has
 // AVX-512 ("SkylakeX") or AVX2 with FMA ("Haswell"); nullopt when its own choice stands.
 std::optional<std::string> better_blas_core();
+
+// At most how many threads OpenBLAS may take for one GEMM frugal calls outside its own parallel
+// regions: 0 (the default) for OpenMP's thread count, as OpenBLAS chooses itself. For every thread
+// of the process; ValueError below 0.
+int blas_threads();
+void set_blas_threads(int threads);
 
 // First thing in main: sets OMP_WAIT_POLICY=passive and OPENBLAS_CORETYPE=better_blas_core() where
 // they are unset (and a better core exists), and if it set either, executes this program again

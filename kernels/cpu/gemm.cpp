@@ -15,6 +15,9 @@
 
 #if FRUGAL_WITH_OPENBLAS
 #include <cblas.h>
+#include <omp.h>
+
+#include "kernels/cpu_runtime.h"
 #endif
 
 namespace frugal::cpu {
@@ -108,9 +111,28 @@ void blocked(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::in
 }
 
 #if FRUGAL_WITH_OPENBLAS
+// OpenBLAS takes as many threads as OpenMP's count says at the call (Debian's OpenMP build), so a
+// cap from set_blas_threads (Note [OpenBLAS threads and bits], kernels/cpu_runtime.h) lowers that
+// count around the call, on this thread only.
+class BlasThreadCap {
+ public:
+  BlasThreadCap() : cap_(blas_threads()), saved_(omp_get_max_threads()) {
+    if (cap_ > 0 && cap_ < saved_) omp_set_num_threads(cap_);
+  }
+  ~BlasThreadCap() {
+    if (cap_ > 0 && cap_ < saved_) omp_set_num_threads(saved_);
+  }
+  BlasThreadCap(const BlasThreadCap&) = delete;
+  BlasThreadCap& operator=(const BlasThreadCap&) = delete;
+
+ private:
+  int cap_, saved_;
+};
+
 template <typename T>
 void openblas(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, double alpha, const T* a,
               const T* b, double beta, T* c) {
+  const BlasThreadCap cap;
   const auto ta = trans_a ? CblasTrans : CblasNoTrans, tb = trans_b ? CblasTrans : CblasNoTrans;
   const auto lda = static_cast<blasint>(trans_a ? m : k), ldb = static_cast<blasint>(trans_b ? k : n);
   const auto M = static_cast<blasint>(m), N = static_cast<blasint>(n), K = static_cast<blasint>(k);

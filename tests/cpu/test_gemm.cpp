@@ -3,8 +3,11 @@
 // shape errors. The hand-written CUDA kernels are compared in tests/cpu/test_kernels_emulated.cpp.
 #include <doctest/doctest.h>
 
+#include <omp.h>
+
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "core/random.h"
 #include "kernels/cpu_runtime.h"
@@ -122,4 +125,22 @@ TEST_CASE("the CPU runtime: OpenBLAS runs the kernels for this CPU, OpenMP's wai
   if (chosen != nullptr && (std::string(chosen) == "SkylakeX" || std::string(chosen) == "Haswell"))
     CHECK(frugal::blas_core() == chosen);  // the re-executed process loaded the core asked for
   if (chosen == nullptr) CHECK_FALSE(frugal::better_blas_core().has_value());
+}
+
+// Note [OpenBLAS threads and bits] (kernels/cpu_runtime.h): with its AVX2 kernels OpenBLAS's threaded
+// product differs from its one-thread product; a cap of one thread makes the bits independent of
+// OpenMP's thread count (whatever the CPU: where OpenBLAS is exact anyway, this holds trivially).
+TEST_CASE("the CPU runtime: a cap of one BLAS thread gives a product the same bits on 1 and 2 threads") {
+  const int saved_threads = omp_get_max_threads();
+  CHECK(frugal::blas_threads() == 0);  // the default: OpenMP's count
+  frugal::set_blas_threads(1);
+  const Tensor a = uniform({144, 24}, -1.0, 1.0), b = uniform({24, 4096}, -1.0, 1.0);
+  omp_set_num_threads(1);
+  const std::vector<float> one = matmul(a, b).to_vector<float>();
+  omp_set_num_threads(2);
+  const std::vector<float> two = matmul(a, b).to_vector<float>();
+  omp_set_num_threads(saved_threads);
+  frugal::set_blas_threads(0);
+  CHECK(one == two);
+  CHECK_THROWS_WITH_AS(frugal::set_blas_threads(-1), doctest::Contains("set_blas_threads: -1 threads"), ValueError);
 }
