@@ -43,6 +43,9 @@ FRUGAL_HOST_DEVICE inline float float_at_or_above(double d) { return -float_at_o
 
 FRUGAL_HOST_DEVICE constexpr std::int64_t packed_mask_bytes(std::int64_t numel) { return (numel + 7) / 8; }
 
+// ReLU6's top: its gradient passes where 0 < y < 6, the mask every ReLU6 keeps as bits.
+constexpr double kReLU6Top = 6.0;
+
 FRUGAL_HOST_DEVICE inline bool mask_bit(const std::uint8_t* mask, std::int64_t i) {
   return ((mask[i / 8] >> (i % 8)) & 1u) != 0;
 }

@@ -5,6 +5,8 @@
 
 #include "kernels/batch_norm_backends.h"
 #include "core/dispatch.h"
+#include "kernels/activation_codec.h"
+#include "kernels/activation_codec_ops.h"  // packed_mask_bytes, kReLU6Top
 #include "kernels/elementwise.h"
 
 namespace frugal {
@@ -319,29 +321,72 @@ void normalize_saving(const Forward& f, const Tensor& mean, const Tensor& invstd
   }
 }
 
-BatchNormNormalizedOutput normalized_output(const Forward& f, Tensor save_mean, Tensor save_invstd) {
-  return {f.output, empty(f.x.shape(), {.dtype = f.x.dtype(), .device = f.x.device()}), std::move(save_mean),
-          std::move(save_invstd)};
+const float* f32_ptr(const Tensor& t) { return static_cast<const float*>(ptr(t)); }
+float* f32_out(const Tensor& t) { return static_cast<float*>(ptr(t)); }
+
+// Whether xhat (in bf16, with the mask as bits when `mask`) is kept compact by the forward's own pass
+// and read so by the backward's: the CPU's fast loops for these shapes (Note [Compact xhat in the same
+// pass]), and on the meta device whatever the CPU would do, so that the planner sees its bytes.
+bool compact_in_one_pass(const Tensor& t, const BatchNormShape& shape, bool mask) {
+  const DeviceType device = t.device().type();
+  return (device == DeviceType::CPU || device == DeviceType::Meta) && !g_cpu_reference &&
+         cpu::fast::keeps_compact_xhat(DType::f32, shape, mask);
+}
+
+void check_form(const Tensor& x, NormalizedForm form, const char* op) {
+  FRUGAL_CHECK_DTYPE(!form.bf16 || x.dtype() == DType::f32, op, ": keeps xhat in bf16 for f32 input only, got ",
+                     x.dtype());
+}
+
+// The outputs; normalized and mask allocated as the form asks when `compact`, else normalized in x's
+// dtype and no mask (make_compact's separate passes follow).
+BatchNormNormalizedOutput normalized_output(const Forward& f, Tensor save_mean, Tensor save_invstd,
+                                            NormalizedForm form = {}, bool relu6 = false, bool compact = false) {
+  const Device device = f.x.device();
+  const DType xhat_dtype = compact ? DType::bf16 : f.x.dtype();
+  BatchNormNormalizedOutput out{f.output, empty(f.x.shape(), {.dtype = xhat_dtype, .device = device}),
+                                std::move(save_mean), std::move(save_invstd), Tensor()};
+  if (compact && form.relu6_mask && relu6)
+    out.mask = empty({packed_mask_bytes(f.x.numel())}, {.dtype = DType::u8, .device = device});
+  return out;
+}
+
+// The separate passes that keep xhat as `form` asks, after a forward that wrote it in x's dtype.
+void make_compact(BatchNormNormalizedOutput& out, NormalizedForm form, bool relu6) {
+  if (form.bf16) out.normalized = out.normalized.to(DType::bf16);
+  if (form.relu6_mask && relu6) out.mask = pack_mask_between(out.output, 0.0, kReLU6Top);
 }
 
 }  // namespace
 
 BatchNormNormalizedOutput batch_norm_train_normalized(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                                       const Tensor& running_mean, const Tensor& running_var,
-                                                      double momentum, double eps, bool fuse_relu6) {
+                                                      double momentum, double eps, bool fuse_relu6,
+                                                      NormalizedForm form) {
   const char* op = "batch_norm_train_normalized";
   const Forward f = prepare_forward(x, weight, bias, eps, op);
   check_training(f, running_mean, running_var, op);
+  check_form(x, form, op);
+  const bool compact = form.bf16 && f.shape.channels > 0 && compact_in_one_pass(x, f.shape, form.relu6_mask && fuse_relu6);
   const TensorOptions per_channel{.dtype = f.stats, .device = x.device()};
-  BatchNormNormalizedOutput out =
-      normalized_output(f, empty({f.shape.channels}, per_channel), empty({f.shape.channels}, per_channel));
-  if (f.shape.channels == 0) return out;  // as batch_norm_train: no kernel for an empty grid
+  BatchNormNormalizedOutput out = normalized_output(f, empty({f.shape.channels}, per_channel),
+                                                    empty({f.shape.channels}, per_channel), form, fuse_relu6, compact);
+  if (f.shape.channels == 0) {  // as batch_norm_train: no kernel for an empty grid
+    make_compact(out, form, fuse_relu6);
+    return out;
+  }
   const Tensor mean_work = as_statistics(running_mean, f.stats), var_work = as_statistics(running_var, f.stats);
   // The batch statistics as batch_norm_train computes them (on the CPU the fast loops' sums for f32
   // unless the reference is asked for), so that both leave the same bits in the running statistics.
   switch (x.device().type()) {
     case DeviceType::CPU:
-      if (g_cpu_reference) {
+      if (compact) {
+        cpu::fast::batch_norm_train_forward_compact(f32_ptr(f.x), f.shape, momentum, eps, f32_ptr(f.weight),
+                                                    f32_ptr(f.bias), fuse_relu6, f32_out(out.save_mean),
+                                                    f32_out(out.save_invstd), f32_out(mean_work), f32_out(var_work),
+                                                    static_cast<BFloat16*>(out.normalized.data_ptr()),
+                                                    static_cast<std::uint8_t*>(ptr(out.mask)), f32_out(out.output));
+      } else if (g_cpu_reference) {
         cpu::batch_norm_statistics(x.dtype(), f.x.data_ptr(), f.shape, momentum, eps, out.save_mean.data_ptr(),
                                    out.save_invstd.data_ptr(), ptr(mean_work), ptr(var_work));
         normalize_saving(f, out.save_mean, out.save_invstd, fuse_relu6, out, op);
@@ -365,32 +410,54 @@ BatchNormNormalizedOutput batch_norm_train_normalized(const Tensor& x, const Ten
   }
   write_back(running_mean, mean_work);
   write_back(running_var, var_work);
+  if (!compact) make_compact(out, form, fuse_relu6);
   return out;
 }
 
 BatchNormNormalizedOutput batch_norm_eval_normalized(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                                      const Tensor& running_mean, const Tensor& running_var, double eps,
-                                                     bool fuse_relu6) {
+                                                     bool fuse_relu6, NormalizedForm form) {
   const char* op = "batch_norm_eval_normalized";
   const Forward f = prepare_forward(x, weight, bias, eps, op);
   check_eval(f, running_mean, running_var, op);
+  check_form(x, form, op);
+  const bool compact = form.bf16 && x.numel() > 0 && compact_in_one_pass(x, f.shape, form.relu6_mask && fuse_relu6);
   // A copy of running_mean, not an alias: a later training step must not change what was returned.
-  BatchNormNormalizedOutput out =
-      normalized_output(f, running_mean.to(f.stats).clone(), batch_norm_invstd(running_var, eps));
-  if (x.numel() > 0) normalize_saving(f, out.save_mean, out.save_invstd, fuse_relu6, out, op);
+  BatchNormNormalizedOutput out = normalized_output(f, running_mean.to(f.stats).clone(),
+                                                    batch_norm_invstd(running_var, eps), form, fuse_relu6, compact);
+  if (compact && x.device().is_cpu())
+    cpu::fast::batch_norm_normalize_compact(f32_ptr(f.x), f.shape, f32_ptr(out.save_mean), f32_ptr(out.save_invstd),
+                                            f32_ptr(f.weight), f32_ptr(f.bias), fuse_relu6,
+                                            static_cast<BFloat16*>(out.normalized.data_ptr()),
+                                            static_cast<std::uint8_t*>(ptr(out.mask)), f32_out(out.output));
+  else if (!compact && x.numel() > 0)
+    normalize_saving(f, out.save_mean, out.save_invstd, fuse_relu6, out, op);
+  if (!compact) make_compact(out, form, fuse_relu6);
   return out;
 }
 
-Tensor batch_norm_affine(const Tensor& normalized, const Tensor& weight, const Tensor& bias, bool fuse_relu6) {
+Tensor batch_norm_affine(const Tensor& normalized, const Tensor& weight, const Tensor& bias, bool fuse_relu6,
+                         std::optional<DType> output_dtype) {
   const char* op = "batch_norm_affine";
   const BatchNormShape shape = check_input(normalized, op);
   check_pair(weight, bias, normalized, "weight", "bias", op);
   const DType dtype = normalized.dtype(), stats = statistics_dtype(dtype);
+  if (output_dtype && *output_dtype != dtype) {  // a compact xhat: widened a piece at a time, or all at once
+    FRUGAL_CHECK_DTYPE(dtype == DType::bf16 && *output_dtype == DType::f32, op, ": gives an f32 output from a bf16 "
+                       "xhat only, not ", *output_dtype, " from ", dtype);
+    if (normalized.numel() == 0 || !compact_in_one_pass(normalized, shape, false))
+      return batch_norm_affine(normalized.to(DType::f32), weight, bias, fuse_relu6);
+  }
   const Tensor xhat = normalized.contiguous(), w = as_statistics(weight, stats), b = as_statistics(bias, stats);
-  Tensor y = empty(normalized.shape(), {.dtype = dtype, .device = normalized.device()});
+  Tensor y = empty(normalized.shape(), {.dtype = output_dtype.value_or(dtype), .device = normalized.device()});
   if (normalized.numel() == 0) return y;
   switch (normalized.device().type()) {
     case DeviceType::CPU:
+      if (y.dtype() != dtype) {
+        cpu::fast::batch_norm_affine_compact(static_cast<const BFloat16*>(xhat.data_ptr()), shape, f32_ptr(w),
+                                             f32_ptr(b), fuse_relu6, f32_out(y));
+        break;
+      }
       (g_cpu_reference ? cpu::batch_norm_affine : cpu::fast::batch_norm_affine)(dtype, xhat.data_ptr(), shape, ptr(w),
                                                                                 ptr(b), fuse_relu6, y.data_ptr());
       break;
@@ -410,15 +477,27 @@ namespace {
 
 // The backward-from-xhat operands, checked against normalized; its [N, C, S].
 BatchNormShape check_backward_normalized(const Tensor& grad_output, const Tensor& normalized, const Tensor& weight,
-                                         const Tensor& bias, const Tensor& save_invstd, const char* op) {
+                                         const Tensor& bias, const Tensor& save_invstd, bool fuse_relu6,
+                                         const Tensor& relu6_mask, const char* op) {
   const BatchNormShape shape = check_input(normalized, op);
   FRUGAL_CHECK_VALUE(grad_output.defined() && save_invstd.defined(), op,
                      ": grad_output and save_invstd must be defined");
   check_same_shape(grad_output, normalized, op);
-  check_same_dtype(grad_output, normalized, op);
+  if (normalized.dtype() != grad_output.dtype())
+    FRUGAL_CHECK_DTYPE(normalized.dtype() == DType::bf16 && grad_output.dtype() == DType::f32, op, ": xhat is ",
+                       normalized.dtype(), " but grad_output is ", grad_output.dtype(),
+                       " (the same dtype, or a bf16 xhat for an f32 gradient)");
   check_same_device(grad_output, normalized, op);
   check_pair(weight, bias, normalized, "weight", "bias", op);
   check_per_channel(save_invstd, normalized, "save_invstd", op);
+  if (relu6_mask.defined()) {
+    FRUGAL_CHECK_VALUE(fuse_relu6, op, ": a ReLU6 mask was given but no ReLU6 was fused");
+    FRUGAL_CHECK_VALUE(relu6_mask.dtype() == DType::u8 && relu6_mask.dim() == 1 &&
+                           relu6_mask.size(0) == packed_mask_bytes(normalized.numel()),
+                       op, ": the ReLU6 mask must be u8 [", packed_mask_bytes(normalized.numel()),
+                       "] (a bit per element), got ", relu6_mask.dtype(), " ", shape_str(relu6_mask.shape()));
+    check_same_device(relu6_mask, normalized, op);
+  }
   return shape;
 }
 
@@ -426,10 +505,17 @@ BatchNormShape check_backward_normalized(const Tensor& grad_output, const Tensor
 
 BatchNormGrads batch_norm_backward_normalized(const Tensor& grad_output, const Tensor& normalized, const Tensor& weight,
                                               const Tensor& bias, const Tensor& save_invstd, bool training,
-                                              bool fuse_relu6) {
+                                              bool fuse_relu6, const Tensor& relu6_mask) {
   const char* op = "batch_norm_backward_normalized";
-  const BatchNormShape shape = check_backward_normalized(grad_output, normalized, weight, bias, save_invstd, op);
-  const DType dtype = normalized.dtype(), stats = statistics_dtype(dtype);
+  const BatchNormShape shape =
+      check_backward_normalized(grad_output, normalized, weight, bias, save_invstd, fuse_relu6, relu6_mask, op);
+  const bool widen = normalized.dtype() != grad_output.dtype(), masked = relu6_mask.defined();
+  const bool compact = widen && normalized.numel() > 0 && compact_in_one_pass(normalized, shape, masked);
+  if ((widen || masked) && !compact)  // the separate passes: xhat widened, the gradient gated, then from xhat
+    return batch_norm_backward_normalized(masked ? apply_packed_mask(grad_output, relu6_mask) : grad_output,
+                                          normalized.to(grad_output.dtype()), weight, bias, save_invstd, training,
+                                          fuse_relu6 && !masked);
+  const DType dtype = grad_output.dtype(), stats = statistics_dtype(dtype);
   const Tensor xhat = normalized.contiguous(), grad = grad_output.contiguous();
   const Tensor invstd = as_statistics(save_invstd, stats), w = as_statistics(weight, stats), b = as_statistics(bias, stats);
   const bool affine = weight.defined(), sums = training || affine;  // as batch_norm_backward
@@ -440,6 +526,13 @@ BatchNormGrads batch_norm_backward_normalized(const Tensor& grad_output, const T
   if (normalized.numel() > 0) {
     switch (normalized.device().type()) {
       case DeviceType::CPU:
+        if (compact) {
+          cpu::fast::batch_norm_backward_from_compact_xhat(
+              f32_ptr(grad), static_cast<const BFloat16*>(xhat.data_ptr()),
+              static_cast<const std::uint8_t*>(ptr(relu6_mask)), shape, f32_ptr(invstd), f32_ptr(w), f32_ptr(b),
+              fuse_relu6, training, f32_out(sum_dy), f32_out(sum_dy_xhat), f32_out(grads.input));
+          break;
+        }
         if (!g_cpu_reference) {
           cpu::fast::batch_norm_backward_from_xhat(dtype, grad.data_ptr(), xhat.data_ptr(), shape, invstd.data_ptr(),
                                                    ptr(w), ptr(b), fuse_relu6, training, ptr(sum_dy), ptr(sum_dy_xhat),

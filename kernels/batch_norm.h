@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string_view>
 
 #include "core/tensor.h"
@@ -71,30 +72,46 @@ BatchNormGrads batch_norm_backward(const Tensor& grad_output, const Tensor& x, c
 // frugal's kernels whatever batch_norm_impl() says (cuDNN does not return xhat), so the statistics
 // are batch_norm_train's to the bit under BatchNormImpl::native, and to rounding under cudnn.
 struct BatchNormNormalizedOutput {
-  Tensor output;                  // weight * normalized + bias (clamped to [0, 6] with fuse_relu6), from `normalized`
-  Tensor normalized;              // xhat, x's shape and dtype, contiguous
+  Tensor output;                  // weight * xhat + bias (clamped to [0, 6] with fuse_relu6), x's dtype
+  Tensor normalized;              // xhat, x's shape, contiguous; x's dtype, or bf16 when NormalizedForm asks
   Tensor save_mean, save_invstd;  // as BatchNormOutput's (eval: a copy of running_mean, batch_norm_invstd(running_var))
+  Tensor mask;                    // u8 bits of 0 < output < 6 (pack_mask_between's layout) when asked, else undefined
+};
+
+// How xhat is kept for backward when the graph saves below the minimum (nn/saved_activations.h).
+// The output is always computed from the f32 xhat: only what is kept changes. On the CPU, for f32
+// planes of at least 16 elements (a multiple of 8 with the mask), the forward's own pass writes both
+// (Note [Compact xhat in the same pass], kernels/cpu/batch_norm_fast.cpp); elsewhere xhat is cast and
+// the mask packed after it, the same bits.
+struct NormalizedForm {
+  bool bf16 = false;        // xhat rounded to bf16 (f32 input only: DTypeError otherwise)
+  bool relu6_mask = false;  // with fuse_relu6: the mask as bits, in BatchNormNormalizedOutput::mask
 };
 
 // batch_norm_train (the same statistics, running-statistics update and errors) that also returns xhat.
 BatchNormNormalizedOutput batch_norm_train_normalized(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                                       const Tensor& running_mean, const Tensor& running_var,
-                                                      double momentum, double eps, bool fuse_relu6 = false);
+                                                      double momentum, double eps, bool fuse_relu6 = false,
+                                                      NormalizedForm form = {});
 
 // batch_norm_eval that also returns xhat, normalised with the running statistics.
 BatchNormNormalizedOutput batch_norm_eval_normalized(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                                      const Tensor& running_mean, const Tensor& running_var, double eps,
-                                                     bool fuse_relu6 = false);
+                                                     bool fuse_relu6 = false, NormalizedForm form = {});
 
 // y = weight * normalized + bias per channel (clamped to [0, 6] with fuse_relu6): the forward's
-// output, bit for bit, given the forward's `normalized`, weight and bias.
-Tensor batch_norm_affine(const Tensor& normalized, const Tensor& weight, const Tensor& bias, bool fuse_relu6 = false);
+// output, bit for bit, given the forward's `normalized`, weight and bias. y is in output_dtype
+// (default: normalized's); a bf16 xhat may give an f32 y, from xhat widened exactly.
+Tensor batch_norm_affine(const Tensor& normalized, const Tensor& weight, const Tensor& bias, bool fuse_relu6 = false,
+                         std::optional<DType> output_dtype = std::nullopt);
 
 // batch_norm_backward from xhat: with fuse_relu6 the gradient passes where 0 < y < 6, y recomputed
-// as batch_norm_affine does. weight and bias both or neither (not affine: gamma 1, beta 0);
-// save_invstd from the forward. The sums run in double, as batch_norm_backward's.
+// as batch_norm_affine does, or read from relu6_mask's bits when given (pack_mask_between's layout
+// over the output; fuse_relu6 must be set). weight and bias both or neither (not affine: gamma 1,
+// beta 0); save_invstd from the forward. normalized in grad_output's dtype, or bf16 for an f32
+// gradient (widened exactly). The sums run in double, as batch_norm_backward's.
 BatchNormGrads batch_norm_backward_normalized(const Tensor& grad_output, const Tensor& normalized, const Tensor& weight,
                                               const Tensor& bias, const Tensor& save_invstd, bool training,
-                                              bool fuse_relu6 = false);
+                                              bool fuse_relu6 = false, const Tensor& relu6_mask = Tensor());
 
 }  // namespace frugal

@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "core/half.h"
 #include "kernels/batch_norm_ops.h"
 
 namespace frugal {
@@ -86,6 +87,27 @@ void batch_norm_affine(DType dtype, const void* xhat, const BatchNormShape& shap
 void batch_norm_backward_from_xhat(DType dtype, const void* grad, const void* xhat, const BatchNormShape& shape,
                                    const void* invstd, const void* weight, const void* bias, bool relu6, bool training,
                                    void* sum_dy, void* sum_dy_xhat, void* grad_input);
+
+// The same with xhat kept compact for f32 input: in bf16, and with relu6 the mask 0 < y < 6 as bits
+// (pack_mask_between's layout) when `mask` is set, written by the forward's own pass and read by the
+// backward's (Note [Compact xhat in the same pass]): the same bits as casting xhat and packing,
+// widening and applying the mask as separate passes. keeps_compact_xhat says for which shapes (planes
+// of at least 16 elements, a multiple of 8 with a mask); the others take the separate passes. With a
+// mask, the backward gates dy by its bits instead of recomputing y.
+bool keeps_compact_xhat(DType dtype, const BatchNormShape& shape, bool mask);
+void batch_norm_train_forward_compact(const float* x, const BatchNormShape& shape, double momentum, double eps,
+                                      const float* weight, const float* bias, bool relu6, float* save_mean,
+                                      float* save_invstd, float* running_mean, float* running_var, BFloat16* xhat,
+                                      std::uint8_t* mask, float* y);
+void batch_norm_normalize_compact(const float* x, const BatchNormShape& shape, const float* mean, const float* invstd,
+                                  const float* weight, const float* bias, bool relu6, BFloat16* xhat,
+                                  std::uint8_t* mask, float* y);
+void batch_norm_affine_compact(const BFloat16* xhat, const BatchNormShape& shape, const float* weight,
+                               const float* bias, bool relu6, float* y);
+void batch_norm_backward_from_compact_xhat(const float* grad, const BFloat16* xhat, const std::uint8_t* mask,
+                                           const BatchNormShape& shape, const float* invstd, const float* weight,
+                                           const float* bias, bool relu6, bool training, float* sum_dy,
+                                           float* sum_dy_xhat, float* grad_input);
 }  // namespace cpu::fast
 
 namespace cuda {

@@ -181,9 +181,11 @@ struct SavedForm {
   std::uint64_t version = 0;
   DType dtype = DType::f32;  // the original's, which decompression gives back
   // Note [One decompression per saved tensor]: the nodes that share a compressed tensor run next to
-  // each other in backward (BatchNorm's x-hat: the next convolution's rebuild, then BatchNorm's own
-  // backward), so the first unpack keeps what it decompressed for the others, until the last of them
-  // lets the form go; the second decompression took a tenth of a CIFAR-stem step with bf16.
+  // each other in backward (BatchNorm's x-hat in 8-bit codes: the next convolution's rebuild, then
+  // BatchNorm's own backward), so the first unpack keeps what it decompressed for the others, until
+  // the last of them lets the form go; the second decompression took a tenth of a CIFAR-stem step
+  // with bf16. (An f32 x-hat kept in bf16 is no longer decompressed here: BatchNorm's kernels write
+  // and read it in bf16 themselves, kernels/batch_norm.h's NormalizedForm.)
   mutable Tensor decompressed;
 };
 

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "kernels/activation_codec.h"
+#include "kernels/activation_codec_ops.h"  // kReLU6Top
 #include "kernels/batch_norm.h"
 #include "kernels/dropout.h"
 #include "kernels/elementwise.h"
@@ -178,7 +179,6 @@ Tensor pow(const Tensor& x, double p) {
 namespace {
 
 constexpr double kReLUTop = std::numeric_limits<double>::infinity();  // ReLU's mask: 0 < y
-constexpr double kReLU6Top = 6.0;                                      // ReLU6's: 0 < y < 6
 
 // With bit masks (nn/saved_activations.h) a ReLU or ReLU6 keeps its mask, 0 < y < top, as 1 bit per
 // element instead of its output: the output then lives only as long as the next layer needs it (a
@@ -381,42 +381,44 @@ namespace {
 // kernel expression as the forward, so the same bits unless x-hat was kept compressed.
 class AffineRebuild final : public autograd::Rebuild {
  public:
-  AffineRebuild(SavedTensor normalized, const Tensor& weight, const Tensor& bias, bool relu6)
-      : normalized_(std::move(normalized)), weight_(weight), bias_(bias), relu6_(relu6) {}
+  AffineRebuild(SavedTensor normalized, const Tensor& weight, const Tensor& bias, bool relu6, DType dtype)
+      : normalized_(std::move(normalized)), weight_(weight), bias_(bias), relu6_(relu6), dtype_(dtype) {}
   Tensor rebuild(std::string_view op) const override {
-    return batch_norm_affine(normalized_.unpack(op), weight_.unpack(op), bias_.unpack(op), relu6_);
+    return batch_norm_affine(normalized_.unpack(op), weight_.unpack(op), bias_.unpack(op), relu6_, dtype_);
   }
 
  private:
   SavedTensor normalized_, weight_, bias_;
   bool relu6_;
+  DType dtype_;  // the output's: an x-hat kept in bf16 still rebuilds an f32 output
 };
 
-// Whether BatchNorm's fused ReLU6 keeps its mask as bits when it saves x-hat: only when x-hat is kept
-// compressed, whose rounding would move values next to 0 and 6 across the edge; an exact x-hat gives
-// the mask exactly for free.
-bool relu6_mask_as_bits_beside_normalized(bool fuse_relu6) {
+// How BatchNorm keeps x-hat under this thread's ActivationSaving. With bf16 compression of an f32
+// input the kernel writes x-hat in bf16 itself (kernels/batch_norm.h's NormalizedForm), in the same
+// pass where it can, instead of the graph casting an f32 x-hat afterwards. A fused ReLU6 keeps its
+// mask as bits only when x-hat is kept compressed, whose rounding would move values next to 0 and 6
+// across the edge; an exact x-hat gives the mask exactly for free.
+NormalizedForm normalized_form(const Tensor& x, bool fuse_relu6) {
   const nn::ActivationSaving& saving = nn::activation_saving();
-  return fuse_relu6 && saving.bit_masks && saving.compress != nn::SavedCompression::none;
+  return {.bf16 = saving.compress == nn::SavedCompression::bf16 && x.dtype() == DType::f32,
+          .relu6_mask = fuse_relu6 && saving.bit_masks && saving.compress != nn::SavedCompression::none};
 }
 
 // Saves x-hat alone (and the per-channel invstd), and attaches to the output how to rebuild it.
 Tensor batch_norm_from_normalized(Recorder& op, const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                                   const Tensor& weight, const Tensor& bias, bool training, double momentum, double eps,
                                   bool fuse_relu6) {
+  const NormalizedForm form = normalized_form(x, fuse_relu6);
   const BatchNormNormalizedOutput r =
-      training ? batch_norm_train_normalized(x, weight, bias, running_mean, running_var, momentum, eps, fuse_relu6)
-               : batch_norm_eval_normalized(x, weight, bias, running_mean, running_var, eps, fuse_relu6);
-  const SavedTensor normalized(r.normalized, /*activation=*/true);  // one copy, shared with the rebuild
-  const bool bits = relu6_mask_as_bits_beside_normalized(fuse_relu6);
-  const Tensor mask = bits ? pack_mask_between(r.output, 0.0, kReLU6Top) : Tensor();
-  autograd::set_rebuild(r.output, std::make_shared<AffineRebuild>(normalized, weight, bias, fuse_relu6));
+      training ? batch_norm_train_normalized(x, weight, bias, running_mean, running_var, momentum, eps, fuse_relu6, form)
+               : batch_norm_eval_normalized(x, weight, bias, running_mean, running_var, eps, fuse_relu6, form);
+  // One copy, shared with the rebuild; compressed by the graph unless the kernel already kept it in bf16.
+  const SavedTensor normalized(r.normalized, /*activation=*/true);
+  autograd::set_rebuild(r.output, std::make_shared<AffineRebuild>(normalized, weight, bias, fuse_relu6, x.dtype()));
   std::vector<SavedTensor> saved = {normalized, SavedTensor(weight), SavedTensor(bias), SavedTensor(r.save_invstd),
-                                    SavedTensor(mask)};
-  return op.finish_saved(r.output, std::move(saved), [training, fuse_relu6, bits](const Grads& g, const Saved& s) {
-    const Tensor grad = bits ? apply_packed_mask(g[0], s[4]) : g[0];
-    const BatchNormGrads grads =
-        batch_norm_backward_normalized(grad, s[0], s[1], s[2], s[3], training, fuse_relu6 && !bits);
+                                    SavedTensor(r.mask)};
+  return op.finish_saved(r.output, std::move(saved), [training, fuse_relu6](const Grads& g, const Saved& s) {
+    const BatchNormGrads grads = batch_norm_backward_normalized(g[0], s[0], s[1], s[2], s[3], training, fuse_relu6, s[4]);
     return Grads{grads.input, grads.weight, grads.bias};
   });
 }

@@ -6,10 +6,31 @@
 
 #include "core/convert.h"
 #include "core/copy.h"
+#include "core/cpu/bf16_rows.h"
 #include "core/cpu/parallel.h"
 #include "core/cpu/strided_cursor.h"
 
 namespace frugal::cpu {
+
+// Note [bf16 casts in vectors]: saved feature maps kept in bf16 (nn/saved_activations.h) are cast
+// twice a step, and convert<> element by element (a NaN test per element, two-lane SSE2) took 13% of
+// a CIFAR-stem training step. These are half_bits::from_float_bf16's and to_float_bf16's rounding
+// (nearest even, NaN kept and made quiet) written as selects, in loops compiled for AVX-512 and AVX2
+// too: the same bits, vectorised.
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void f32_to_bf16(const float* __restrict in, BFloat16* __restrict out, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::uint32_t bits = half_bits::float_bits(in[i]);
+    const std::uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+    const bool nan = (bits & 0x7fffffffu) > 0x7f800000u;
+    out[i] = BFloat16::from_bits(static_cast<std::uint16_t>(nan ? ((bits >> 16) | 0x40u) : rounded));
+  }
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void bf16_to_f32(const BFloat16* __restrict in, float* __restrict out, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = half_bits::bits_float(static_cast<std::uint32_t>(in[i].bits) << 16);
+}
 
 namespace {
 
@@ -63,26 +84,6 @@ void copy_rows(To* dst, const StridedLayout& dst_layout, const From* src, const 
       for (std::int64_t i = 0; i < inner; ++i) to[i] = convert<To>(from[i * step]);
     }
   });
-}
-
-// Note [bf16 casts in vectors]: saved feature maps kept in bf16 (nn/saved_activations.h) are cast
-// twice a step, and convert<> element by element (a NaN test per element, two-lane SSE2) took 13% of
-// a CIFAR-stem training step. These are half_bits::from_float_bf16's and to_float_bf16's rounding
-// (nearest even, NaN kept and made quiet) written as selects, in loops compiled for AVX-512 and AVX2
-// too: the same bits, vectorised.
-__attribute__((target_clones("avx512f", "avx2", "default")))
-void f32_to_bf16(const float* __restrict in, BFloat16* __restrict out, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) {
-    const std::uint32_t bits = half_bits::float_bits(in[i]);
-    const std::uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
-    const bool nan = (bits & 0x7fffffffu) > 0x7f800000u;
-    out[i] = BFloat16::from_bits(static_cast<std::uint16_t>(nan ? ((bits >> 16) | 0x40u) : rounded));
-  }
-}
-
-__attribute__((target_clones("avx512f", "avx2", "default")))
-void bf16_to_f32(const BFloat16* __restrict in, float* __restrict out, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) out[i] = half_bits::bits_float(static_cast<std::uint32_t>(in[i].bits) << 16);
 }
 
 // A contiguous cast: the vector loops above for f32 <-> bf16, convert<> otherwise.

@@ -16,6 +16,7 @@
 #include "core/allocator_registry.h"
 #include "core/caching_allocator.h"
 #include "core/random.h"
+#include "kernels/activation_codec.h"
 #include "kernels/batch_norm.h"
 #include "kernels/elementwise.h"
 
@@ -215,6 +216,72 @@ TEST_CASE("batch norm from xhat: the same bits on 1, 2 and 3 threads") {
   omp_set_num_threads(saved);
 }
 
+namespace {
+// f32 shapes for the compact xhat: planes under 16 elements and of 20 (not a multiple of 8: the mask
+// is packed apart), of 16 (the per-plane loops), 64 (the per-channel sweep) and longer than a block.
+const std::array<Shape, 6> kCompactShapes{Shape{6, 3},       Shape{5, 3, 1, 1}, Shape{2, 3, 4, 5},
+                                          Shape{4, 3, 4, 4}, Shape{3, 4, 8, 8}, Shape{2, 2, 72, 72}};
+
+// One forward keeping xhat compact against the forward that keeps it in f32 followed by the
+// separate passes (the cast, pack_mask_between); the rebuild and both backwards likewise.
+void check_compact_matches_separate_passes(const Operands& o, bool training, bool relu6, bool mask) {
+  const NormalizedForm form{.bf16 = true, .relu6_mask = mask};
+  auto forward = [&](NormalizedForm f, const Tensor& running_mean, const Tensor& running_var) {
+    return training ? batch_norm_train_normalized(o.x, o.weight, o.bias, running_mean, running_var, kMomentum, kEps, relu6, f)
+                    : batch_norm_eval_normalized(o.x, o.weight, o.bias, running_mean, running_var, kEps, relu6, f);
+  };
+  const Tensor mean_a = o.running_mean.clone(), var_a = o.running_var.clone();
+  const Tensor mean_b = o.running_mean.clone(), var_b = o.running_var.clone();
+  const BatchNormNormalizedOutput exact = forward({}, mean_a, var_a), compact = forward(form, mean_b, var_b);
+  CHECK(same_bits(compact.output, exact.output));
+  CHECK(same_bits(compact.normalized, exact.normalized.to(DType::bf16)));
+  CHECK(same_bits(mean_b, mean_a));
+  CHECK(same_bits(var_b, var_a));
+  REQUIRE(compact.mask.defined() == (mask && relu6));
+  if (compact.mask.defined()) CHECK(same_bits(compact.mask, pack_mask_between(exact.output, 0.0, 6.0)));
+  const Tensor widened = compact.normalized.to(DType::f32);
+  CHECK(same_bits(batch_norm_affine(compact.normalized, o.weight, o.bias, relu6, DType::f32),
+                  batch_norm_affine(widened, o.weight, o.bias, relu6)));
+  const BatchNormGrads got = batch_norm_backward_normalized(o.grad, compact.normalized, o.weight, o.bias,
+                                                            compact.save_invstd, training, relu6, compact.mask);
+  const Tensor gated = compact.mask.defined() ? apply_packed_mask(o.grad, compact.mask) : o.grad;
+  const BatchNormGrads expected = batch_norm_backward_normalized(gated, widened, o.weight, o.bias, compact.save_invstd,
+                                                                 training, relu6 && !compact.mask.defined());
+  CHECK(same_bits(got.input, expected.input));
+  CHECK(same_bits(got.weight, expected.weight));
+  CHECK(same_bits(got.bias, expected.bias));
+}
+}  // namespace
+
+TEST_CASE("batch norm from a compact xhat: bf16 and bits in the forward's own pass give the separate passes' bits") {
+  for (const Shape& shape : kCompactShapes) {
+    const Operands o = operands(shape, DType::f32);
+    for (bool training : {true, false})
+      for (bool relu6 : {false, true})
+        for (bool mask : {false, true}) {
+          CAPTURE(shape_str(shape));
+          CAPTURE(training);
+          CAPTURE(relu6);
+          CAPTURE(mask);
+          check_compact_matches_separate_passes(o, training, relu6, mask);
+        }
+  }
+}
+
+TEST_CASE("batch norm from a compact xhat: the gradient gated by the bits equals the gradient through ReLU6") {
+  // Where xhat is exact the bits and the recomputed output pass the same elements: the bits carry
+  // the forward's mask, not an approximation of it.
+  const Operands o = operands({3, 4, 8, 8}, DType::f32);
+  const auto out = batch_norm_train_normalized(o.x, o.weight, o.bias, Tensor(), Tensor(), kMomentum, kEps, true);
+  const Tensor bits = pack_mask_between(out.output, 0.0, 6.0);
+  const BatchNormGrads gated = batch_norm_backward_normalized(o.grad, out.normalized, o.weight, o.bias, out.save_invstd,
+                                                              true, true, bits);
+  const BatchNormGrads through = batch_norm_backward_normalized(o.grad, out.normalized, o.weight, o.bias,
+                                                                out.save_invstd, true, true);
+  CHECK(same_bits(gated.input, through.input));
+  CHECK(same_bits(gated.weight, through.weight));
+}
+
 TEST_CASE("batch norm from xhat on the meta device: shapes and allocations, no work") {
   const std::int64_t before = meta_allocated();
   {
@@ -236,6 +303,17 @@ TEST_CASE("batch norm from xhat on the meta device: shapes and allocations, no w
       CHECK(grads.weight.shape() == Shape{3});
       CHECK(grads.bias.dtype() == DType::f32);
     }
+  }
+  {  // a compact xhat: bf16 and the mask's bytes, as the CPU allocates them
+    const TensorOptions meta{.dtype = DType::f32, .device = Device::meta()};
+    const Tensor x = empty({4, 3, 8, 8}, meta), w = empty({3}, meta), b = empty({3}, meta);
+    const auto out = batch_norm_train_normalized(x, w, b, Tensor(), Tensor(), kMomentum, kEps, true,
+                                                 {.bf16 = true, .relu6_mask = true});
+    CHECK(out.normalized.dtype() == DType::bf16);
+    CHECK(out.mask.shape() == Shape{4 * 3 * 8 * 8 / 8});
+    CHECK(batch_norm_affine(out.normalized, w, b, true, DType::f32).dtype() == DType::f32);
+    CHECK(batch_norm_backward_normalized(x, out.normalized, w, b, out.save_invstd, true, true, out.mask).input.dtype() ==
+          DType::f32);
   }
   CHECK(meta_allocated() == before);
 }
@@ -264,6 +342,23 @@ TEST_CASE("batch norm from xhat names the op and the operands on bad input") {
                        doctest::Contains("batch_norm_train_normalized: expected more than 1 value per channel"),
                        ValueError);
   CHECK_THROWS_AS(batch_norm_eval_normalized(o.x, o.weight, o.bias, Tensor(), Tensor(), kEps), ValueError);
+  // A compact xhat: bf16 for f32 input only, a mask only with a fused ReLU6 and of a bit per element.
+  CHECK_THROWS_WITH_AS(batch_norm_train_normalized(o.x, o.weight, o.bias, Tensor(), Tensor(), kMomentum, kEps, true,
+                                                   {.bf16 = true}),
+                       doctest::Contains("keeps xhat in bf16 for f32 input only"), DTypeError);
+  CHECK_THROWS_AS(batch_norm_affine(xhat, o.weight, o.bias, false, DType::f32), DTypeError);
+  const Operands f = operands({4, 3, 8}, DType::f32);
+  const auto compact = batch_norm_train_normalized(f.x, f.weight, f.bias, Tensor(), Tensor(), kMomentum, kEps, true,
+                                                   {.bf16 = true, .relu6_mask = true});
+  CHECK_THROWS_WITH_AS(batch_norm_backward_normalized(f.grad, compact.normalized, f.weight, f.bias, compact.save_invstd,
+                                                      true, false, compact.mask),
+                       doctest::Contains("a ReLU6 mask was given but no ReLU6 was fused"), ValueError);
+  CHECK_THROWS_WITH_AS(batch_norm_backward_normalized(f.grad, compact.normalized, f.weight, f.bias, compact.save_invstd,
+                                                      true, true, zeros({3}, {.dtype = DType::u8})),
+                       doctest::Contains("the ReLU6 mask must be u8 [12]"), ValueError);
+  CHECK_THROWS_AS(batch_norm_backward_normalized(f.grad.to(DType::f64), compact.normalized, f.weight, f.bias,
+                                                 compact.save_invstd, true, true),
+                  DTypeError);
   CHECK_THROWS_AS(batch_norm_eval_normalized(o.x, o.weight, o.bias, zeros({2}, {.dtype = DType::f64}), o.running_var, kEps),
                   ShapeError);
 }
