@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <iomanip>
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "memory/alloc_trace.h"

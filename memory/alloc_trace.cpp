@@ -3,6 +3,7 @@
 // Not here: timing against other allocators (bench/alloc_bench.cpp), the command (cli/alloc_replay.cpp).
 #include "memory/alloc_trace.h"
 
+#include <nlohmann/json.hpp>
 #include <sys/stat.h>
 
 #include <algorithm>

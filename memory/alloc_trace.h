@@ -22,7 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <istream>
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <string_view>

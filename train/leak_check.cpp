@@ -2,6 +2,7 @@
 #include "train/leak_check.h"
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 
 namespace frugal::train {
 

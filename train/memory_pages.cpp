@@ -2,6 +2,7 @@
 #include "train/memory_pages.h"
 
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "core/caching_allocator.h"

@@ -1,6 +1,7 @@
 // MemoryRecorder and the timeline's arithmetic (see memory_recorder.h).
 #include "train/memory_recorder.h"
 
+#include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include <algorithm>

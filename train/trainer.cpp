@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <nlohmann/json.hpp>
 
 #include "core/allocator_registry.h"
 #include "core/caching_allocator.h"

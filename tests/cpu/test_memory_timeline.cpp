@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 

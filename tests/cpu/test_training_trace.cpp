@@ -4,6 +4,7 @@
 // sizes (32x32 images, batches of 4 to 8) keep each recording well under a second.
 #include <doctest/doctest.h>
 
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 
