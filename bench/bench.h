@@ -52,6 +52,8 @@ const std::vector<Benchmark>& all_benchmarks();
 // both `min_runs` runs and `min_seconds` of measuring have passed. `sync` runs after each call
 // (it waits for the GPU when timing device work).
 double median_seconds(const std::function<void()>& fn, const std::function<void()>& sync, int min_runs, double min_seconds);
+// median_seconds of work on `device`, waiting for the GPU after each run when it is one.
+double device_median_seconds(const Device& device, const std::function<void()>& fn, int min_runs, double min_seconds);
 // The middle value (the upper of the two middle ones for an even count); an Error for no values.
 double median(std::vector<double> values);
 

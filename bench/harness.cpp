@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "bench/bench.h"
+#include "core/cuda_status.h"
 #include "core/error.h"
 
 namespace frugal::bench {
@@ -73,6 +74,12 @@ double median_seconds(const std::function<void()>& fn, const std::function<void(
     times.push_back(std::chrono::duration<double>(Clock::now() - begin).count());
   }
   return median(std::move(times));
+}
+
+double device_median_seconds(const Device& device, const std::function<void()>& fn, int min_runs, double min_seconds) {
+  const bool gpu = device.is_cuda();
+  const int index = device.index();
+  return median_seconds(fn, [&] { if (gpu) cuda_synchronize(index); }, min_runs, min_seconds);
 }
 
 double median(std::vector<double> values) {

@@ -37,9 +37,7 @@ constexpr Sizes kFullSizes{1024, 16 << 20, 3, 0.5};
 constexpr Sizes kQuickSizes{128, 1 << 16, 1, 0.0};
 
 double seconds(const Options& options, const Sizes& sizes, const std::function<void()>& fn) {
-  const bool gpu = options.device.is_cuda();
-  const int index = options.device.index();
-  return median_seconds(fn, [&] { if (gpu) cuda_synchronize(index); }, sizes.min_runs, sizes.min_seconds);
+  return device_median_seconds(options.device, fn, sizes.min_runs, sizes.min_seconds);
 }
 
 void gemm_cases(const Options& options, const Sizes& sizes, std::vector<Result>& results) {

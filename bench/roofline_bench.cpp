@@ -32,7 +32,6 @@
 
 #include "bench/bench.h"
 #include "core/cpu/parallel.h"
-#include "core/cuda_status.h"
 #include "core/random.h"
 #include "kernels/batch_norm.h"
 #include "kernels/conv.h"
@@ -69,9 +68,7 @@ class Timer {
  public:
   Timer(const Options& options, const Sizes& sizes) : options_(options), sizes_(sizes) {}
   double seconds(const std::function<void()>& fn) const {
-    const bool gpu = options_.device.is_cuda();
-    const int index = options_.device.index();
-    return median_seconds(fn, [&] { if (gpu) cuda_synchronize(index); }, sizes_.min_runs, sizes_.min_seconds);
+    return device_median_seconds(options_.device, fn, sizes_.min_runs, sizes_.min_seconds);
   }
 
  private:

@@ -58,18 +58,23 @@ std::vector<Tensor> Recorder::finish(std::vector<Tensor> outputs, const Saved& s
     });
     kept.emplace_back(t, output);
   }
-  tag_.reset();
-  auto node = std::make_shared<FunctionNode>(name_, outputs, std::move(kept), std::move(backward));
-  record(node, inputs_, outputs);
-  return outputs;
+  return record_node(std::move(outputs), std::move(kept), std::move(backward));
 }
 
 Tensor Recorder::finish_saved(Tensor output, std::vector<SavedTensor> saved, BackwardFn backward) {
+  if (!recording_) {
+    tag_.reset();
+    return output;
+  }
+  return std::move(record_node({std::move(output)}, std::move(saved), std::move(backward))[0]);
+}
+
+std::vector<Tensor> Recorder::record_node(std::vector<Tensor> outputs, std::vector<SavedTensor> saved,
+                                          BackwardFn backward) {
   tag_.reset();
-  if (!recording_) return output;
-  auto node = std::make_shared<FunctionNode>(name_, std::vector<Tensor>{output}, std::move(saved), std::move(backward));
-  record(node, inputs_, {output});
-  return output;
+  auto node = std::make_shared<FunctionNode>(name_, outputs, std::move(saved), std::move(backward));
+  record(node, inputs_, outputs);
+  return outputs;
 }
 
 }  // namespace frugal::autograd

@@ -60,6 +60,9 @@ class Recorder {
   Tensor finish_saved(Tensor output, std::vector<SavedTensor> saved, BackwardFn backward);
 
  private:
+  // Both finishes' tail once recording: ends the tag, makes the node, records it on the outputs.
+  std::vector<Tensor> record_node(std::vector<Tensor> outputs, std::vector<SavedTensor> saved, BackwardFn backward);
+
   std::string name_;
   std::vector<Tensor> inputs_;
   bool recording_;

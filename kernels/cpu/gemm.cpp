@@ -116,16 +116,19 @@ void blocked(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::in
 // count around the call, on this thread only.
 class BlasThreadCap {
  public:
-  BlasThreadCap() : cap_(blas_threads()), saved_(omp_get_max_threads()) {
-    if (cap_ > 0 && cap_ < saved_) omp_set_num_threads(cap_);
+  // No cap (0, the default) asks OpenMP nothing: most GEMMs run uncapped.
+  BlasThreadCap() : cap_(blas_threads()), saved_(cap_ > 0 ? omp_get_max_threads() : 0) {
+    if (lowers()) omp_set_num_threads(cap_);
   }
   ~BlasThreadCap() {
-    if (cap_ > 0 && cap_ < saved_) omp_set_num_threads(saved_);
+    if (lowers()) omp_set_num_threads(saved_);
   }
   BlasThreadCap(const BlasThreadCap&) = delete;
   BlasThreadCap& operator=(const BlasThreadCap&) = delete;
 
  private:
+  bool lowers() const { return cap_ > 0 && cap_ < saved_; }
+
   int cap_, saved_;
 };
 

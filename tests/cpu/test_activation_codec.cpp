@@ -333,6 +333,36 @@ TEST_CASE("8-bit codes: non-finite values and f64 beyond f32 are ValueErrors nam
   CHECK_THROWS_AS(decode_per_channel_u8(bad), DeviceError);
 }
 
+TEST_CASE("8-bit codes: an f32 channel's range, taken in vector lanes, is the f64 one taken value by value") {
+  // f32 planes run through 16 lanes and a scalar tail (Note [Channel ranges in lanes]), f64 planes
+  // one value at a time; the same values give the same min and max, so the same low and step. Every
+  // plane length from 1 to 40 (tail only, whole lanes, both), with channel 1's extremes moved through
+  // every position of a plane.
+  Generator g(21);
+  for (std::int64_t spatial = 1; spatial <= 40; ++spatial) {
+    CAPTURE(spatial);
+    for (std::int64_t at = 0; at < spatial; ++at) {
+      std::vector<double> v = uniform({2 * 3 * spatial}, -1.0, 1.0, {.dtype = DType::f32}, &g).to_vector<double>();
+      v[(1 * 3 + 1) * spatial + at] = -3.5;                          // n 1, channel 1: its min
+      v[(0 * 3 + 1) * spatial + (spatial - 1 - at)] = 2.75;          // n 0, channel 1: its max
+      const Tensor f64 = from_vector(v, {2, 3, spatial});
+      const ChannelCodes lanes = encode_per_channel_u8(f64.to(DType::f32)), scalar = encode_per_channel_u8(f64);
+      CHECK(lanes.low.to_vector<float>() == scalar.low.to_vector<float>());
+      CHECK(lanes.step.to_vector<float>() == scalar.step.to_vector<float>());
+    }
+  }
+  // A NaN or an infinity in any lane or in the tail marks its channel.
+  for (std::int64_t at = 0; at < 37; ++at) {
+    CAPTURE(at);
+    for (const double bad : {std::nan(""), kInf, -kInf}) {
+      std::vector<double> v(2 * 3 * 37, 0.5);
+      v[(1 * 3 + 2) * 37 + at] = bad;  // n 1, channel 2
+      CHECK_THROWS_WITH_AS(encode_per_channel_u8(from_vector(v, {2, 3, 37}).to(DType::f32)),
+                           doctest::Contains("channel 2 holds a non-finite value"), ValueError);
+    }
+  }
+}
+
 TEST_CASE("codes and masks are the same bytes on 1, 2 and 3 threads") {
   Generator g(13);
   const Tensor x = channel_data({8, 20, 16, 16}, DType::f32, g);  // 40960 values: enough work for a parallel region
