@@ -76,13 +76,13 @@ double std_of(const Tensor& t) {
   return std::sqrt(squares / static_cast<double>(v.size() - 1));
 }
 
-const Tensor& state(const nn::Module& model, const std::string& name) {
-  static nn::StateDict kept;  // the handles outlive the call
-  kept = model.state_dict();
-  for (const auto& [key, tensor] : kept)
+// A handle to the entry, not a reference into a kept state dict: a static copy of the last model's
+// whole state dict (ResNet-50's 98 MiB) outlived the test and held a later test's memory limit.
+Tensor state(const nn::Module& model, const std::string& name) {
+  for (const auto& [key, tensor] : model.state_dict())
     if (key == name) return tensor;
   FAIL("no state entry " << name);
-  return kept.front().second;
+  return Tensor();
 }
 
 }  // namespace
