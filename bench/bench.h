@@ -63,6 +63,15 @@ double median(std::vector<double> values);
 // its seconds (a peer process times its own work, without the pipe to it).
 std::vector<double> alternating_median_seconds(const std::vector<std::function<double()>>& runs, int min_runs,
                                                double min_seconds);
+// The same rounds, every time kept: seconds[i][r] is run i's time in round r.
+struct AlternatingTimes {
+  std::vector<std::vector<double>> seconds;
+  std::vector<double> medians() const;
+  // Run i's time over run `baseline`'s in the same round, the median over rounds: a drift of the
+  // machine's speed that lasts longer than a round cancels in each ratio, unlike in a ratio of medians.
+  std::vector<double> median_ratios(std::size_t baseline) const;
+};
+AlternatingTimes alternating_seconds(const std::vector<std::function<double()>>& runs, int min_runs, double min_seconds);
 
 // A fresh folder under the system's temporary directory, removed with everything in it.
 struct TempDir {

@@ -88,18 +88,37 @@ double median(std::vector<double> values) {
   return values[values.size() / 2];
 }
 
-std::vector<double> alternating_median_seconds(const std::vector<std::function<double()>>& runs, int min_runs,
-                                               double min_seconds) {
+AlternatingTimes alternating_seconds(const std::vector<std::function<double()>>& runs, int min_runs, double min_seconds) {
   using Clock = std::chrono::steady_clock;
   for (const auto& run : runs) run();  // warm-up, as in median_seconds
-  std::vector<std::vector<double>> times(runs.size());
+  AlternatingTimes times{std::vector<std::vector<double>>(runs.size())};
   const auto start = Clock::now();
   for (int round = 0; round < min_runs || std::chrono::duration<double>(Clock::now() - start).count() < min_seconds;
        ++round)
-    for (std::size_t i = 0; i < runs.size(); ++i) times[i].push_back(runs[i]());
-  std::vector<double> medians;
-  for (auto& t : times) medians.push_back(median(std::move(t)));
-  return medians;
+    for (std::size_t i = 0; i < runs.size(); ++i) times.seconds[i].push_back(runs[i]());
+  return times;
+}
+
+std::vector<double> AlternatingTimes::medians() const {
+  std::vector<double> result;
+  for (const auto& t : seconds) result.push_back(median(t));
+  return result;
+}
+
+std::vector<double> AlternatingTimes::median_ratios(std::size_t baseline) const {
+  FRUGAL_CHECK(baseline < seconds.size(), "median_ratios: no run ", baseline, " among ", seconds.size());
+  std::vector<double> result;
+  for (const auto& t : seconds) {
+    std::vector<double> ratios;
+    for (std::size_t r = 0; r < t.size(); ++r) ratios.push_back(t[r] / seconds[baseline][r]);
+    result.push_back(median(std::move(ratios)));
+  }
+  return result;
+}
+
+std::vector<double> alternating_median_seconds(const std::vector<std::function<double()>>& runs, int min_runs,
+                                               double min_seconds) {
+  return alternating_seconds(runs, min_runs, min_seconds).medians();
 }
 
 TempDir::TempDir(const std::string& prefix) {

@@ -6,10 +6,13 @@
 //                                              bn_from_output_bf16,
 //                                              bn_from_output_bf16_bit_masks,
 //                                              bn_from_output_int8_bit_masks
+//   step_time_over_standard[_cifar]            the same                           x
 //   activation_bytes_per_sample[_cifar]        the same                           MiB/sample
 // With bit masks the ReLU6 masks are exact beside the compressed x-hat; without, they are read from
-// the decompressed values. The steps of all impls alternate (alternating_median_seconds) so that
-// each ratio to `standard` compares the same minutes.
+// the decompressed values. The steps of all impls alternate (alternating_seconds) so that each
+// ratio to `standard` compares the same minutes; step_time_over_standard is the median over rounds
+// of a way's step time over the standard step's in the same round, which the machine's drift from
+// round to round moves less than the ratio of two img/s medians.
 // Not here: the gradients' and accuracy's distance from the standard step (samples/13_below_the_minimum,
 // tests/cpu/test_model_memory_options.cpp), the PyTorch comparison (`frugal bench train`).
 #include <chrono>
@@ -76,11 +79,13 @@ void stem_cases(bool cifar, const Options& options, const Sizes& sizes, std::vec
       if (options.device.is_cuda()) cuda_synchronize(options.device.index());
       return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     });
-  const std::vector<double> seconds = alternating_median_seconds(runs, sizes.min_runs, sizes.min_seconds);
+  const AlternatingTimes times = alternating_seconds(runs, sizes.min_runs, sizes.min_seconds);
+  const std::vector<double> seconds = times.medians(), over_standard = times.median_ratios(0);
   const std::string stem = cifar ? "_cifar" : "";
   for (std::size_t i = 0; i < ways().size(); ++i) {
     results.push_back({"mobilenet_v2" + stem + "_b64", ways()[i].impl, static_cast<double>(sizes.batch) / seconds[i],
                        "img/s", true});
+    results.push_back({"step_time_over_standard" + stem, ways()[i].impl, over_standard[i], "x", false});
     results.push_back({"activation_bytes_per_sample" + stem, ways()[i].impl,
                        static_cast<double>(saved[i]) / static_cast<double>(sizes.batch) / kMiB, "MiB/sample", false});
   }

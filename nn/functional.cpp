@@ -193,7 +193,6 @@ Tensor masked_by_bits(const char* name, const Tensor& x, Forward forward, double
   return op.finish(y, {bits}, [](const Grads& g, const Saved& s) { return Grads{apply_packed_mask(g[0], s[0])}; });
 }
 
-
 }  // namespace
 
 Tensor relu(const Tensor& x) {

@@ -144,18 +144,22 @@ if os.path.exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"
 PY
     ;;
   bench_saving_json)
-    # Every way of saving for both stems, a speed and a saved-bytes row each; fewer bytes than standard.
+    # Every way of saving for both stems, a speed, a step-time ratio and a saved-bytes row each; fewer
+    # bytes than standard; the standard step over itself is 1 exactly.
     expect_exit 0 "$frugal" bench saving --json --quick --device cpu
     check_bench_report saving <<PY
 ways = {"standard", "bn_from_output", "bn_from_output_bf16", "bn_from_output_bf16_bit_masks", "bn_from_output_int8_bit_masks"}
 for suffix in ("", "_cifar"):
     speed, saved = cases["mobilenet_v2" + suffix + "_b64"], cases["activation_bytes_per_sample" + suffix]
-    assert set(speed) == ways and set(saved) == ways, (speed, saved)
+    ratio = cases["step_time_over_standard" + suffix]
+    assert set(speed) == ways and set(saved) == ways and set(ratio) == ways, (speed, saved, ratio)
     assert all(r["unit"] == "img/s" and r["higher_is_better"] for r in speed.values()), speed
+    assert all(r["unit"] == "x" and not r["higher_is_better"] and r["value"] > 0 for r in ratio.values()), ratio
+    assert ratio["standard"]["value"] == 1.0, ratio
     assert all(r["unit"] == "MiB/sample" and not r["higher_is_better"] for r in saved.values()), saved
     assert saved["bn_from_output"]["value"] <= 0.6 * saved["standard"]["value"], saved
     assert saved["bn_from_output_bf16_bit_masks"]["value"] <= 0.35 * saved["standard"]["value"], saved
-assert len(cases) == 4, sorted(cases)
+assert len(cases) == 6, sorted(cases)
 PY
     ;;
   bench_train_json)
