@@ -135,7 +135,7 @@ template <typename C>
 struct ChannelRange {
   C low = std::numeric_limits<C>::infinity();
   C high = -std::numeric_limits<C>::infinity();
-  std::int64_t nans = 0;  // a NaN fails both comparisons below, so it is counted instead
+  std::int64_t nans = 0;  // a NaN fails both comparisons below, so it is counted instead (only > 0 is read)
 
   FRUGAL_HOST_DEVICE void add(C x) {
     low = x < low ? x : low;

@@ -38,7 +38,7 @@ ChannelRange<C> plane_range(const T* x, std::int64_t count) {
 // vector k taking the elements 16j + 8k + l, merged at the end. GCC will not vectorise the scalar
 // loop, since reordering `x < low ? x : low` could change which NaN or which signed zero comes out,
 // and with one accumulator each step would wait for the last (a comparison's latency). Here a NaN
-// is counted and marks the channel whatever low and high hold, and the min and max of the other
+// is noted and marks the channel whatever low and high hold, and the min and max of the other
 // values are exact in any order (up to the sign of a zero bound, which codes and decodes alike), so
 // the codes are the scalar loop's; the lanes follow the plane alone, so every thread count gives the
 // same bytes. 8 lanes, not 16: GCC lowers a comparison of 16-lane vectors to one element at a time
@@ -51,7 +51,7 @@ __attribute__((target_clones("avx512f", "avx2", "default")))
 ChannelRange<float> f32_plane_range(const float* x, std::int64_t count) {
   constexpr float kInf = std::numeric_limits<float>::infinity();
   Floats8 low[2] = {Floats8{} + kInf, Floats8{} + kInf}, high[2] = {Floats8{} - kInf, Floats8{} - kInf};
-  Words8 nans[2] = {};
+  Words8 seen_nan[2] = {};
   std::int64_t i = 0;
   for (; i + 16 <= count; i += 16)
     for (int k = 0; k < 2; ++k) {
@@ -59,11 +59,13 @@ ChannelRange<float> f32_plane_range(const float* x, std::int64_t count) {
       std::memcpy(&v, x + i + 8 * k, sizeof v);
       low[k] = v < low[k] ? v : low[k];
       high[k] = v > high[k] ? v : high[k];
-      nans[k] -= v != v;  // a true comparison is -1
+      seen_nan[k] |= v != v;  // a true comparison is all ones
     }
+  // Only whether a lane saw a NaN is kept (a count in 32-bit lanes could wrap on a plane of 2^35
+  // elements): the NaN count that finish_channel reads is only ever compared with 0.
   ChannelRange<float> range;
   for (int k = 0; k < 2; ++k)
-    for (int l = 0; l < 8; ++l) range.merge({low[k][l], high[k][l], nans[k][l]});
+    for (int l = 0; l < 8; ++l) range.merge({low[k][l], high[k][l], seen_nan[k][l] != 0 ? 1 : 0});
   for (; i < count; ++i) range.add(x[i]);
   return range;
 }
