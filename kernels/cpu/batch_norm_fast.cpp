@@ -685,12 +685,11 @@ void small_plane_grad_input(const float* grad, const float* x, const float* fuse
   b.reserve(static_cast<std::size_t>(C));
   for (std::int64_t c = 0; c < C; ++c)
     b.push_back(batch_norm::channel_backward(mean, invstd, weight, sum_dy, sum_dy_xhat, training, shape.per_channel(), c));
-  auto of = [&](std::int64_t c) -> const batch_norm::ChannelBackward<float>& { return b[static_cast<std::size_t>(c)]; };
-  const std::vector<float> means = per_element(C, S, [&](std::int64_t c) { return of(c).mean; });
-  const std::vector<float> invstds = per_element(C, S, [&](std::int64_t c) { return of(c).invstd; });
-  const std::vector<float> scales = per_element(C, S, [&](std::int64_t c) { return of(c).scale; });
-  const std::vector<float> mean_dys = per_element(C, S, [&](std::int64_t c) { return of(c).mean_dy; });
-  const std::vector<float> mean_dy_xhats = per_element(C, S, [&](std::int64_t c) { return of(c).mean_dy_xhat; });
+  const std::vector<float> means = per_element(C, S, [&](std::size_t c) { return b[c].mean; });
+  const std::vector<float> invstds = per_element(C, S, [&](std::size_t c) { return b[c].invstd; });
+  const std::vector<float> scales = per_element(C, S, [&](std::size_t c) { return b[c].scale; });
+  const std::vector<float> mean_dys = per_element(C, S, [&](std::size_t c) { return b[c].mean_dy; });
+  const std::vector<float> mean_dy_xhats = per_element(C, S, [&](std::size_t c) { return b[c].mean_dy_xhat; });
   parallel_for(shape.batch, shape.batch * length, [&](std::int64_t n) {
     const std::int64_t at = n * length;
     grad_input_sample(grad + at, x + at, fused ? fused + at : nullptr, length, means.data(), invstds.data(),

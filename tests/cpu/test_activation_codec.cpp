@@ -334,7 +334,7 @@ TEST_CASE("8-bit codes: non-finite values and f64 beyond f32 are ValueErrors nam
 }
 
 TEST_CASE("8-bit codes: an f32 channel's range, taken in vector lanes, is the f64 one taken value by value") {
-  // f32 planes run through 16 lanes and a scalar tail (Note [Channel ranges in lanes]), f64 planes
+  // f32 planes run through two vectors of 8 lanes and a scalar tail (Note [Channel ranges in lanes]), f64 planes
   // one value at a time; the same values give the same min and max, so the same low and step. Every
   // plane length from 1 to 40 (tail only, whole lanes, both), with channel 1's extremes moved through
   // every position of a plane.
