@@ -58,19 +58,29 @@ constexpr std::int64_t kSweepMinPlane = 64;
 
 namespace {
 
-// 16 floats as one value, which GCC keeps in one AVX-512 register, two AVX2 ones or four SSE ones:
-// the lanes, and so the sums, are the same on every machine. Passed by reference only (a vector
-// passed by value changes the calling convention between the target_clones variants).
-typedef float Lanes __attribute__((vector_size(kLanes * sizeof(float))));
+// 16 float lanes, the same on every machine so that the sums are too, held as two vectors of 8
+// (lanes 0-7 and 8-15). Not as one vector of 16: GCC has no register for one on AVX2 and keeps it on
+// the stack, so every add of a loop summing into one went through memory. Measured (perf, one
+// thread, a CIFAR-stem training step of the standard graph): block_deviations 6.9% of the step with
+// one vector of 16, 3.6% with two of 8; block_grad_sums 13.8% and 10.7% (it waits on memory now).
+// Passed by reference only (a vector passed by value changes the calling convention between the
+// target_clones variants).
+constexpr std::int64_t kOctet = 8;  // 8 floats fill an AVX2 register; also the elements of one mask byte
+typedef float Octet __attribute__((vector_size(kOctet * sizeof(float))));
+struct Lanes {
+  Octet half[2];
+};
+static_assert(sizeof(Lanes) == kLanes * sizeof(float));
 
-void load(Lanes& v, const float* p) { std::memcpy(&v, p, sizeof v); }
+void load(Octet& v, const float* p) { std::memcpy(&v, p, sizeof v); }
 
 // The lanes and the tail's lanes folded into double, in lane order. A row's remainder (its last
-// length % 16 elements) is added into plain arrays: indexing a Lanes value by a variable lane goes
+// length % 16 elements) is added into plain arrays: indexing a vector by a variable lane goes
 // through memory every time.
 double fold(const Lanes& lanes, const float (&tail)[kLanes]) {
   double total = 0.0;
-  for (std::int64_t l = 0; l < kLanes; ++l) total += static_cast<double>(lanes[l]) + static_cast<double>(tail[l]);
+  for (std::int64_t l = 0; l < kLanes; ++l)
+    total += static_cast<double>(lanes.half[l / kOctet][l % kOctet]) + static_cast<double>(tail[l]);
   return total;
 }
 
@@ -99,16 +109,19 @@ void for_each_block(const BatchNormShape& shape, std::int64_t c, Body&& body) {
 // sum(x - shift) and sum((x - shift)^2) over a block.
 __attribute__((target_clones("avx512f", "avx2", "default")))
 void block_deviations(const float* x, Block b, float shift, double& sum, double& squares) {
-  Lanes sums = {}, square_sums = {}, v;
+  Lanes sums = {}, square_sums = {};
   float tail_sums[kLanes] = {}, tail_squares[kLanes] = {};  // a row's last length % 16 elements
   for (std::int64_t p = 0; p < b.planes; ++p) {
     const float* row = x + b.first + p * b.stride;
     std::int64_t s = 0;
     for (; s + kLanes <= b.length; s += kLanes) {
-      load(v, row + s);
-      const Lanes d = v - shift;
-      sums += d;
-      square_sums += d * d;
+      for (int h = 0; h < 2; ++h) {
+        Octet v;
+        load(v, row + s + h * kOctet);
+        const Octet d = v - shift;
+        sums.half[h] += d;
+        square_sums.half[h] += d * d;
+      }
     }
     for (std::int64_t l = 0; s + l < b.length; ++l) {
       const float d = row[s + l] - shift;
@@ -143,7 +156,7 @@ __attribute__((target_clones("avx512f", "avx2", "default")))
 void block_grad_sums(const float* grad, const float* x, const float* fused,
                      const batch_norm::ChannelScaleShift<float>* recompute, Block b, float mean, double& sum_dy,
                      double& sum_dy_centered) {
-  Lanes dy_sums = {}, centered_sums = {}, dy, v;
+  Lanes dy_sums = {}, centered_sums = {};
   float tail_dy[kLanes] = {}, tail_centered[kLanes] = {};
   float gated[kBlockElements];  // a row is at most a block long
   for (std::int64_t p = 0; p < b.planes; ++p) {
@@ -160,10 +173,13 @@ void block_grad_sums(const float* grad, const float* x, const float* fused,
     const float* in = x + row;
     std::int64_t s = 0;
     for (; s + kLanes <= b.length; s += kLanes) {
-      load(dy, g + s);
-      load(v, in + s);
-      dy_sums += dy;
-      centered_sums += dy * (v - mean);
+      for (int h = 0; h < 2; ++h) {
+        Octet dy, v;
+        load(dy, g + s + h * kOctet);
+        load(v, in + s + h * kOctet);
+        dy_sums.half[h] += dy;
+        centered_sums.half[h] += dy * (v - mean);
+      }
     }
     for (std::int64_t l = 0; s + l < b.length; ++l) {
       tail_dy[l] += g[s + l];
@@ -355,8 +371,8 @@ void xhat_channel_grad_sums(const float* grad, const float* xhat, const BatchNor
 // to f32 and apply_packed_mask gates all of dy before BatchNorm's own backward reads both: on the
 // CIFAR stem these passes were a fifth of a training step. Here the forward computes xhat and y a
 // piece of a plane at a time (kPiece elements, in L1) with the f32 loops above and stores the bf16
-// xhat and the bits straight from there; the backward widens a piece of xhat and gates a piece of dy
-// into L1 and runs the f32 loops above on it. The same arithmetic on the same values as the separate
+// xhat and the bits straight from there; the backward widens xhat and gates dy in registers (Note
+// [Widening in registers]). The same arithmetic on the same values as the separate
 // passes, so the same bits (tests/cpu/test_batch_norm_normalized.cpp checks), with xhat written once,
 // in 2 bytes. A plane's bits must start a byte, so that no two threads write one: masks need planes
 // of a multiple of 8 elements (every plane of MobileNetV2 at 32x32 with the CIFAR stem is); other
@@ -383,29 +399,6 @@ void pack_relu6_bits(const float* __restrict y, std::int64_t n, std::uint8_t* __
     std::memcpy(&eight, inside + byte * 8, sizeof eight);
     mask[byte] = static_cast<std::uint8_t>((eight * 0x0102040810204080ull) >> 56);
   }
-}
-
-// dy gated by the mask's bits (mask_at: the first element's, at the start of a byte), n a multiple
-// of 8: 16 elements at a time as one 16-lane word, lane l keeping dy's bits ANDed with minus bit l
-// of the mask (all ones or zeros): keep_or_zero's select (kernels/activation_codec_ops.h), the same
-// bits as apply_packed_mask. Shifts, ANDs and a negation, no comparison: GCC lowers a comparison of
-// 16-lane vectors on an AVX2 machine to one element at a time. Measured (perf, one thread,
-// CIFAR-stem step, the function that widens and gates): 12.1-12.7% of the step gating a byte at a
-// time with apply_mask_byte or with a comparison, 6.2-7.3% so.
-typedef std::int32_t LaneWords __attribute__((vector_size(kLanes * sizeof(std::int32_t))));
-constexpr LaneWords kLaneIndex = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-
-inline void gate_by_bits(const float* __restrict grad, const std::uint8_t* __restrict mask_at, std::int64_t n,
-                         float* __restrict out) {
-  std::int64_t s = 0;
-  for (; s + kLanes <= n; s += kLanes) {
-    const std::int32_t word = mask_at[s / 8] | (mask_at[s / 8 + 1] << 8);
-    LaneWords g;
-    std::memcpy(&g, grad + s, sizeof g);
-    g &= -(((LaneWords{} + word) >> kLaneIndex) & 1);
-    std::memcpy(out + s, &g, sizeof g);
-  }
-  if (s < n) apply_mask_byte(grad + s, mask_at + s / 8, out + s, 8, 0);  // n % 16 == 8: one byte left
 }
 
 // One plane's forward: xhat in bf16 and, with a mask, its bits, y in f32 from the f32 xhat, a piece
@@ -461,7 +454,8 @@ void compact_affine_planes(const BFloat16* xhat, const BatchNormShape& shape, st
 }
 
 // n elements of xhat widened, and of dy gated by the mask's bits when there is one (mask_at: the
-// bits of the first element, at the start of a byte), into L1: what the f32 loops then read.
+// bits of the first element, at the start of a byte; n then a multiple of 8), into a buffer: the
+// rows' last elements that fill no whole vector, and the backward whose mask is recomputed.
 __attribute__((target_clones("avx512f", "avx2", "default")))
 void widen_piece(const float* __restrict grad, const BFloat16* __restrict xhat, const std::uint8_t* __restrict mask_at,
                  std::int64_t n, float* __restrict grad_piece, float* __restrict xhat_piece) {
@@ -470,42 +464,162 @@ void widen_piece(const float* __restrict grad, const BFloat16* __restrict xhat, 
     std::memcpy(grad_piece, grad, static_cast<std::size_t>(n) * sizeof(float));
     return;
   }
-  gate_by_bits(grad, mask_at, n, grad_piece);
+  for (std::int64_t byte = 0; byte < n / 8; ++byte) apply_mask_byte(grad, mask_at, grad_piece, n, byte);
 }
 
-// Channel c's sum(dy) and sum(dy * xhat) from a bf16 xhat: block by block, each widened into L1 and
-// summed by block_grad_sums as xhat_channel_grad_sums sums it (the same lanes, so the same sums).
-void compact_channel_grad_sums(const float* grad, const BFloat16* xhat, const std::uint8_t* mask,
-                               const BatchNormShape& shape, std::int64_t c, const batch_norm::ChannelScaleShift<float>& a,
-                               bool relu6, float* sum_dy, float* sum_dy_xhat) {
-  float grad_piece[kPiece], xhat_piece[kPiece];
+// Note [Widening in registers]
+// With the mask as bits (or no ReLU6 to gate by), BatchNorm's two backward passes from a bf16 xhat
+// widen 8 values of xhat and gate 8 of dy (one mask byte) in registers and use them there: no piece
+// buffer is written and read back. Through the buffers (widen_piece, then the f32 loops) the
+// widening and gating were 12.6% of a one-thread CIFAR-stem step (perf), each element widened
+// twice, once per pass. The sums keep block_grad_sums' 16 lanes as two vectors of 8 (lanes 0-7 and
+// 8-15): a 16-float vector has no register on AVX2, so GCC keeps it on the stack and every add of
+// the loop went through memory (measured: the sums pass, 10% of the step so, ran at a third of
+// the speed it has in two 8-float registers). The arithmetic is the f32 loops' on the same values
+// in the same lanes, so the same bits (tests/cpu/test_batch_norm_normalized.cpp). A ReLU6 without
+// bits recomputes its mask from xhat (incoming_grad_from_xhat): that form keeps the buffers
+// (compact_channel_grad_sums_buffered, compact_grad_input_channel_buffered).
+typedef std::int32_t OctetWords __attribute__((vector_size(kOctet * sizeof(std::int32_t))));
+typedef std::uint16_t OctetHalves __attribute__((vector_size(kOctet * sizeof(std::uint16_t))));
+constexpr OctetWords kOctetIndex = {0, 1, 2, 3, 4, 5, 6, 7};
+
+// 8 bf16 values as f32: each value's bits moved to the top half of a 32-bit word, as bf16_to_f32
+// does. Casts between vectors of one size reinterpret the bits.
+inline void load_widened(Octet& v, const BFloat16* p) {
+  OctetHalves halves;
+  std::memcpy(&halves, p, sizeof halves);
+  v = (Octet)(__builtin_convertvector(halves, OctetWords) << 16);
+}
+
+// 8 of dy, gated by the 8 bits of *mask_at when there is a mask: lane l keeps dy's bits ANDed with
+// minus bit l (all ones or all zeros), keep_or_zero's select (kernels/activation_codec_ops.h) and
+// so apply_packed_mask's bits. Shifts, ANDs and a negation: no comparison, no multiply (a NaN or
+// infinite dy under a 0 bit gives 0, as relu6_backward does).
+template <bool kMasked>
+inline void load_gated(Octet& g, const float* grad, const std::uint8_t* mask_at) {
+  OctetWords words;
+  std::memcpy(&words, grad, sizeof words);
+  if constexpr (kMasked) words &= -(((OctetWords{} + *mask_at) >> kOctetIndex) & 1);
+  g = (Octet)words;
+}
+
+// The mask byte of element i (a multiple of 8) of a tensor whose first bit is at `mask` (null: no
+// mask).
+inline const std::uint8_t* mask_byte(const std::uint8_t* mask, std::int64_t i) { return mask ? mask + i / 8 : nullptr; }
+
+// One block's sum(dy) and sum(dy * xhat) from a bf16 xhat: block_grad_sums with mean 0 on the
+// widened, gated values (x - 0 is x). A row's last length % 16 elements (0 or 8: a mask needs planes
+// of a multiple of 8) are widened through widen_piece into the tail lanes, in a loop of their own
+// after the rows' whole vectors (a call inside the vector loop would have the sums saved around
+// it). Each lane still adds its elements in row order, so the sums are block_grad_sums'.
+template <bool kMasked>
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void compact_block_grad_sums(const float* grad, const BFloat16* xhat, const std::uint8_t* mask, Block b,
+                             double& sum_dy, double& sum_dy_xhat) {
+  const std::int64_t whole = b.length / kLanes * kLanes;
+  Lanes dy_sums = {}, xhat_sums = {};
+  for (std::int64_t p = 0; p < b.planes; ++p) {
+    const std::int64_t row = b.first + p * b.stride;
+    for (std::int64_t s = row; s < row + whole; s += kLanes)
+      for (int h = 0; h < 2; ++h) {
+        const std::int64_t at = s + h * kOctet;
+        Octet g, v;
+        load_gated<kMasked>(g, grad + at, mask_byte(mask, at));
+        load_widened(v, xhat + at);
+        dy_sums.half[h] += g;
+        xhat_sums.half[h] += g * v;
+      }
+  }
+  float tail_dy[kLanes] = {}, tail_xhat[kLanes] = {}, tail_g[kLanes], tail_v[kLanes];
+  for (std::int64_t p = 0; p < b.planes && whole < b.length; ++p) {
+    const std::int64_t tail = b.first + p * b.stride + whole;
+    widen_piece(grad + tail, xhat + tail, mask_byte(mask, tail), b.length - whole, tail_g, tail_v);
+    for (std::int64_t l = 0; whole + l < b.length; ++l) {
+      tail_dy[l] += tail_g[l];
+      tail_xhat[l] += tail_g[l] * tail_v[l];
+    }
+  }
+  sum_dy = fold(dy_sums, tail_dy);
+  sum_dy_xhat = fold(xhat_sums, tail_xhat);
+}
+
+// Channel c's sums in lanes, block by block.
+template <bool kMasked>
+void compact_channel_grad_sums_in_lanes(const float* grad, const BFloat16* xhat, const std::uint8_t* mask,
+                                        const BatchNormShape& shape, std::int64_t c, float* sum_dy,
+                                        float* sum_dy_xhat) {
   batch_norm::GradSums sums;
   for_each_block(shape, c, [&](Block b) {
-    for (std::int64_t p = 0; p < b.planes; ++p) {
-      const std::int64_t row = b.first + p * b.stride;
-      widen_piece(grad + row, xhat + row, mask ? mask + row / 8 : nullptr, b.length, grad_piece + p * b.length,
-                  xhat_piece + p * b.length);
-    }
     double dy = 0.0, dy_xhat = 0.0;
-    block_grad_sums(grad_piece, xhat_piece, nullptr, relu6 && !mask ? &a : nullptr, Block{0, b.length, b.planes, b.length},
-                    0.0f, dy, dy_xhat);
+    compact_block_grad_sums<kMasked>(grad, xhat, mask, b, dy, dy_xhat);
     sums.merge({dy, dy_xhat});
   });
   sum_dy[c] = static_cast<float>(sums.dy);
   sum_dy_xhat[c] = static_cast<float>(sums.dy_xhat);
 }
 
-// Channel c's input gradient from a bf16 xhat, a piece of a plane at a time.
+// Channel c's input gradient from a bf16 xhat in registers: grad_input_from_xhat on 8 elements at a
+// time, a row's last length % 8 (without a mask only) through widen_piece.
+template <bool kMasked>
 __attribute__((target_clones("avx512f", "avx2", "default")))
-void compact_grad_input_channel(const float* grad, const BFloat16* xhat, const std::uint8_t* mask,
-                                const BatchNormShape& shape, std::int64_t c, const batch_norm::ChannelScaleShift<float>& a,
-                                bool relu6, const batch_norm::ChannelBackward<float>& b, float* grad_input) {
+void compact_grad_input_channel_in_lanes(const float* grad, const BFloat16* xhat, const std::uint8_t* mask,
+                                         const BatchNormShape& shape, std::int64_t c,
+                                         const batch_norm::ChannelBackward<float>& b, float* grad_input) {
+  const std::int64_t whole = shape.spatial / kOctet * kOctet;
+  // In locals: read through `b` the loop would load them again after every store to grad_input.
+  const float scale = b.scale, mean_dy = b.mean_dy, mean_dy_xhat = b.mean_dy_xhat;
+  for (std::int64_t n = 0; n < shape.batch; ++n) {
+    const std::int64_t first = shape.offset(n, c, 0);
+    for (std::int64_t s = first; s < first + whole; s += kOctet) {
+      Octet g, v;
+      load_gated<kMasked>(g, grad + s, mask_byte(mask, s));
+      load_widened(v, xhat + s);
+      const Octet out = scale * (g - mean_dy - v * mean_dy_xhat);
+      std::memcpy(grad_input + s, &out, sizeof out);
+    }
+  }
+  float tail_g[kOctet], tail_v[kOctet];
+  for (std::int64_t n = 0; n < shape.batch && whole < shape.spatial; ++n) {
+    const std::int64_t tail = shape.offset(n, c, whole);
+    widen_piece(grad + tail, xhat + tail, nullptr, shape.spatial - whole, tail_g, tail_v);
+    for (std::int64_t l = 0; whole + l < shape.spatial; ++l)
+      grad_input[tail + l] = batch_norm::grad_input_from_xhat(tail_g[l], tail_v[l], b);
+  }
+}
+
+// Channel c's sum(dy) and sum(dy * xhat) from a bf16 xhat whose ReLU6 mask is recomputed: block by
+// block, each widened into L1 and summed by block_grad_sums as xhat_channel_grad_sums sums it (the
+// same lanes, so the same sums).
+void compact_channel_grad_sums_buffered(const float* grad, const BFloat16* xhat, const BatchNormShape& shape,
+                                        std::int64_t c, const batch_norm::ChannelScaleShift<float>& a,
+                                        float* sum_dy, float* sum_dy_xhat) {
+  float grad_piece[kPiece], xhat_piece[kPiece];
+  batch_norm::GradSums sums;
+  for_each_block(shape, c, [&](Block b) {
+    for (std::int64_t p = 0; p < b.planes; ++p) {
+      const std::int64_t row = b.first + p * b.stride;
+      widen_piece(grad + row, xhat + row, nullptr, b.length, grad_piece + p * b.length, xhat_piece + p * b.length);
+    }
+    double dy = 0.0, dy_xhat = 0.0;
+    block_grad_sums(grad_piece, xhat_piece, nullptr, &a, Block{0, b.length, b.planes, b.length}, 0.0f, dy, dy_xhat);
+    sums.merge({dy, dy_xhat});
+  });
+  sum_dy[c] = static_cast<float>(sums.dy);
+  sum_dy_xhat[c] = static_cast<float>(sums.dy_xhat);
+}
+
+// Channel c's input gradient from a bf16 xhat whose ReLU6 mask is recomputed, a piece of a plane at
+// a time.
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void compact_grad_input_channel_buffered(const float* grad, const BFloat16* xhat, const BatchNormShape& shape,
+                                         std::int64_t c, const batch_norm::ChannelScaleShift<float>& a,
+                                         const batch_norm::ChannelBackward<float>& b, float* grad_input) {
   float grad_piece[kPiece], xhat_piece[kPiece];
   for (std::int64_t n = 0; n < shape.batch; ++n)
     for (std::int64_t s = 0; s < shape.spatial; s += kPiece) {
       const std::int64_t first = shape.offset(n, c, s), length = std::min(kPiece, shape.spatial - s);
-      widen_piece(grad + first, xhat + first, mask ? mask + first / 8 : nullptr, length, grad_piece, xhat_piece);
-      xhat_grad_input_row(grad_piece, xhat_piece, length, a, relu6 && !mask, b, grad_input + first);
+      widen_piece(grad + first, xhat + first, nullptr, length, grad_piece, xhat_piece);
+      xhat_grad_input_row(grad_piece, xhat_piece, length, a, true, b, grad_input + first);
     }
 }
 
@@ -985,10 +1099,23 @@ void batch_norm_backward_from_compact_xhat(const float* grad, const BFloat16* xh
                                            float* sum_dy_xhat, float* grad_input) {
   parallel_for(shape.channels, 2 * shape.channels * shape.per_channel(), [&](std::int64_t c) {
     const auto a = batch_norm::channel_scale_shift(weight, bias, c);
-    if (sum_dy) compact_channel_grad_sums(grad, xhat, mask, shape, c, a, relu6, sum_dy, sum_dy_xhat);
+    const bool recomputed_mask = relu6 && !mask;  // Note [Widening in registers]
+    if (sum_dy) {
+      if (recomputed_mask)
+        compact_channel_grad_sums_buffered(grad, xhat, shape, c, a, sum_dy, sum_dy_xhat);
+      else if (mask)
+        compact_channel_grad_sums_in_lanes<true>(grad, xhat, mask, shape, c, sum_dy, sum_dy_xhat);
+      else
+        compact_channel_grad_sums_in_lanes<false>(grad, xhat, nullptr, shape, c, sum_dy, sum_dy_xhat);
+    }
     const auto b = batch_norm::channel_backward<float>(nullptr, invstd, weight, sum_dy, sum_dy_xhat, training,
                                                        shape.per_channel(), c);
-    compact_grad_input_channel(grad, xhat, mask, shape, c, a, relu6, b, grad_input);
+    if (recomputed_mask)
+      compact_grad_input_channel_buffered(grad, xhat, shape, c, a, b, grad_input);
+    else if (mask)
+      compact_grad_input_channel_in_lanes<true>(grad, xhat, mask, shape, c, b, grad_input);
+    else
+      compact_grad_input_channel_in_lanes<false>(grad, xhat, nullptr, shape, c, b, grad_input);
   });
 }
 

@@ -218,9 +218,11 @@ TEST_CASE("batch norm from xhat: the same bits on 1, 2 and 3 threads") {
 
 namespace {
 // f32 shapes for the compact xhat: planes under 16 elements and of 20 (not a multiple of 8: the mask
-// is packed apart), of 16 (the per-plane loops), 64 (the per-channel sweep) and longer than a block.
-const std::array<Shape, 6> kCompactShapes{Shape{6, 3},       Shape{5, 3, 1, 1}, Shape{2, 3, 4, 5},
-                                          Shape{4, 3, 4, 4}, Shape{3, 4, 8, 8}, Shape{2, 2, 72, 72}};
+// is packed apart), of 16 (the per-plane loops), of 24 (a row of 16 lanes and 8 left over), 64 (the
+// per-channel sweep), longer than a block, and longer than a block with 8 left over in its last one.
+const std::array<Shape, 8> kCompactShapes{Shape{6, 3},       Shape{5, 3, 1, 1}, Shape{2, 3, 4, 5},
+                                          Shape{4, 3, 4, 4}, Shape{3, 4, 4, 6}, Shape{3, 4, 8, 8},
+                                          Shape{2, 2, 72, 72}, Shape{2, 2, 54, 76}};
 
 // One forward keeping xhat compact against the forward that keeps it in f32 followed by the
 // separate passes (the cast, pack_mask_between); the rebuild and both backwards likewise.
