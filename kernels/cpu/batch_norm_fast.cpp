@@ -67,6 +67,10 @@ namespace {
 // target_clones variants).
 constexpr std::int64_t kOctet = 8;  // 8 floats fill an AVX2 register; also the elements of one mask byte
 typedef float Octet __attribute__((vector_size(kOctet * sizeof(float))));
+typedef std::int32_t OctetWords __attribute__((vector_size(kOctet * sizeof(std::int32_t))));
+typedef std::uint32_t OctetBits __attribute__((vector_size(kOctet * sizeof(std::uint32_t))));
+typedef std::uint16_t OctetHalves __attribute__((vector_size(kOctet * sizeof(std::uint16_t))));
+constexpr OctetWords kOctetIndex = {0, 1, 2, 3, 4, 5, 6, 7};
 struct Lanes {
   Octet half[2];
 };
@@ -369,51 +373,79 @@ void xhat_channel_grad_sums(const float* grad, const float* xhat, const BatchNor
 // and the mask 0 < y < 6 as bits. Done as separate passes, the forward writes xhat in f32, a cast
 // reads it back to write bf16, and pack_mask_between reads y again; the backward widens all of xhat
 // to f32 and apply_packed_mask gates all of dy before BatchNorm's own backward reads both: on the
-// CIFAR stem these passes were a fifth of a training step. Here the forward computes xhat and y a
-// piece of a plane at a time (kPiece elements, in L1) with the f32 loops above and stores the bf16
-// xhat and the bits straight from there; the backward widens xhat and gates dy in registers (Note
-// [Widening in registers]). The same arithmetic on the same values as the separate
-// passes, so the same bits (tests/cpu/test_batch_norm_normalized.cpp checks), with xhat written once,
-// in 2 bytes. A plane's bits must start a byte, so that no two threads write one: masks need planes
+// CIFAR stem these passes were a fifth of a training step. Here the forward computes xhat and y 8
+// elements at a time and stores the bf16 xhat and the bits straight from registers (Note [The
+// compact forward in registers]); the backward widens xhat and gates dy in registers (Note
+// [Widening in registers]). The same arithmetic on the same values as the separate passes, so the
+// same bits (tests/cpu/test_batch_norm_normalized.cpp checks), with xhat written once, in 2 bytes. A plane's bits must start a byte, so that no two threads write one: masks need planes
 // of a multiple of 8 elements (every plane of MobileNetV2 at 32x32 with the CIFAR stem is); other
 // shapes take the separate passes (kernels/batch_norm.cpp).
+// The buffers of the rebuild (compact_affine_planes) and of the backward whose mask is recomputed.
 constexpr std::int64_t kPiece = kBlockElements;  // what block_grad_sums takes at once, and a multiple of 8
 
-// The loops below with a piece buffer are functions of their own, each compiled for AVX-512, AVX2 and
+// The loops with a piece buffer are functions of their own, each compiled for AVX-512, AVX2 and
 // x86-64: GCC does not inline a function with a 16 KiB array into the target_clones loops, and
 // left as a plain function it would run without AVX.
 
-// The mask bytes of n elements of y (n a multiple of 8, at most kPiece), as pack_mask_between(y, 0,
-// 6) writes them, in two loops that need no lane of a vector to meet another: one byte per element,
-// 0 or 1 (a plain loop GCC vectorises at the machine's width), then eight such bytes read as one 64-bit word x and gathered
-// into one byte by a multiply: x * 0x0102040810204080 moves byte i's bit to bit 56 + i, and the
-// shifted copies of the bytes land on distinct bits, so nothing carries. Measured (perf, one
-// thread, CIFAR-stem step): 3.0% of the step, against 5.0% packing a byte at a time with mask_bits.
-__attribute__((target_clones("avx512f", "avx2", "default")))
-void pack_relu6_bits(const float* __restrict y, std::int64_t n, std::uint8_t* __restrict mask) {
-  const OpenRange<float> range = open_range<float>(0.0, kReLU6Top);
-  alignas(8) std::uint8_t inside[kPiece];
-  for (std::int64_t s = 0; s < n; ++s) inside[s] = static_cast<std::uint8_t>(in_open_range(y[s], range));
-  for (std::int64_t byte = 0; byte < n / 8; ++byte) {
-    std::uint64_t eight;
-    std::memcpy(&eight, inside + byte * 8, sizeof eight);
-    mask[byte] = static_cast<std::uint8_t>((eight * 0x0102040810204080ull) >> 56);
-  }
+// Note [The compact forward in registers]
+// The forward keeping a bf16 xhat and the mask bits computes 8 elements at a time in registers:
+// xhat, y from it (batch_norm::output_from_xhat's product, sum and clamp), xhat rounded to bf16 and
+// the 8 bits of 0 < y < 6, then stores y, the 8 bf16 values and one mask byte. Through a piece
+// buffer (xhat written in f32, then f32_to_bf16 and a packing loop reading it and y back) these were
+// 9.9% of a one-thread CIFAR-stem step with bf16 and bit masks (perf: the normalising loop 4.1%, the
+// packing 3.8%, the cast 2.1%). The same operations on the same values as those loops, so the same
+// bits (tests/cpu/test_batch_norm_normalized.cpp).
+
+// f32_to_bf16's rounding (nearest even, a NaN kept and made quiet) of 8 values in lanes.
+inline void store_bf16(BFloat16* out, const Octet& v) {
+  const OctetBits bits = (OctetBits)v;
+  const OctetBits rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+  const OctetBits quiet_nan = (bits >> 16) | 0x40u;
+  const OctetHalves halves = __builtin_convertvector((bits & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded, OctetHalves);
+  std::memcpy(static_cast<void*>(out), &halves, sizeof halves);
 }
 
-// One plane's forward: xhat in bf16 and, with a mask, its bits, y in f32 from the f32 xhat, a piece
-// at a time.
+// The mask byte of 8 values of y, as pack_mask_between(y, 0, 6) writes it: lane l's comparison
+// (all ones or zeros) keeps bit l, and the lanes are ORed together in halves. Not a conversion of
+// the lanes to bytes: GCC lowers that to one lane at a time (measured, perf: the forward took as
+// long as the separate loops did).
+typedef std::int32_t QuadWords __attribute__((vector_size(4 * sizeof(std::int32_t))));
+constexpr OctetWords kLaneBit = {1, 2, 4, 8, 16, 32, 64, 128};
+
+inline std::uint8_t relu6_mask_byte(const Octet& y, const OpenRange<float>& range) {
+  const OctetWords bits = (range.low < y) & (y < range.high) & kLaneBit;
+  const QuadWords four = __builtin_shufflevector(bits, bits, 0, 1, 2, 3) | __builtin_shufflevector(bits, bits, 4, 5, 6, 7);
+  const QuadWords two = four | __builtin_shufflevector(four, four, 2, 3, 0, 1);
+  return static_cast<std::uint8_t>(two[0] | two[1]);
+}
+
+// One plane's forward: xhat in bf16 and, with a mask, its bits, y in f32 from the f32 xhat. A plane
+// of a length not a multiple of 8 (there is no mask then) ends through normalize_saving_row.
 __attribute__((target_clones("avx512f", "avx2", "default")))
 void normalize_compact_row(const float* in, std::int64_t length, float mean, float invstd,
                            const batch_norm::ChannelScaleShift<float>& a, bool relu6, BFloat16* xhat,
                            std::uint8_t* mask, float* y) {
-  float piece[kPiece];
-  for (std::int64_t s = 0; s < length; s += kPiece) {
-    const std::int64_t n = std::min(kPiece, length - s);
-    normalize_saving_row(in + s, n, mean, invstd, a, relu6, piece, y + s);
-    f32_to_bf16(piece, xhat + s, n);
-    if (mask) pack_relu6_bits(y + s, n, mask + s / 8);
+  const OpenRange<float> range = open_range<float>(0.0, kReLU6Top);
+  const Octet zero = {}, six = zero + static_cast<float>(kReLU6Top);
+  const float weight = a.weight, bias = a.bias;
+  const std::int64_t whole = length / kOctet * kOctet;
+  for (std::int64_t s = 0; s < whole; s += kOctet) {
+    Octet x;
+    load(x, in + s);
+    const Octet normalized = (x - mean) * invstd;                    // batch_norm::xhat
+    Octet out = normalized * weight + bias;                           // multiply_add_unfused: ISO C++ does not contract
+    if (relu6) {                                                      // clamp_nan(out, 0, 6)
+      out = out < zero ? zero : out;
+      out = out > six ? six : out;
+    }
+    std::memcpy(y + s, &out, sizeof out);
+    store_bf16(xhat + s, normalized);
+    if (mask) mask[s / kOctet] = relu6_mask_byte(out, range);
   }
+  if (whole == length) return;
+  float tail[kOctet];
+  normalize_saving_row(in + whole, length - whole, mean, invstd, a, relu6, tail, y + whole);
+  f32_to_bf16(tail, xhat + whole, length - whole);
 }
 
 // Planes [begin, end) of it.
@@ -479,9 +511,6 @@ void widen_piece(const float* __restrict grad, const BFloat16* __restrict xhat, 
 // in the same lanes, so the same bits (tests/cpu/test_batch_norm_normalized.cpp). A ReLU6 without
 // bits recomputes its mask from xhat (incoming_grad_from_xhat): that form keeps the buffers
 // (compact_channel_grad_sums_buffered, compact_grad_input_channel_buffered).
-typedef std::int32_t OctetWords __attribute__((vector_size(kOctet * sizeof(std::int32_t))));
-typedef std::uint16_t OctetHalves __attribute__((vector_size(kOctet * sizeof(std::uint16_t))));
-constexpr OctetWords kOctetIndex = {0, 1, 2, 3, 4, 5, 6, 7};
 
 // 8 bf16 values as f32: each value's bits moved to the top half of a 32-bit word, as bf16_to_f32
 // does. Casts between vectors of one size reinterpret the bits.
