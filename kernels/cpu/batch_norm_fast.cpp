@@ -520,15 +520,14 @@ inline void load_widened(Octet& v, const BFloat16* p) {
   v = (Octet)(__builtin_convertvector(halves, OctetWords) << 16);
 }
 
-// 8 of dy, gated by the 8 bits of *mask_at when there is a mask: lane l keeps dy's bits ANDed with
+// 8 of dy, gated by the 8 bits of *mask_at unless mask_at is null: lane l keeps dy's bits ANDed with
 // minus bit l (all ones or all zeros), keep_or_zero's select (kernels/activation_codec_ops.h) and
 // so apply_packed_mask's bits. Shifts, ANDs and a negation: no comparison, no multiply (a NaN or
 // infinite dy under a 0 bit gives 0, as relu6_backward does).
-template <bool kMasked>
 inline void load_gated(Octet& g, const float* grad, const std::uint8_t* mask_at) {
   OctetWords words;
   std::memcpy(&words, grad, sizeof words);
-  if constexpr (kMasked) words &= -(((OctetWords{} + *mask_at) >> kOctetIndex) & 1);
+  if (mask_at) words &= -(((OctetWords{} + *mask_at) >> kOctetIndex) & 1);
   g = (Octet)words;
 }
 
@@ -541,7 +540,6 @@ inline const std::uint8_t* mask_byte(const std::uint8_t* mask, std::int64_t i) {
 // of a multiple of 8) are widened through widen_piece into the tail lanes, in a loop of their own
 // after the rows' whole vectors (a call inside the vector loop would have the sums saved around
 // it). Each lane still adds its elements in row order, so the sums are block_grad_sums'.
-template <bool kMasked>
 __attribute__((target_clones("avx512f", "avx2", "default")))
 void compact_block_grad_sums(const float* grad, const BFloat16* xhat, const std::uint8_t* mask, Block b,
                              double& sum_dy, double& sum_dy_xhat) {
@@ -553,7 +551,7 @@ void compact_block_grad_sums(const float* grad, const BFloat16* xhat, const std:
       for (int h = 0; h < 2; ++h) {
         const std::int64_t at = s + h * kOctet;
         Octet g, v;
-        load_gated<kMasked>(g, grad + at, mask_byte(mask, at));
+        load_gated(g, grad + at, mask_byte(mask, at));
         load_widened(v, xhat + at);
         dy_sums.half[h] += g;
         xhat_sums.half[h] += g * v;
@@ -573,14 +571,13 @@ void compact_block_grad_sums(const float* grad, const BFloat16* xhat, const std:
 }
 
 // Channel c's sums in lanes, block by block.
-template <bool kMasked>
 void compact_channel_grad_sums_in_lanes(const float* grad, const BFloat16* xhat, const std::uint8_t* mask,
                                         const BatchNormShape& shape, std::int64_t c, float* sum_dy,
                                         float* sum_dy_xhat) {
   batch_norm::GradSums sums;
   for_each_block(shape, c, [&](Block b) {
     double dy = 0.0, dy_xhat = 0.0;
-    compact_block_grad_sums<kMasked>(grad, xhat, mask, b, dy, dy_xhat);
+    compact_block_grad_sums(grad, xhat, mask, b, dy, dy_xhat);
     sums.merge({dy, dy_xhat});
   });
   sum_dy[c] = static_cast<float>(sums.dy);
@@ -589,7 +586,6 @@ void compact_channel_grad_sums_in_lanes(const float* grad, const BFloat16* xhat,
 
 // Channel c's input gradient from a bf16 xhat in registers: grad_input_from_xhat on 8 elements at a
 // time, a row's last length % 8 (without a mask only) through widen_piece.
-template <bool kMasked>
 __attribute__((target_clones("avx512f", "avx2", "default")))
 void compact_grad_input_channel_in_lanes(const float* grad, const BFloat16* xhat, const std::uint8_t* mask,
                                          const BatchNormShape& shape, std::int64_t c,
@@ -601,7 +597,7 @@ void compact_grad_input_channel_in_lanes(const float* grad, const BFloat16* xhat
     const std::int64_t first = shape.offset(n, c, 0);
     for (std::int64_t s = first; s < first + whole; s += kOctet) {
       Octet g, v;
-      load_gated<kMasked>(g, grad + s, mask_byte(mask, s));
+      load_gated(g, grad + s, mask_byte(mask, s));
       load_widened(v, xhat + s);
       const Octet out = scale * (g - mean_dy - v * mean_dy_xhat);
       std::memcpy(grad_input + s, &out, sizeof out);
@@ -1132,19 +1128,15 @@ void batch_norm_backward_from_compact_xhat(const float* grad, const BFloat16* xh
     if (sum_dy) {
       if (recomputed_mask)
         compact_channel_grad_sums_buffered(grad, xhat, shape, c, a, sum_dy, sum_dy_xhat);
-      else if (mask)
-        compact_channel_grad_sums_in_lanes<true>(grad, xhat, mask, shape, c, sum_dy, sum_dy_xhat);
       else
-        compact_channel_grad_sums_in_lanes<false>(grad, xhat, nullptr, shape, c, sum_dy, sum_dy_xhat);
+        compact_channel_grad_sums_in_lanes(grad, xhat, mask, shape, c, sum_dy, sum_dy_xhat);
     }
     const auto b = batch_norm::channel_backward<float>(nullptr, invstd, weight, sum_dy, sum_dy_xhat, training,
                                                        shape.per_channel(), c);
     if (recomputed_mask)
       compact_grad_input_channel_buffered(grad, xhat, shape, c, a, b, grad_input);
-    else if (mask)
-      compact_grad_input_channel_in_lanes<true>(grad, xhat, mask, shape, c, b, grad_input);
     else
-      compact_grad_input_channel_in_lanes<false>(grad, xhat, nullptr, shape, c, b, grad_input);
+      compact_grad_input_channel_in_lanes(grad, xhat, mask, shape, c, b, grad_input);
   });
 }
 
