@@ -4,12 +4,14 @@
 // affine parameters and the fused ReLU6, every floating dtype (f16/bf16 with f32 parameters), on a
 // strided odd 4-D input and an [N, C] one; the kernels from a saved xhat (batch_norm_affine giving
 // the forward's output to the bit on the GPU, and y from the same xhat the same bits as the CPU's);
-// and the device check.
+// xhat kept in bf16 with the ReLU6 mask as bits (NormalizedForm) against the CPU's own compact
+// passes; and the device check.
 #include <doctest/doctest.h>
 
 #include <cstring>
 
 #include "core/random.h"
+#include "kernels/activation_codec.h"
 #include "kernels/batch_norm.h"
 #include "tests/gpu/gpu_compare.h"
 
@@ -124,6 +126,37 @@ TEST_CASE("batch norm from a saved xhat on the GPU: the forward's bits again, an
         check_close(got.bias, expected.bias, per_channel, "grad bias from xhat");
       }
     }
+  }
+}
+
+TEST_CASE("batch norm keeping xhat compact on the GPU: bf16 and the ReLU6 bits, and the backward from them, as the CPU's") {
+  // Planes of 64, a multiple of 8: the CPU keeps them compact in BatchNorm's own passes, the GPU by
+  // the separate passes (kernels/batch_norm.cpp's make_compact), so the two ways meet here.
+  const NormalizedForm form{.bf16 = true, .relu6_mask = true};
+  const Tensor x = uniform({4, 6, 8, 8}, -2.0, 4.0), grad = uniform(x.shape(), -1.0, 1.0);
+  const Tensor w = uniform({6}, 0.5, 2.0), b = uniform({6}, -1.0, 3.0);
+  const Tensor running_mean = zeros({6}), running_var = ones({6});
+  const Tolerance f32 = accumulation_tolerance(DType::f32), bf16 = accumulation_tolerance(DType::bf16);
+  const auto cpu = batch_norm_train_normalized(x, w, b, running_mean.clone(), running_var.clone(), kMomentum, kEps,
+                                               true, form);
+  const auto out = batch_norm_train_normalized(gpu(x), gpu(w), gpu(b), gpu(running_mean), gpu(running_var), kMomentum,
+                                               kEps, true, form);
+  REQUIRE(out.normalized.dtype() == DType::bf16);
+  REQUIRE(out.mask.defined());
+  CHECK(out.mask.to_vector<double>() == pack_mask_between(out.output, 0.0, 6.0).to_vector<double>());
+  check_close(out.output, cpu.output, f32, "output");
+  check_close(out.normalized, cpu.normalized, bf16, "xhat in bf16");
+  check_close(batch_norm_affine(out.normalized, gpu(w), gpu(b), true, DType::f32),
+              batch_norm_affine(cpu.normalized, w, b, true, DType::f32), f32, "output rebuilt from the bf16 xhat");
+  for (bool training : {true, false}) {  // both sides from the CPU's xhat and bits
+    CAPTURE(training);
+    const BatchNormGrads expected =
+        batch_norm_backward_normalized(grad, cpu.normalized, w, b, cpu.save_invstd, training, true, cpu.mask);
+    const BatchNormGrads got = batch_norm_backward_normalized(gpu(grad), gpu(cpu.normalized), gpu(w), gpu(b),
+                                                              gpu(cpu.save_invstd), training, true, gpu(cpu.mask));
+    check_close(got.input, expected.input, f32, "grad input from the compact xhat");
+    check_close(got.weight, expected.weight, f32, "grad weight from the compact xhat");
+    check_close(got.bias, expected.bias, f32, "grad bias from the compact xhat");
   }
 }
 

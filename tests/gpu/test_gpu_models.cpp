@@ -2,11 +2,19 @@
 // tolerances (tests/fixtures/models/README.md): each case of tests/fixtures/models, loaded with the
 // fixture's weights, runs one eval and one training step on the GPU in f32 through models/run_step.h,
 // the same step `frugal run-step --device cuda:0` takes. cuDNN's convolutions and batch norm, cuBLAS's
-// GEMMs and the hand-written kernels all take part.
+// GEMMs and the hand-written kernels all take part. Then one training step of a small MobileNetV2
+// under each way of saving below the minimum (nn/saved_activations.h) against the same step on the CPU.
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <vector>
+
+#include "core/random.h"
 #include "models/registry.h"
 #include "models/run_step.h"
+#include "nn/autograd.h"
+#include "nn/functional.h"
+#include "nn/saved_activations.h"
 #include "nn/safetensors.h"
 #include "tests/cpu/model_fixture.h"
 #include "tests/gpu/gpu_compare.h"
@@ -38,6 +46,80 @@ TEST_CASE("models: MobileNetV2 and ResNet-18 on cuda:0 match torchvision's float
         CAPTURE(check.name);
         CHECK(check.error <= check.tolerance);
       }
+    }
+  }
+}
+
+namespace {
+// One training step of a MobileNetV2 (width 0.35, batch 4x1x32x32) in f64 on `device` under `saving`:
+// the loss and every parameter's gradient, on the host.
+struct SavingStep {
+  double loss = 0.0;
+  std::vector<std::vector<double>> grads;
+};
+
+SavingStep saving_step(bool cifar_stem, Device device, const nn::ActivationSaving& saving) {
+  Generator weights(5), data(6);
+  // No dropout: the devices draw their own random numbers.
+  const auto model = models::make_model("mobilenet_v2", {.num_classes = 10, .in_channels = 1, .width_mult = 0.35,
+                                                         .dropout = 0.0, .cifar_stem = cifar_stem, .generator = &weights});
+  model->to(DType::f64);
+  model->to(device);
+  model->train();
+  const Tensor images = normal({4, 1, 32, 32}, 0.0, 1.0, {.dtype = DType::f64}, &data).to(device);
+  const Tensor labels = randint(0, 10, {4}, {.dtype = DType::i64}, &data).to(device);
+  SavingStep step;
+  {
+    const nn::ActivationSavingGuard guard(saving);
+    const Tensor loss = functional::cross_entropy((*model)(images), labels);
+    step.loss = loss.item<double>();
+    autograd::backward(loss);
+  }
+  for (const Tensor& p : model->parameters()) step.grads.push_back(autograd::grad(p).to_vector<double>());
+  return step;
+}
+
+// |b - a| / |a| over every gradient at once (tests/cpu/test_model_memory_options.cpp says why not per
+// parameter).
+double relative_gradient_error(const SavingStep& a, const SavingStep& b) {
+  double error = 0.0, norm = 0.0;
+  for (std::size_t i = 0; i < a.grads.size(); ++i)
+    for (std::size_t j = 0; j < a.grads[i].size(); ++j) {
+      error += (a.grads[i][j] - b.grads[i][j]) * (a.grads[i][j] - b.grads[i][j]);
+      norm += a.grads[i][j] * a.grads[i][j];
+    }
+  return std::sqrt(error / norm);
+}
+}  // namespace
+
+// Below the minimum on the GPU: the ways of saving of nn/saved_activations.h, end to end, against the
+// same step on the CPU. In f64: at batch 4 the deep layers' BatchNorm sums a few values per channel,
+// whose cancellation makes f32 steps of two devices (or of the CPU's two BatchNorm kernels, measured)
+// differ by 0.5% in their gradients, as much as bf16 compression itself moves them. In f64 the
+// devices' rounding is ~1e-13, too little to move a value across a bf16 rounding or an 8-bit code, so
+// the compressed steps must agree as the plain ones do, while compression moves the GPU's gradients by
+// far more (checked, so that a GPU that silently kept f64 would fail).
+TEST_CASE("below the minimum on cuda:0: MobileNetV2's step with BatchNorm from its output, bit masks and bf16 or int8 is the CPU's") {
+  const nn::ActivationSaving from_output{.bn_from_output = true};
+  const nn::ActivationSaving compressed[] = {
+      {.bn_from_output = true, .bit_masks = true, .compress = nn::SavedCompression::bf16},
+      {.bn_from_output = true, .bit_masks = true, .compress = nn::SavedCompression::int8}};
+  for (bool cifar_stem : {false, true}) {
+    CAPTURE(cifar_stem);
+    const SavingStep plain = saving_step(cifar_stem, kGpu, {});
+    const SavingStep gpu_from_output = saving_step(cifar_stem, kGpu, from_output);
+    CHECK(relative_gradient_error(plain, gpu_from_output) < 1e-10);
+    CHECK(relative_gradient_error(saving_step(cifar_stem, Device::cpu(), from_output), gpu_from_output) < 1e-10);
+    for (const nn::ActivationSaving& saving : compressed) {
+      CAPTURE(saving.str());
+      const SavingStep cpu = saving_step(cifar_stem, Device::cpu(), saving);
+      const SavingStep gpu = saving_step(cifar_stem, kGpu, saving);
+      CHECK(gpu.loss == doctest::Approx(cpu.loss).epsilon(1e-12));
+      REQUIRE(gpu.grads.size() == cpu.grads.size());
+      const double error = relative_gradient_error(cpu, gpu), compression = relative_gradient_error(plain, gpu);
+      MESSAGE("relative gradient error, GPU against CPU: ", error, "; compression on the GPU: ", compression);
+      CHECK(error < 1e-10);
+      CHECK(compression > 1e-4);
     }
   }
 }
