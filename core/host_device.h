@@ -11,7 +11,10 @@
 
 // a * b + c with two roundings (product, then sum) on both devices. nvcc would otherwise contract
 // it into one fma, which rounds once, and GPU values would differ from the CPU's in the last bit.
-// The host side needs no such care: frugal compiles in ISO mode, where GCC does not contract.
+// On the host GCC contracts C++ too (-ffp-contract=fast is its default outside ISO C), but only where
+// the instruction set has an FMA: code built for baseline x86-64 has none, and the loops compiled per
+// instruction set (target_clones) that call this are compiled with -ffp-contract=off
+// (kernels/CMakeLists.txt).
 FRUGAL_HOST_DEVICE inline double multiply_add_unfused(double a, double b, double c) {
 #if defined(__CUDA_ARCH__)
   return __dadd_rn(__dmul_rn(a, b), c);

@@ -64,7 +64,8 @@ namespace {
 // thread, a CIFAR-stem training step of the standard graph): block_deviations 6.9% of the step with
 // one vector of 16, 3.6% with two of 8; block_grad_sums 13.8% and 10.7% (it waits on memory now).
 // Passed by reference only (a vector passed by value changes the calling convention between the
-// target_clones variants).
+// target_clones variants). "The same bits" below excludes a NaN's payload and sign: where two NaNs
+// meet in an add or a multiply, which one comes out depends on the operand order GCC picks.
 constexpr std::int64_t kOctet = 8;  // 8 floats fill an AVX2 register; also the elements of one mask byte
 typedef float Octet __attribute__((vector_size(kOctet * sizeof(float))));
 typedef std::int32_t OctetWords __attribute__((vector_size(kOctet * sizeof(std::int32_t))));
@@ -154,7 +155,7 @@ Welford block_statistics(const float* x, Block b) {
 // sum(dy) and sum(dy * (x - mean)) over a block, dy gated by the fused ReLU6's output when given
 // (batch_norm::incoming_grad), or by the output recomputed from x = xhat when `recompute` is set
 // (batch_norm::incoming_grad_from_xhat, mean 0). The gating runs first, as a plain loop over a row
-// into `gated`: GCC vectorises that loop with mask registers, where comparisons written on Lanes
+// into `gated`: GCC vectorises that loop with mask registers, where comparisons written on vectors
 // compile lane by lane for AVX-512F.
 __attribute__((target_clones("avx512f", "avx2", "default")))
 void block_grad_sums(const float* grad, const float* x, const float* fused,
@@ -377,9 +378,11 @@ void xhat_channel_grad_sums(const float* grad, const float* xhat, const BatchNor
 // elements at a time and stores the bf16 xhat and the bits straight from registers (Note [The
 // compact forward in registers]); the backward widens xhat and gates dy in registers (Note
 // [Widening in registers]). The same arithmetic on the same values as the separate passes, so the
-// same bits (tests/cpu/test_batch_norm_normalized.cpp checks), with xhat written once, in 2 bytes. A plane's bits must start a byte, so that no two threads write one: masks need planes
-// of a multiple of 8 elements (every plane of MobileNetV2 at 32x32 with the CIFAR stem is); other
-// shapes take the separate passes (kernels/batch_norm.cpp).
+// same bits (tests/cpu/test_batch_norm_normalized.cpp checks), with xhat written once, in 2 bytes.
+// A plane's bits must start a byte, so that no two threads write one: masks need planes of a
+// multiple of 8 elements (every plane of MobileNetV2 at 32x32 with the CIFAR stem is); other shapes
+// take the separate passes (kernels/batch_norm.cpp).
+
 // The buffers of the rebuild (compact_affine_planes) and of the backward whose mask is recomputed.
 constexpr std::int64_t kPiece = kBlockElements;  // what block_grad_sums takes at once, and a multiple of 8
 
@@ -433,7 +436,7 @@ void normalize_compact_row(const float* in, std::int64_t length, float mean, flo
     Octet x;
     load(x, in + s);
     const Octet normalized = (x - mean) * invstd;                    // batch_norm::xhat
-    Octet out = normalized * weight + bias;                           // multiply_add_unfused: ISO C++ does not contract
+    Octet out = normalized * weight + bias;                           // multiply_add_unfused: -ffp-contract=off
     if (relu6) {                                                      // clamp_nan(out, 0, 6)
       out = out < zero ? zero : out;
       out = out > six ? six : out;
@@ -536,8 +539,8 @@ inline void load_gated(Octet& g, const float* grad, const std::uint8_t* mask_at)
 inline const std::uint8_t* mask_byte(const std::uint8_t* mask, std::int64_t i) { return mask ? mask + i / 8 : nullptr; }
 
 // One block's sum(dy) and sum(dy * xhat) from a bf16 xhat: block_grad_sums with mean 0 on the
-// widened, gated values (x - 0 is x). A row's last length % 16 elements (0 or 8: a mask needs planes
-// of a multiple of 8) are widened through widen_piece into the tail lanes, in a loop of their own
+// widened, gated values (x - 0 is x). A row's last length % 16 elements (8 or none with a mask, whose
+// planes hold a multiple of 8; up to 15 without) are widened through widen_piece into the tail lanes, in a loop of their own
 // after the rows' whole vectors (a call inside the vector loop would have the sums saved around
 // it). Each lane still adds its elements in row order, so the sums are block_grad_sums'.
 __attribute__((target_clones("avx512f", "avx2", "default")))

@@ -92,8 +92,10 @@ double relative_gradient_error(const SavingStep& a, const SavingStep& b) {
 }
 }  // namespace
 
-// Below the minimum on the GPU: the ways of saving of nn/saved_activations.h, end to end, against the
-// same step on the CPU. In f64: at batch 4 the deep layers' BatchNorm sums a few values per channel,
+// Below the minimum on the GPU: the ways of saving of nn/saved_activations.h, end to end through the
+// graph (x-hat saved, rebuilt, compressed by the graph, masks as bits), against the same step on the
+// CPU. BatchNorm's own compact passes (f32 only) are compared with the GPU in
+// test_gpu_batch_norm.cpp. In f64: at batch 4 the deep layers' BatchNorm sums a few values per channel,
 // whose cancellation makes f32 steps of two devices (or of the CPU's two BatchNorm kernels, measured)
 // differ by 0.5% in their gradients, as much as bf16 compression itself moves them. In f64 the
 // devices' rounding is ~1e-13, too little to move a value across a bf16 rounding or an 8-bit code, so
