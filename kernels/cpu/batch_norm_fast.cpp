@@ -27,6 +27,7 @@
 #include "core/cpu/parallel.h"
 #include "kernels/activation_codec_ops.h"
 #include "kernels/batch_norm_backends.h"
+#include "kernels/cpu/octets.h"
 
 namespace frugal::cpu::fast {
 
@@ -66,18 +67,10 @@ namespace {
 // Passed by reference only (a vector passed by value changes the calling convention between the
 // target_clones variants). "The same bits" below excludes a NaN's payload and sign: where two NaNs
 // meet in an add or a multiply, which one comes out depends on the operand order GCC picks.
-constexpr std::int64_t kOctet = 8;  // 8 floats fill an AVX2 register; also the elements of one mask byte
-typedef float Octet __attribute__((vector_size(kOctet * sizeof(float))));
-typedef std::int32_t OctetWords __attribute__((vector_size(kOctet * sizeof(std::int32_t))));
-typedef std::uint32_t OctetBits __attribute__((vector_size(kOctet * sizeof(std::uint32_t))));
-typedef std::uint16_t OctetHalves __attribute__((vector_size(kOctet * sizeof(std::uint16_t))));
-constexpr OctetWords kOctetIndex = {0, 1, 2, 3, 4, 5, 6, 7};
-struct Lanes {
+struct Lanes {  // of two octets (kernels/cpu/octets.h)
   Octet half[2];
 };
 static_assert(sizeof(Lanes) == kLanes * sizeof(float));
-
-void load(Octet& v, const float* p) { std::memcpy(&v, p, sizeof v); }
 
 // The lanes and the tail's lanes folded into double, in lane order. A row's remainder (its last
 // length % 16 elements) is added into plain arrays: indexing a vector by a variable lane goes
@@ -408,20 +401,6 @@ inline void store_bf16(BFloat16* out, const Octet& v) {
   std::memcpy(static_cast<void*>(out), &halves, sizeof halves);
 }
 
-// The mask byte of 8 values of y, as pack_mask_between(y, 0, 6) writes it: lane l's comparison
-// (all ones or zeros) keeps bit l, and the lanes are ORed together in halves. Not a conversion of
-// the lanes to bytes: GCC lowers that to one lane at a time (measured, perf: the forward took as
-// long as the separate loops did).
-typedef std::int32_t QuadWords __attribute__((vector_size(4 * sizeof(std::int32_t))));
-constexpr OctetWords kLaneBit = {1, 2, 4, 8, 16, 32, 64, 128};
-
-inline std::uint8_t relu6_mask_byte(const Octet& y, const OpenRange<float>& range) {
-  const OctetWords bits = (range.low < y) & (y < range.high) & kLaneBit;
-  const QuadWords four = __builtin_shufflevector(bits, bits, 0, 1, 2, 3) | __builtin_shufflevector(bits, bits, 4, 5, 6, 7);
-  const QuadWords two = four | __builtin_shufflevector(four, four, 2, 3, 0, 1);
-  return static_cast<std::uint8_t>(two[0] | two[1]);
-}
-
 // One plane's forward: xhat in bf16 and, with a mask, its bits, y in f32 from the f32 xhat. A plane
 // of a length not a multiple of 8 (there is no mask then) ends through normalize_saving_row.
 __attribute__((target_clones("avx512f", "avx2", "default")))
@@ -443,7 +422,7 @@ void normalize_compact_row(const float* in, std::int64_t length, float mean, flo
     }
     std::memcpy(y + s, &out, sizeof out);
     store_bf16(xhat + s, normalized);
-    if (mask) mask[s / kOctet] = relu6_mask_byte(out, range);
+    if (mask) mask[s / kOctet] = mask_byte_of(out, range);
   }
   if (whole == length) return;
   float tail[kOctet];
@@ -507,11 +486,12 @@ void widen_piece(const float* __restrict grad, const BFloat16* __restrict xhat, 
 // widen 8 values of xhat and gate 8 of dy (one mask byte) in registers and use them there: no piece
 // buffer is written and read back. Through the buffers (widen_piece, then the f32 loops) the
 // widening and gating were 12.6% of a one-thread CIFAR-stem step (perf), each element widened
-// twice, once per pass. The sums keep block_grad_sums' 16 lanes as two vectors of 8 (lanes 0-7 and
-// 8-15): a 16-float vector has no register on AVX2, so GCC keeps it on the stack and every add of
-// the loop went through memory (measured: the sums pass, 10% of the step so, ran at a third of
-// the speed it has in two 8-float registers). The arithmetic is the f32 loops' on the same values
-// in the same lanes, so the same bits (tests/cpu/test_batch_norm_normalized.cpp). A ReLU6 without
+// twice, once per pass. The sums keep block_grad_sums' 16 lanes as two octets (kernels/cpu/octets.h:
+// load_gated gates by a mask byte): a 16-float vector has no register on AVX2, so GCC keeps it on
+// the stack and every add of the loop went through memory (measured: the sums pass took 10.0% of
+// the step so, 7.4% in two registers, where reading dy from memory bounds it). The arithmetic is
+// the f32 loops' on the same values in the same lanes, so the same bits
+// (tests/cpu/test_batch_norm_normalized.cpp). A ReLU6 without
 // bits recomputes its mask from xhat (incoming_grad_from_xhat): that form keeps the buffers
 // (compact_channel_grad_sums_buffered, compact_grad_input_channel_buffered).
 
@@ -521,17 +501,6 @@ inline void load_widened(Octet& v, const BFloat16* p) {
   OctetHalves halves;
   std::memcpy(&halves, p, sizeof halves);
   v = (Octet)(__builtin_convertvector(halves, OctetWords) << 16);
-}
-
-// 8 of dy, gated by the 8 bits of *mask_at unless mask_at is null: lane l keeps dy's bits ANDed with
-// minus bit l (all ones or all zeros), keep_or_zero's select (kernels/activation_codec_ops.h) and
-// so apply_packed_mask's bits. Shifts, ANDs and a negation: no comparison, no multiply (a NaN or
-// infinite dy under a 0 bit gives 0, as relu6_backward does).
-inline void load_gated(Octet& g, const float* grad, const std::uint8_t* mask_at) {
-  OctetWords words;
-  std::memcpy(&words, grad, sizeof words);
-  if (mask_at) words &= -(((OctetWords{} + *mask_at) >> kOctetIndex) & 1);
-  g = (Octet)words;
 }
 
 // The mask byte of element i (a multiple of 8) of a tensor whose first bit is at `mask` (null: no
