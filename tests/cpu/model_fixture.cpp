@@ -176,4 +176,18 @@ std::vector<ReferenceCheck> compare_with_reference(const nn::StateDict& results,
   return checks;
 }
 
+double relative_gradient_error(const std::vector<std::vector<double>>& a, const std::vector<std::vector<double>>& b) {
+  FRUGAL_CHECK_SHAPE(a.size() == b.size(), "relative_gradient_error: ", a.size(), " gradients against ", b.size());
+  double error = 0.0, norm = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    FRUGAL_CHECK_SHAPE(a[i].size() == b[i].size(), "relative_gradient_error: gradient ", i, " has ", a[i].size(),
+                       " values against ", b[i].size());
+    for (std::size_t j = 0; j < a[i].size(); ++j) {
+      error += (a[i][j] - b[i][j]) * (a[i][j] - b[i][j]);
+      norm += a[i][j] * a[i][j];
+    }
+  }
+  return std::sqrt(error / norm);
+}
+
 }  // namespace frugal::test

@@ -11,7 +11,7 @@
 //
 // Also here: the fixture's cases, and the comparison of one step's results with a reference file
 // (tests/fixtures/models/README.md gives the rules), shared by the CPU suite (frugal run-step end to
-// end) and the GPU suite (the same step on cuda:0).
+// end) and the GPU suite (the same step on cuda:0); and the distance between two steps' gradients.
 // Not here: reading the fixture files (nn/safetensors.h) or the models.
 #pragma once
 
@@ -43,6 +43,12 @@ struct FixtureCase {
 };
 const std::vector<FixtureCase>& fixture_cases();
 std::string fixture_folder(const FixtureCase& c);  // the absolute path of its folder
+
+// |b - a| / |a| over every gradient of a step at once (one vector per parameter): compression rounds
+// each saved value a little, and a gradient that is a sum of many cancelling terms (BatchNorm's
+// weight's) can move by more than itself, so a per-parameter bound would say more about cancellation
+// than about the compression. Shared by the CPU suite's and the GPU suite's steps below the minimum.
+double relative_gradient_error(const std::vector<std::vector<double>>& a, const std::vector<std::vector<double>>& b);
 
 // A reference below this fraction of the step's largest gradient is zero by construction (a
 // BatchNorm bias whose shift the next BatchNorm removes): it holds only rounding noise, so it is

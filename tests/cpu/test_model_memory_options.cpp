@@ -18,6 +18,7 @@
 #include "nn/autograd.h"
 #include "nn/functional.h"
 #include "nn/saved_activations.h"
+#include "tests/cpu/model_fixture.h"
 
 using namespace frugal;
 namespace F = frugal::functional;
@@ -193,18 +194,7 @@ double largest_gradient_difference(const Step& a, const Step& b) {
   return worst;
 }
 
-// |b - a| / |a| over every gradient at once: compression rounds each saved value a little, and a
-// gradient that is a sum of many cancelling terms (BatchNorm's weight's) can move by more than itself,
-// so a per-parameter bound would say more about cancellation than about the compression.
-double relative_gradient_error(const Step& a, const Step& b) {
-  double error = 0.0, norm = 0.0;
-  for (std::size_t i = 0; i < a.grads.size(); ++i)
-    for (std::size_t j = 0; j < a.grads[i].size(); ++j) {
-      error += (a.grads[i][j] - b.grads[i][j]) * (a.grads[i][j] - b.grads[i][j]);
-      norm += a.grads[i][j] * a.grads[i][j];
-    }
-  return std::sqrt(error / norm);
-}
+double relative_gradient_error(const Step& a, const Step& b) { return test::relative_gradient_error(a.grads, b.grads); }
 
 const nn::ActivationSaving kFromOutput{.bn_from_output = true};
 const nn::ActivationSaving kBitMasks{.bit_masks = true};

@@ -6,7 +6,6 @@
 // under each way of saving below the minimum (nn/saved_activations.h) against the same step on the CPU.
 #include <doctest/doctest.h>
 
-#include <cmath>
 #include <vector>
 
 #include "core/random.h"
@@ -79,17 +78,7 @@ SavingStep saving_step(bool cifar_stem, Device device, const nn::ActivationSavin
   return step;
 }
 
-// |b - a| / |a| over every gradient at once (tests/cpu/test_model_memory_options.cpp says why not per
-// parameter).
-double relative_gradient_error(const SavingStep& a, const SavingStep& b) {
-  double error = 0.0, norm = 0.0;
-  for (std::size_t i = 0; i < a.grads.size(); ++i)
-    for (std::size_t j = 0; j < a.grads[i].size(); ++j) {
-      error += (a.grads[i][j] - b.grads[i][j]) * (a.grads[i][j] - b.grads[i][j]);
-      norm += a.grads[i][j] * a.grads[i][j];
-    }
-  return std::sqrt(error / norm);
-}
+double relative_gradient_error(const SavingStep& a, const SavingStep& b) { return test::relative_gradient_error(a.grads, b.grads); }
 }  // namespace
 
 // Below the minimum on the GPU: the ways of saving of nn/saved_activations.h, end to end through the
