@@ -25,6 +25,7 @@
 
 #include "core/cpu/bf16_rows.h"
 #include "core/cpu/parallel.h"
+#include "core/error.h"
 #include "kernels/activation_codec_ops.h"
 #include "kernels/batch_norm_backends.h"
 #include "kernels/cpu/octets.h"
@@ -1059,10 +1060,21 @@ bool keeps_compact_xhat(DType dtype, const BatchNormShape& shape, bool mask) {
   return runs_fast(dtype, shape) && (!mask || shape.spatial % 8 == 0);
 }
 
+namespace {
+// The loops over a mask read it a byte per 8 elements of a row and leave no tail (widen_piece, the
+// in-lanes passes): a row of any other length would go unmasked or half-widened. The dispatcher
+// asks keeps_compact_xhat first; this says so if it ever did not.
+void check_mask_rows(const BatchNormShape& shape, const std::uint8_t* mask) {
+  FRUGAL_CHECK(!mask || shape.spatial % 8 == 0, "batch norm's compact loops: a mask of bits needs planes of a "
+               "multiple of 8 elements, got ", shape.spatial, " (keeps_compact_xhat says which shapes qualify)");
+}
+}  // namespace
+
 void batch_norm_train_forward_compact(const float* x, const BatchNormShape& shape, double momentum, double eps,
                                       const float* weight, const float* bias, bool relu6, float* save_mean,
                                       float* save_invstd, float* running_mean, float* running_var, BFloat16* xhat,
                                       std::uint8_t* mask, float* y) {
+  check_mask_rows(shape, mask);
   if (shape.spatial < kSweepMinPlane) {
     batch_norm_statistics(DType::f32, x, shape, momentum, eps, save_mean, save_invstd, running_mean, running_var);
     return batch_norm_normalize_compact(x, shape, save_mean, save_invstd, weight, bias, relu6, xhat, mask, y);
@@ -1078,6 +1090,7 @@ void batch_norm_train_forward_compact(const float* x, const BatchNormShape& shap
 void batch_norm_normalize_compact(const float* x, const BatchNormShape& shape, const float* mean, const float* invstd,
                                   const float* weight, const float* bias, bool relu6, BFloat16* xhat,
                                   std::uint8_t* mask, float* y) {
+  check_mask_rows(shape, mask);
   for_plane_chunks(shape, [&](std::int64_t begin, std::int64_t end) {
     compact_planes(x, shape, begin, end, mean, invstd, weight, bias, relu6, xhat, mask, y);
   });
@@ -1094,6 +1107,7 @@ void batch_norm_backward_from_compact_xhat(const float* grad, const BFloat16* xh
                                            const BatchNormShape& shape, const float* invstd, const float* weight,
                                            const float* bias, bool relu6, bool training, float* sum_dy,
                                            float* sum_dy_xhat, float* grad_input) {
+  check_mask_rows(shape, mask);
   parallel_for(shape.channels, 2 * shape.channels * shape.per_channel(), [&](std::int64_t c) {
     const auto a = batch_norm::channel_scale_shift(weight, bias, c);
     const bool recomputed_mask = relu6 && !mask;  // Note [Widening in registers]

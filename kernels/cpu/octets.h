@@ -1,8 +1,10 @@
 // 8 floats as one GCC vector ("octet"): an AVX2 register, half of an AVX-512 one, and the elements of
 // one mask byte. The CPU loops compiled per instruction set (target_clones) that load, gate and mask
 // 8 values at a time share these helpers. Why 8 and not 16: a 16-float vector has no AVX2 register,
-// so GCC keeps it on the stack (the comment on Lanes, kernels/cpu/batch_norm_fast.cpp). Host code
-// only; not a SIMD library: only what those loops use.
+// so GCC keeps it on the stack (the comment on Lanes, kernels/cpu/batch_norm_fast.cpp). The helpers
+// are always inlined, so each clone gets them in its own instruction set: an out-of-line copy would
+// be one instruction set's, and a file built with -mavx2 could give the linker an AVX2 copy for
+// every caller. Host code only; not a SIMD library: only what those loops use.
 #pragma once
 
 #include <cstdint>
@@ -20,14 +22,14 @@ typedef std::uint16_t OctetHalves __attribute__((vector_size(kOctet * sizeof(std
 inline constexpr OctetWords kOctetIndex = {0, 1, 2, 3, 4, 5, 6, 7};
 inline constexpr OctetWords kOctetBit = {1, 2, 4, 8, 16, 32, 64, 128};
 
-inline void load(Octet& v, const float* p) { std::memcpy(&v, p, sizeof v); }
+[[gnu::always_inline]] inline void load(Octet& v, const float* p) { std::memcpy(&v, p, sizeof v); }
 
 // 8 values of grad, gated by the 8 bits of *mask_at unless mask_at is null (bit l, least significant
 // first, for lane l): lane l keeps grad's bits ANDed with minus bit l (all ones or all zeros), which
 // is keep_or_zero's select (kernels/activation_codec_ops.h) and so apply_packed_mask's bits. Shifts,
 // ANDs and a negation: no comparison, no multiply (a NaN or infinite grad under a 0 bit gives +0, as
 // relu6_backward does).
-inline void load_gated(Octet& g, const float* grad, const std::uint8_t* mask_at) {
+[[gnu::always_inline]] inline void load_gated(Octet& g, const float* grad, const std::uint8_t* mask_at) {
   OctetWords words;
   std::memcpy(&words, grad, sizeof words);
   if (mask_at) words &= -(((OctetWords{} + *mask_at) >> kOctetIndex) & 1);
@@ -39,7 +41,7 @@ inline void load_gated(Octet& g, const float* grad, const std::uint8_t* mask_at)
 // together in halves. Not a conversion of the lanes to bytes: GCC lowers that to one lane at a time.
 typedef std::int32_t QuadWords __attribute__((vector_size(4 * sizeof(std::int32_t))));
 
-inline std::uint8_t mask_byte_of(const Octet& v, const OpenRange<float>& range) {
+[[gnu::always_inline]] inline std::uint8_t mask_byte_of(const Octet& v, const OpenRange<float>& range) {
   const OctetWords bits = (range.low < v) & (v < range.high) & kOctetBit;
   const QuadWords four = __builtin_shufflevector(bits, bits, 0, 1, 2, 3) | __builtin_shufflevector(bits, bits, 4, 5, 6, 7);
   const QuadWords two = four | __builtin_shufflevector(four, four, 2, 3, 0, 1);

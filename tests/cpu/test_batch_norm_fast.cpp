@@ -261,3 +261,21 @@ TEST_CASE("batch norm fast per-channel sweeps give the separate fast kernels' bi
   }
   omp_set_num_threads(saved);
 }
+
+TEST_CASE("batch norm's compact loops refuse a mask of bits on planes of other than a multiple of 8") {
+  // keeps_compact_xhat turns such shapes to the separate passes; called anyway, the loops would gate
+  // a row's last elements by no bits at all.
+  const BatchNormShape shape{.batch = 2, .channels = 1, .spatial = 20};
+  CHECK_FALSE(cpu::fast::keeps_compact_xhat(DType::f32, shape, true));
+  CHECK(cpu::fast::keeps_compact_xhat(DType::f32, shape, false));
+  std::vector<float> x(40, 1.0f), y(40), grad(40, 1.0f), grad_input(40), stats(1, 1.0f), sums(2);
+  std::vector<BFloat16> xhat(40);
+  std::vector<std::uint8_t> mask(5);
+  CHECK_THROWS_WITH_AS(cpu::fast::batch_norm_normalize_compact(x.data(), shape, stats.data(), stats.data(), nullptr,
+                                                               nullptr, true, xhat.data(), mask.data(), y.data()),
+                       doctest::Contains("a multiple of 8 elements, got 20"), Error);
+  CHECK_THROWS_AS(cpu::fast::batch_norm_backward_from_compact_xhat(grad.data(), xhat.data(), mask.data(), shape,
+                                                                   stats.data(), nullptr, nullptr, true, true,
+                                                                   &sums[0], &sums[1], grad_input.data()),
+                  Error);
+}

@@ -8,6 +8,8 @@
 // passes; and the device check.
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "core/random.h"
@@ -143,7 +145,17 @@ TEST_CASE("batch norm keeping xhat compact on the GPU: bf16 and the ReLU6 bits, 
                                                kEps, true, form);
   REQUIRE(out.normalized.dtype() == DType::bf16);
   REQUIRE(out.mask.defined());
+  // The GPU's bits are its own output's (the layout pack_mask_between documents), and the CPU's but
+  // where the two outputs, an f32 rounding apart, fall on two sides of 0 or 6.
   CHECK(out.mask.to_vector<double>() == pack_mask_between(out.output, 0.0, 6.0).to_vector<double>());
+  const auto gpu_bits = out.mask.to_vector<std::uint8_t>(), cpu_bits = cpu.mask.to_vector<std::uint8_t>();
+  const auto cpu_y = cpu.output.to_vector<double>();
+  REQUIRE(gpu_bits.size() == cpu_bits.size());
+  for (std::size_t i = 0; i < cpu_y.size(); ++i) {
+    const bool on_gpu = (gpu_bits[i / 8] >> (i % 8)) & 1, on_cpu = (cpu_bits[i / 8] >> (i % 8)) & 1;
+    const bool at_an_edge = std::abs(cpu_y[i]) < 1e-5 || std::abs(cpu_y[i] - 6.0) < 1e-5;
+    if (on_gpu != on_cpu && !at_an_edge) FAIL_CHECK("mask bit ", i, " differs where the CPU's output is ", cpu_y[i]);
+  }
   check_close(out.output, cpu.output, f32, "output");
   check_close(out.normalized, cpu.normalized, bf16, "xhat in bf16");
   // The rebuild from one bf16 xhat: y = xhat * weight + bias, two roundings on either device, so the

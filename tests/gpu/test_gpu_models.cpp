@@ -86,10 +86,13 @@ double relative_gradient_error(const SavingStep& a, const SavingStep& b) { retur
 // CPU. BatchNorm's own compact passes (f32 only) are compared with the GPU in
 // test_gpu_batch_norm.cpp. In f64: at batch 4 the deep layers' BatchNorm sums a few values per channel,
 // whose cancellation makes f32 steps of two devices (or of the CPU's two BatchNorm kernels, measured)
-// differ by 0.5% in their gradients, as much as bf16 compression itself moves them. In f64 the
-// devices' rounding is ~1e-13, too little to move a value across a bf16 rounding or an 8-bit code, so
-// the compressed steps must agree as the plain ones do, while compression moves the GPU's gradients by
-// far more (checked, so that a GPU that silently kept f64 would fail).
+// differ by 0.5% in their gradients, as much as bf16 compression itself moves them. In f64 the plain
+// steps agree to 1e-10. The compressed ones are held to 1e-6: the devices' f64 difference, amplified
+// ~1e5 by those BatchNorms to ~1e-11 in the deep layers, can still carry a value across a bf16
+// rounding now and then, and an 8-bit code's per-channel low and step are f32, so a channel's codes
+// can move by an f32 step (~6e-8) -- each such event moves the gradients by far less than 1e-6 and
+// far more than 1e-10. Compression itself moves the GPU's gradients by ~1e-2 (checked > 1e-4, so
+// that a GPU that silently kept f64 would fail).
 TEST_CASE("below the minimum on cuda:0: MobileNetV2's step with BatchNorm from its output, bit masks and bf16 or int8 is the CPU's") {
   const nn::ActivationSaving from_output{.bn_from_output = true};
   const nn::ActivationSaving compressed[] = {
@@ -109,7 +112,7 @@ TEST_CASE("below the minimum on cuda:0: MobileNetV2's step with BatchNorm from i
       REQUIRE(gpu.grads.size() == cpu.grads.size());
       const double error = relative_gradient_error(cpu, gpu), compression = relative_gradient_error(plain, gpu);
       MESSAGE("relative gradient error, GPU against CPU: ", error, "; compression on the GPU: ", compression);
-      CHECK(error < 1e-10);
+      CHECK(error < 1e-6);
       CHECK(compression > 1e-4);
     }
   }
