@@ -269,6 +269,9 @@ Tensor SavedTensor::unpack(std::string_view op) const {
   FRUGAL_CHECK_VALUE(!original || original->version() == form_->version, op, ": a tensor it saved for backward was "
                      "modified in place (version ", form_->version, " when saved, ", original->version(),
                      " now); clone it before modifying it, or use the out-of-place op");
+  // What is rebuilt or decompressed is an activation made again, as checkpointing's recomputed ones
+  // are (nn/checkpoint.cpp): tagged so, not as the gradients backward allocates around it.
+  MemoryTagScope tag(MemoryTag::activation);
   switch (form_->kind) {
     case SavedForm::Kind::as_is: return form_->data;
     case SavedForm::Kind::rebuilt: return form_->rebuild->rebuild(op);

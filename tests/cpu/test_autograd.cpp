@@ -293,3 +293,23 @@ TEST_CASE("saving less: a feature map two nodes save is compressed once, and an 
   backward(F::sum(F::add(F::add(a, b), d)));
   CHECK(grad(x).defined());
 }
+
+TEST_CASE("saving less: what backward rebuilds or decompresses is tagged activation, not grad") {
+  const MemoryTagScope in_backward(MemoryTag::grad);  // as backward allocates
+  const auto made_again = [](const autograd::SavedTensor& saved) {
+    const std::int64_t activation = tag_bytes(MemoryTag::activation), gradient = tag_bytes(MemoryTag::grad);
+    const Tensor t = saved.unpack("test");
+    CHECK(tag_bytes(MemoryTag::grad) == gradient);
+    return tag_bytes(MemoryTag::activation) - activation - static_cast<std::int64_t>(t.nbytes());
+  };
+  {
+    const nn::ActivationSavingGuard saving({.compress = nn::SavedCompression::int8});
+    const Tensor h = F::mul(leaf({2, 4, 8, 8}), 2.0);
+    CHECK(made_again(autograd::SavedTensor(h)) == 0);
+  }
+  {
+    const nn::ActivationSavingGuard saving({.bn_from_output = true});
+    const BatchNormCase c;
+    CHECK(made_again(autograd::SavedTensor(c.forward())) == 0);
+  }
+}
