@@ -511,7 +511,10 @@ BatchNormGrads batch_norm_backward_normalized(const Tensor& grad_output, const T
       check_backward_normalized(grad_output, normalized, weight, bias, save_invstd, fuse_relu6, relu6_mask, op);
   const bool widen = normalized.dtype() != grad_output.dtype(), masked = relu6_mask.defined();
   const bool compact = widen && normalized.numel() > 0 && compact_in_one_pass(normalized, shape, masked);
-  if ((widen || masked) && !compact)  // the separate passes: xhat widened, the gradient gated, then from xhat
+  // An f32 xhat with bits: the gating in the backward's own loops, as the compact form's.
+  const bool gated_in_lanes = !widen && masked && normalized.dtype() == DType::f32 && normalized.numel() > 0 &&
+                              compact_in_one_pass(normalized, shape, true);
+  if ((widen || masked) && !compact && !gated_in_lanes)  // the separate passes: xhat widened, the gradient gated, then from xhat
     return batch_norm_backward_normalized(masked ? apply_packed_mask(grad_output, relu6_mask) : grad_output,
                                           normalized.to(grad_output.dtype()), weight, bias, save_invstd, training,
                                           fuse_relu6 && !masked);
@@ -531,6 +534,13 @@ BatchNormGrads batch_norm_backward_normalized(const Tensor& grad_output, const T
               f32_ptr(grad), static_cast<const BFloat16*>(xhat.data_ptr()),
               static_cast<const std::uint8_t*>(ptr(relu6_mask)), shape, f32_ptr(invstd), f32_ptr(w), f32_ptr(b),
               fuse_relu6, training, f32_out(sum_dy), f32_out(sum_dy_xhat), f32_out(grads.input));
+          break;
+        }
+        if (gated_in_lanes) {
+          cpu::fast::batch_norm_backward_from_xhat_bits(f32_ptr(grad), f32_ptr(xhat),
+                                                        static_cast<const std::uint8_t*>(ptr(relu6_mask)), shape,
+                                                        f32_ptr(invstd), f32_ptr(w), training, f32_out(sum_dy),
+                                                        f32_out(sum_dy_xhat), f32_out(grads.input));
           break;
         }
         if (!g_cpu_reference) {

@@ -199,8 +199,18 @@ TEST_CASE("batch norm fast loops on planes shorter than 16: the reference up to 
     const Operands o = operands(shape);
     const Results f = fast(o), r = reference(o);
     compare(f, r, [](const Tensor& a, const Tensor& b, const char* what) { check_close(a, b, what); });
-    check_same_bits(f.plain, r.plain, "normalize");
-    check_same_bits(f.fused, r.fused, "normalize + ReLU6");
+    // The same bits from the same statistics: the two statistics kernels agree to rounding only
+    // (a channel's mean can differ by an ulp for some draws), and the normalisation inherits that.
+    const Tensor &mean = f.statistics[0], &invstd = f.statistics[1];
+    for (bool relu6 : {false, true}) {
+      CAPTURE(relu6);
+      const void* weight = relu6 ? nullptr : o.weight.data_ptr();
+      const void* bias = relu6 ? nullptr : o.bias.data_ptr();
+      const Tensor reference_out = empty(o.x.shape(), {.dtype = o.dtype});
+      cpu::batch_norm_normalize(o.dtype, o.x.data_ptr(), o.shape, mean.data_ptr(), invstd.data_ptr(), weight, bias,
+                                relu6, reference_out.data_ptr());
+      check_same_bits(relu6 ? f.fused : f.plain, reference_out, relu6 ? "normalize + ReLU6" : "normalize");
+    }
     const int saved = omp_get_max_threads();
     for (int threads : {1, 2, 3}) {
       CAPTURE(threads);
