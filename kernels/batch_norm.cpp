@@ -520,6 +520,7 @@ BatchNormGrads batch_norm_backward_normalized(const Tensor& grad_output, const T
                                           fuse_relu6 && !masked);
   const DType dtype = grad_output.dtype(), stats = statistics_dtype(dtype);
   const Tensor xhat = normalized.contiguous(), grad = grad_output.contiguous();
+  const Tensor bits = masked ? relu6_mask.contiguous() : Tensor();  // a strided view read as apply_packed_mask reads it
   const Tensor invstd = as_statistics(save_invstd, stats), w = as_statistics(weight, stats), b = as_statistics(bias, stats);
   const bool affine = weight.defined(), sums = training || affine;  // as batch_norm_backward
   const TensorOptions per_channel{.dtype = stats, .device = normalized.device()};
@@ -532,13 +533,13 @@ BatchNormGrads batch_norm_backward_normalized(const Tensor& grad_output, const T
         if (compact) {
           cpu::fast::batch_norm_backward_from_compact_xhat(
               f32_ptr(grad), static_cast<const BFloat16*>(xhat.data_ptr()),
-              static_cast<const std::uint8_t*>(ptr(relu6_mask)), shape, f32_ptr(invstd), f32_ptr(w), f32_ptr(b),
+              static_cast<const std::uint8_t*>(ptr(bits)), shape, f32_ptr(invstd), f32_ptr(w), f32_ptr(b),
               fuse_relu6, training, f32_out(sum_dy), f32_out(sum_dy_xhat), f32_out(grads.input));
           break;
         }
         if (gated_in_lanes) {
           cpu::fast::batch_norm_backward_from_xhat_bits(f32_ptr(grad), f32_ptr(xhat),
-                                                        static_cast<const std::uint8_t*>(ptr(relu6_mask)), shape,
+                                                        static_cast<const std::uint8_t*>(ptr(bits)), shape,
                                                         f32_ptr(invstd), f32_ptr(w), training, f32_out(sum_dy),
                                                         f32_out(sum_dy_xhat), f32_out(grads.input));
           break;

@@ -108,8 +108,8 @@ void batch_norm_backward_from_compact_xhat(const float* grad, const BFloat16* xh
                                            const BatchNormShape& shape, const float* invstd, const float* weight,
                                            const float* bias, bool relu6, bool training, float* sum_dy,
                                            float* sum_dy_xhat, float* grad_input);
-// The backward from an f32 xhat with the ReLU6 mask as bits (an f32 xhat kept with bit masks, or one
-// decoded from 8-bit codes), dy gated by the bits in registers as the compact backward gates it:
+// The backward from an f32 xhat with the ReLU6 mask as bits (an xhat decoded from 8-bit codes), dy
+// gated by the bits in registers as the compact backward gates it:
 // the same bits as apply_packed_mask and then the backward from xhat without ReLU6, without the
 // gated copy of dy that those separate passes allocate. For the shapes keeps_compact_xhat(f32,
 // shape, true) accepts.

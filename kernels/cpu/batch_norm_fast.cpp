@@ -492,12 +492,12 @@ void widen_piece(const float* __restrict grad, const BFloat16* __restrict xhat, 
 // the stack and every add of the loop went through memory (measured: the sums pass took 10.0% of
 // the step so, 7.4% in two registers, where reading dy from memory bounds it). The arithmetic is
 // the f32 loops' on the same values in the same lanes, so the same bits
-// (tests/cpu/test_batch_norm_normalized.cpp). A ReLU6 without
-// bits recomputes its mask from xhat (incoming_grad_from_xhat): that form keeps the buffers
-// (compact_channel_grad_sums_buffered, compact_grad_input_channel_buffered). An f32 xhat with bits
-// (BatchNorm from its output with bit masks, or an xhat decoded from 8-bit codes) takes the same
-// loops with plain loads (load_xhat): gated by separate passes, its dy was first copied whole into a
-// gated map, which put an int8 MobileNetV2 step's peak at 62.2 MiB instead of 57.7 (batch 64).
+// (tests/cpu/test_batch_norm_normalized.cpp). A ReLU6 without bits recomputes its mask from xhat
+// (incoming_grad_from_xhat): that form keeps the buffers (compact_channel_grad_sums_buffered,
+// compact_grad_input_channel_buffered). An f32 xhat with bits (one decoded from 8-bit codes; an
+// exact f32 xhat keeps no bits, it gives the mask itself) takes the same loops with plain loads
+// (load_xhat): gated by separate passes, its dy was first copied whole into a gated map, which put
+// an int8 MobileNetV2 step's peak at 62.2 MiB instead of 57.7 (batch 64).
 
 // 8 bf16 values as f32: each value's bits moved to the top half of a 32-bit word, as bf16_to_f32
 // does. Casts between vectors of one size reinterpret the bits.
@@ -516,11 +516,11 @@ inline const std::uint8_t* mask_byte(const std::uint8_t* mask, std::int64_t i) {
 // both; always inlined into each instruction set's clone.
 [[gnu::always_inline]] inline void load_xhat(Octet& v, const BFloat16* p) { load_widened(v, p); }
 [[gnu::always_inline]] inline void load_xhat(Octet& v, const float* p) { load(v, p); }
-inline void load_piece(const float* grad, const BFloat16* xhat, const std::uint8_t* mask_at, std::int64_t n,
+[[gnu::always_inline]] inline void load_piece(const float* grad, const BFloat16* xhat, const std::uint8_t* mask_at, std::int64_t n,
                        float* grad_piece, float* xhat_piece) {
   widen_piece(grad, xhat, mask_at, n, grad_piece, xhat_piece);
 }
-inline void load_piece(const float* grad, const float* xhat, const std::uint8_t* mask_at, std::int64_t n,
+[[gnu::always_inline]] inline void load_piece(const float* grad, const float* xhat, const std::uint8_t* mask_at, std::int64_t n,
                        float* grad_piece, float* xhat_piece) {
   std::memcpy(xhat_piece, xhat, static_cast<std::size_t>(n) * sizeof(float));
   if (!mask_at) {

@@ -18,6 +18,7 @@
 #include "core/random.h"
 #include "kernels/activation_codec.h"
 #include "kernels/batch_norm.h"
+#include "kernels/batch_norm_backends.h"
 #include "kernels/elementwise.h"
 
 using namespace frugal;
@@ -273,10 +274,12 @@ TEST_CASE("batch norm from a compact xhat: bf16 and bits in the forward's own pa
 }
 
 TEST_CASE("batch norm from an f32 xhat with bits: gating dy in the backward's loops gives the separate passes' bits") {
-  // An f32 xhat with the mask as bits (--bn-from-output --bit-masks, or an xhat decoded from 8-bit
-  // codes): where the planes allow, dy is gated in the backward's own loops (no gated copy of dy),
-  // against apply_packed_mask and then the backward without ReLU6. With and without affine
-  // parameters, in both modes, on 1 and 3 threads.
+  // An f32 xhat with the mask as bits (an xhat decoded from 8-bit codes: without compression an
+  // exact xhat gives the mask itself and keeps no bits): where the planes allow, dy is gated in the
+  // backward's own loops, with no gated copy of dy (checked by the allocator's peak), against
+  // apply_packed_mask and then the backward without ReLU6. With and without affine parameters, in
+  // both modes, on 1 and 3 threads.
+  Allocator& allocator = allocator_for(Device::cpu());
   const int saved = omp_get_max_threads();
   for (const Shape& shape : kCompactShapes) {
     const Operands o = operands(shape, DType::f32);
@@ -291,8 +294,14 @@ TEST_CASE("batch norm from an f32 xhat with bits: gating dy in the backward's lo
           CAPTURE(threads);
           omp_set_num_threads(threads);
           const Tensor w = affine ? o.weight : Tensor(), b = affine ? o.bias : Tensor();
+          allocator.reset_peak_stats();
+          const std::int64_t before = allocator.stats().requested_bytes.current;
           const BatchNormGrads got =
               batch_norm_backward_normalized(o.grad, out.normalized, w, b, out.save_invstd, training, true, bits);
+          const std::int64_t added = allocator.stats().requested_bytes.peak - before;
+          const BatchNormShape bn{.batch = shape[0], .channels = shape[1], .spatial = o.x.numel() / (shape[0] * shape[1])};
+          const std::int64_t map = static_cast<std::int64_t>(o.grad.nbytes());  // the input gradient; a gated copy as much
+          CHECK((added < 2 * map) == cpu::fast::keeps_compact_xhat(DType::f32, bn, true));
           const BatchNormGrads expected =
               batch_norm_backward_normalized(gated, out.normalized, w, b, out.save_invstd, training, false);
           CHECK(same_bits(got.input, expected.input));
