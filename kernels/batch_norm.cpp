@@ -510,11 +510,11 @@ BatchNormGrads batch_norm_backward_normalized(const Tensor& grad_output, const T
   const BatchNormShape shape =
       check_backward_normalized(grad_output, normalized, weight, bias, save_invstd, fuse_relu6, relu6_mask, op);
   const bool widen = normalized.dtype() != grad_output.dtype(), masked = relu6_mask.defined();
-  const bool compact = widen && normalized.numel() > 0 && compact_in_one_pass(normalized, shape, masked);
-  // An f32 xhat with bits: the gating in the backward's own loops, as the compact form's.
-  const bool gated_in_lanes = !widen && masked && normalized.dtype() == DType::f32 && normalized.numel() > 0 &&
-                              compact_in_one_pass(normalized, shape, true);
-  if ((widen || masked) && !compact && !gated_in_lanes)  // the separate passes: xhat widened, the gradient gated, then from xhat
+  // A bf16 xhat, or an f32 one with bits: widened and gated in the backward's own loops where the
+  // shapes allow, else by the separate passes (xhat widened, the gradient gated, then from xhat).
+  const bool in_lanes = (widen || (masked && normalized.dtype() == DType::f32)) && normalized.numel() > 0 &&
+                        compact_in_one_pass(normalized, shape, masked);
+  if ((widen || masked) && !in_lanes)
     return batch_norm_backward_normalized(masked ? apply_packed_mask(grad_output, relu6_mask) : grad_output,
                                           normalized.to(grad_output.dtype()), weight, bias, save_invstd, training,
                                           fuse_relu6 && !masked);
@@ -530,14 +530,14 @@ BatchNormGrads batch_norm_backward_normalized(const Tensor& grad_output, const T
   if (normalized.numel() > 0) {
     switch (normalized.device().type()) {
       case DeviceType::CPU:
-        if (compact) {
+        if (in_lanes && widen) {
           cpu::fast::batch_norm_backward_from_compact_xhat(
               f32_ptr(grad), static_cast<const BFloat16*>(xhat.data_ptr()),
               static_cast<const std::uint8_t*>(ptr(bits)), shape, f32_ptr(invstd), f32_ptr(w), f32_ptr(b),
               fuse_relu6, training, f32_out(sum_dy), f32_out(sum_dy_xhat), f32_out(grads.input));
           break;
         }
-        if (gated_in_lanes) {
+        if (in_lanes && masked) {
           cpu::fast::batch_norm_backward_from_xhat_bits(f32_ptr(grad), f32_ptr(xhat),
                                                         static_cast<const std::uint8_t*>(ptr(bits)), shape,
                                                         f32_ptr(invstd), f32_ptr(w), training, f32_out(sum_dy),

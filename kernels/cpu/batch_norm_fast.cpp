@@ -468,18 +468,23 @@ void compact_affine_planes(const BFloat16* xhat, const BatchNormShape& shape, st
   }
 }
 
-// n elements of xhat widened, and of dy gated by the mask's bits when there is one (mask_at: the
-// bits of the first element, at the start of a byte; n then a multiple of 8), into a buffer: the
-// rows' last elements that fill no whole vector, and the backward whose mask is recomputed.
-__attribute__((target_clones("avx512f", "avx2", "default")))
-void widen_piece(const float* __restrict grad, const BFloat16* __restrict xhat, const std::uint8_t* __restrict mask_at,
-                 std::int64_t n, float* __restrict grad_piece, float* __restrict xhat_piece) {
-  bf16_to_f32(xhat, xhat_piece, n);
+// n elements of dy into a buffer, gated by the mask's bits when there is one (mask_at: the bits of
+// the first element, at the start of a byte; n then a multiple of 8).
+inline void gate_piece(const float* grad, const std::uint8_t* mask_at, std::int64_t n, float* grad_piece) {
   if (!mask_at) {
     std::memcpy(grad_piece, grad, static_cast<std::size_t>(n) * sizeof(float));
     return;
   }
   for (std::int64_t byte = 0; byte < n / 8; ++byte) apply_mask_byte(grad, mask_at, grad_piece, n, byte);
+}
+
+// n elements of xhat widened, and of dy gated (gate_piece), into buffers: the rows' last elements
+// that fill no whole vector, and the backward whose mask is recomputed.
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void widen_piece(const float* __restrict grad, const BFloat16* __restrict xhat, const std::uint8_t* __restrict mask_at,
+                 std::int64_t n, float* __restrict grad_piece, float* __restrict xhat_piece) {
+  bf16_to_f32(xhat, xhat_piece, n);
+  gate_piece(grad, mask_at, n, grad_piece);
 }
 
 // Note [Widening in registers]
@@ -511,23 +516,19 @@ inline void load_widened(Octet& v, const BFloat16* p) {
 // mask).
 inline const std::uint8_t* mask_byte(const std::uint8_t* mask, std::int64_t i) { return mask ? mask + i / 8 : nullptr; }
 
-// The two forms of xhat the gated backward below reads: bf16, widened, or f32 as it is (an f32 xhat
-// saved with the mask as bits, or decoded from 8-bit codes). Overloads, so that one loop body serves
-// both; always inlined into each instruction set's clone.
+// The two forms of xhat the gated backward below reads: bf16, widened, or f32 as it is (one decoded
+// from 8-bit codes). Overloads, so that one loop body serves both; always inlined into each
+// instruction set's clone.
 [[gnu::always_inline]] inline void load_xhat(Octet& v, const BFloat16* p) { load_widened(v, p); }
 [[gnu::always_inline]] inline void load_xhat(Octet& v, const float* p) { load(v, p); }
-[[gnu::always_inline]] inline void load_piece(const float* grad, const BFloat16* xhat, const std::uint8_t* mask_at, std::int64_t n,
-                       float* grad_piece, float* xhat_piece) {
+[[gnu::always_inline]] inline void load_piece(const float* grad, const BFloat16* xhat, const std::uint8_t* mask_at,
+                                              std::int64_t n, float* grad_piece, float* xhat_piece) {
   widen_piece(grad, xhat, mask_at, n, grad_piece, xhat_piece);
 }
-[[gnu::always_inline]] inline void load_piece(const float* grad, const float* xhat, const std::uint8_t* mask_at, std::int64_t n,
-                       float* grad_piece, float* xhat_piece) {
+[[gnu::always_inline]] inline void load_piece(const float* grad, const float* xhat, const std::uint8_t* mask_at,
+                                              std::int64_t n, float* grad_piece, float* xhat_piece) {
   std::memcpy(xhat_piece, xhat, static_cast<std::size_t>(n) * sizeof(float));
-  if (!mask_at) {
-    std::memcpy(grad_piece, grad, static_cast<std::size_t>(n) * sizeof(float));
-    return;
-  }
-  for (std::int64_t byte = 0; byte < n / 8; ++byte) apply_mask_byte(grad, mask_at, grad_piece, n, byte);
+  gate_piece(grad, mask_at, n, grad_piece);
 }
 
 // One block's sum(dy) and sum(dy * xhat) from a bf16 or f32 xhat: block_grad_sums with mean 0 on
@@ -633,6 +634,17 @@ void grad_input_channel_in_lanes(const float* grad, const float* xhat, const std
                                  const BatchNormShape& shape, std::int64_t c,
                                  const batch_norm::ChannelBackward<float>& b, float* grad_input) {
   gated_grad_input_channel(grad, xhat, mask, shape, c, b, grad_input);
+}
+
+// Channel c's whole backward in lanes: its sums (when wanted), then its input gradient.
+template <typename XHat>
+void channel_backward_in_lanes(const float* grad, const XHat* xhat, const std::uint8_t* mask,
+                               const BatchNormShape& shape, std::int64_t c, const float* invstd, const float* weight,
+                               bool training, float* sum_dy, float* sum_dy_xhat, float* grad_input) {
+  if (sum_dy) channel_grad_sums_in_lanes(grad, xhat, mask, shape, c, sum_dy, sum_dy_xhat);
+  const auto b = batch_norm::channel_backward<float>(nullptr, invstd, weight, sum_dy, sum_dy_xhat, training,
+                                                     shape.per_channel(), c);
+  grad_input_channel_in_lanes(grad, xhat, mask, shape, c, b, grad_input);
 }
 
 // Channel c's sum(dy) and sum(dy * xhat) from a bf16 xhat whose ReLU6 mask is recomputed: block by
@@ -1159,20 +1171,14 @@ void batch_norm_backward_from_compact_xhat(const float* grad, const BFloat16* xh
                                            float* sum_dy_xhat, float* grad_input) {
   check_mask_rows(shape, mask);
   parallel_for(shape.channels, 2 * shape.channels * shape.per_channel(), [&](std::int64_t c) {
+    if (!relu6 || mask)  // Note [Widening in registers]; a ReLU6 without bits recomputes its mask
+      return channel_backward_in_lanes(grad, xhat, mask, shape, c, invstd, weight, training, sum_dy, sum_dy_xhat,
+                                       grad_input);
     const auto a = batch_norm::channel_scale_shift(weight, bias, c);
-    const bool recomputed_mask = relu6 && !mask;  // Note [Widening in registers]
-    if (sum_dy) {
-      if (recomputed_mask)
-        compact_channel_grad_sums_buffered(grad, xhat, shape, c, a, sum_dy, sum_dy_xhat);
-      else
-        channel_grad_sums_in_lanes(grad, xhat, mask, shape, c, sum_dy, sum_dy_xhat);
-    }
+    if (sum_dy) compact_channel_grad_sums_buffered(grad, xhat, shape, c, a, sum_dy, sum_dy_xhat);
     const auto b = batch_norm::channel_backward<float>(nullptr, invstd, weight, sum_dy, sum_dy_xhat, training,
                                                        shape.per_channel(), c);
-    if (recomputed_mask)
-      compact_grad_input_channel_buffered(grad, xhat, shape, c, a, b, grad_input);
-    else
-      grad_input_channel_in_lanes(grad, xhat, mask, shape, c, b, grad_input);
+    compact_grad_input_channel_buffered(grad, xhat, shape, c, a, b, grad_input);
   });
 }
 
@@ -1183,10 +1189,7 @@ void batch_norm_backward_from_xhat_bits(const float* grad, const float* xhat, co
                "of at least ", kLanes, " elements, got ", mask ? "a mask" : "no mask", " and ", shape.spatial);
   check_mask_rows(shape, mask);
   parallel_for(shape.channels, 2 * shape.channels * shape.per_channel(), [&](std::int64_t c) {
-    if (sum_dy) channel_grad_sums_in_lanes(grad, xhat, mask, shape, c, sum_dy, sum_dy_xhat);
-    const auto b = batch_norm::channel_backward<float>(nullptr, invstd, weight, sum_dy, sum_dy_xhat, training,
-                                                       shape.per_channel(), c);
-    grad_input_channel_in_lanes(grad, xhat, mask, shape, c, b, grad_input);
+    channel_backward_in_lanes(grad, xhat, mask, shape, c, invstd, weight, training, sum_dy, sum_dy_xhat, grad_input);
   });
 }
 

@@ -14,6 +14,7 @@
 
 #include "core/random.h"
 #include "kernels/activation_codec.h"
+#include "kernels/activation_codec_ops.h"
 #include "kernels/batch_norm.h"
 #include "tests/gpu/gpu_compare.h"
 
@@ -152,7 +153,8 @@ TEST_CASE("batch norm keeping xhat compact on the GPU: bf16 and the ReLU6 bits, 
   const auto cpu_y = cpu.output.to_vector<double>();
   REQUIRE(gpu_bits.size() == cpu_bits.size());
   for (std::size_t i = 0; i < cpu_y.size(); ++i) {
-    const bool on_gpu = (gpu_bits[i / 8] >> (i % 8)) & 1, on_cpu = (cpu_bits[i / 8] >> (i % 8)) & 1;
+    const auto at = static_cast<std::int64_t>(i);
+    const bool on_gpu = mask_bit(gpu_bits.data(), at), on_cpu = mask_bit(cpu_bits.data(), at);
     const bool at_an_edge = std::abs(cpu_y[i]) < 1e-5 || std::abs(cpu_y[i] - 6.0) < 1e-5;
     if (on_gpu != on_cpu && !at_an_edge) FAIL_CHECK("mask bit ", i, " differs where the CPU's output is ", cpu_y[i]);
   }
