@@ -10,6 +10,7 @@
 #include "cli/train_output.h"
 #include "core/cuda_status.h"
 #include "core/error.h"
+#include "core/output_paths.h"
 #include "core/mapped_file.h"
 #include "models/registry.h"
 #include "nn/safetensors.h"
@@ -66,6 +67,7 @@ int EvalCommand::run() const {
   try {
     const Device device = device_ == "auto" ? (cuda_available() ? Device::cuda(0) : Device::cpu()) : Device::parse(device_);
     check_device_usable(device);
+    check_output_paths({{"--json", json_}}, {{"--weights", weights_}, {"--data", data_}, {"--test-data", test_data_}});
     const bool checkpoint = train::is_checkpoint(weights_);
     nn::StateDict weights;
     TrainedWith t;

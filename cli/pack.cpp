@@ -5,8 +5,6 @@
 // SIGKILL, leaves nothing either: the shard is written to a file with no name until it is complete.)
 #include "cli/pack.h"
 
-#include <sys/stat.h>
-
 #include <CLI/CLI.hpp>
 #include <charconv>
 #include <chrono>
@@ -17,6 +15,7 @@
 #include "cli/interrupt.h"
 #include "core/caching_allocator.h"
 #include "core/error.h"
+#include "core/output_paths.h"
 #include "data/cifar.h"
 #include "data/idx.h"
 #include "data/image_folder.h"
@@ -29,25 +28,12 @@ namespace {
 
 constexpr int kExitError = 1;
 constexpr int kExitUsage = 2;
-const char* file_kind(mode_t mode) {  // for "OUT: is a FIFO"
-  return S_ISDIR(mode) ? "a folder" : S_ISLNK(mode) ? "a symbolic link" : S_ISFIFO(mode) ? "a FIFO"
-         : S_ISSOCK(mode) ? "a socket" : (S_ISCHR(mode) || S_ISBLK(mode)) ? "a device" : "not a regular file";
-}
-
-// ValueError, before any work, unless `out` names a new file or a regular file (not a symbolic link)
-// that is none of `inputs`: rename() would replace a FIFO, a device (as root, /dev/null) or a link
-// as readily as a file, and the input itself would be destroyed. Inputs are compared by device and
-// inode, so a hard link or another spelling of the same path ("./x") is caught too.
+// --out, checked before any work (core/output_paths.h): a new name or a regular file that is none
+// of the inputs; a symbolic link's target is what gets replaced.
 void check_out(const std::string& out, const std::vector<std::string>& inputs) {
-  struct stat target {};
-  if (::lstat(out.c_str(), &target) != 0) return;  // a new name; a missing folder is reported when writing
-  FRUGAL_CHECK_VALUE(S_ISREG(target.st_mode), "--out ", out, ": is ", file_kind(target.st_mode),
-                     "; pack writes a new file or replaces a regular one, nothing else");
-  for (const std::string& input : inputs) {
-    struct stat read {};
-    FRUGAL_CHECK_VALUE(::stat(input.c_str(), &read) != 0 || read.st_dev != target.st_dev || read.st_ino != target.st_ino,
-                       "--out ", out, ": is the input ", input, " (the same file); packing would destroy it");
-  }
+  std::vector<NamedPath> named;
+  for (const std::string& input : inputs) named.push_back({"", input});
+  check_output_paths({{"--out", out}}, named);
 }
 
 // A ValueError unless `option` was left out or applies to this --from.
@@ -111,7 +97,7 @@ int PackCommand::run() const {
     if (idx) {
       FRUGAL_CHECK_VALUE(!images_.empty() && !labels_.empty(), "--from idx needs --images and --labels");
       FRUGAL_CHECK_VALUE(inputs_.empty(), "--from idx reads --images and --labels, not '", inputs_.front(), "'");
-      check_out(out_, {images_, labels_});
+      check_output_paths({{"--out", out_}}, {{"--images", images_}, {"--labels", labels_}});
       dataset = std::make_shared<data::IdxDataset>(images_, labels_, cache_dir_);
     } else if (cifar) {
       FRUGAL_CHECK_VALUE(!inputs_.empty(), "--from ", from_, " needs one or more batch files");
@@ -124,12 +110,8 @@ int PackCommand::run() const {
       FRUGAL_CHECK_VALUE(inputs_.size() == 1, "--from folder needs one folder, got ", inputs_.size(), " inputs");
       FRUGAL_CHECK_VALUE(!size_.empty(), "--from folder needs --size HxW");
       const auto [height, width] = parse_image_size(size_, "--size");
-      check_out(out_, {});  // a folder or a link, before listing the images
-      const auto images = std::make_shared<data::ImageFolder>(inputs_.front(), height, width);
-      std::vector<std::string> files(static_cast<std::size_t>(images->size()));
-      for (std::int64_t i = 0; i < images->size(); ++i) files[static_cast<std::size_t>(i)] = images->path(i);
-      check_out(out_, files);  // listing decodes nothing: still before the work
-      dataset = images;
+      check_out(out_, inputs_);  // an existing file inside the folder may be one of its images
+      dataset = std::make_shared<data::ImageFolder>(inputs_.front(), height, width);
     }
     if (interrupted_signal() != 0) {
       std::cerr << "frugal pack: interrupted while reading the input; nothing written to " << out_ << "\n";

@@ -9,6 +9,7 @@
 #include "cli/train_output.h"
 #include "core/caching_allocator.h"
 #include "core/error.h"
+#include "core/output_paths.h"
 #include "models/registry.h"
 #include "train/planner.h"
 
@@ -201,6 +202,7 @@ int PlanCommand::run() const {
       ddp_flags_.apply(o);
     }
     models::model_info(o.model);  // an unknown model is a bad flag, said before any work
+    check_output_paths({{"--json", json_}}, {});
     train::validate(o);           // and so is a checkpoint block the model does not have
     const std::int64_t budget = budget_.empty() ? 0 : static_cast<std::int64_t>(parse_size(budget_));
     FRUGAL_CHECK_VALUE(budget_.empty() || budget > 0, "--budget must be more than 0 bytes, got '", budget_, "'");

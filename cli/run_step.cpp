@@ -8,6 +8,7 @@
 
 #include "core/cuda_status.h"
 #include "core/error.h"
+#include "core/output_paths.h"
 #include "core/mapped_file.h"
 #include "models/registry.h"
 #include "models/run_step.h"
@@ -84,6 +85,7 @@ int RunStepCommand::run() const {
   try {
     const Device device = Device::parse(device_);
     check_device_usable(device);
+    check_output_paths({{"--out", out_}}, {{"--weights", weights_}, {"--input", input_}});
     const models::ModelOptions options{.num_classes = num_classes_, .in_channels = in_channels_, .width_mult = width_,
                                        .dropout = dropout_, .cifar_stem = cifar_stem_};
     const auto model = models::make_model(model_, options);

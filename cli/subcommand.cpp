@@ -2,6 +2,7 @@
 #include "cli/subcommand.h"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <iostream>
 #include <string>
 
@@ -32,7 +33,12 @@ int report_error(const std::string& command, const Error& error) {
                          (dynamic_cast<const ValueError*>(&error) || dynamic_cast<const ShapeError*>(&error) ||
                           dynamic_cast<const DTypeError*>(&error) || dynamic_cast<const IndexError*>(&error) ||
                           dynamic_cast<const FileError*>(&error));
-  std::cerr << "frugal " << command << ": " << (bad_input ? "" : "error: ") << error.message() << "\n";
+  // One line, written at once: ranks under mpirun share a terminal or a log, and an error cut into
+  // several writes can interleave with another rank's.
+  std::string line = "frugal " + command + ": " + (bad_input ? "" : "error: ") + error.message();
+  std::replace(line.begin(), line.end(), '\n', ' ');
+  line += '\n';
+  std::cerr.write(line.data(), static_cast<std::streamsize>(line.size())).flush();
   return bad_input ? kExitUsage : kExitError;
 }
 

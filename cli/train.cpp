@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -15,6 +16,7 @@
 #include "core/caching_allocator.h"
 #include "core/cuda_status.h"
 #include "core/error.h"
+#include "core/output_paths.h"
 #include "core/mapped_file.h"
 #include "models/registry.h"
 #include "train/batch_finder.h"
@@ -122,6 +124,8 @@ TrainCommand::TrainCommand(CLI::App& app)
   c->add_option("--json", json_, "Write the run's summary as one JSON document to this file")->check(not_empty());
   add_memory_flags(*c, memory_);
   c->add_flag("--no-leak-check", no_leak_check_, "Do not compare memory at the end of each step with the step before");
+  c->add_flag("--allow-nonfinite", allow_nonfinite_, "Train on after a NaN or infinite loss, and save such weights "
+              "(by default the run stops with exit 1 and keeps the last good checkpoint)");
   c->add_flag("--ddp", ddp_, "Data parallel over the ranks mpirun started: MPI between CPUs, NCCL between GPUs; "
               "--batch-size is per rank");
   ddp_flags_.add_to(*c);
@@ -159,6 +163,7 @@ train::TrainOptions TrainCommand::options_from_flags() const {
   o.resume = resume_;
   o.json = json_;
   o.leak_check = !no_leak_check_;
+  o.allow_nonfinite = allow_nonfinite_;
   FRUGAL_CHECK_VALUE(!(global_batch_ && accum_), "--global-batch sets --accum itself: give one of them");
   apply_ddp_flags(o);
   train::validate(o);
@@ -210,6 +215,21 @@ void TrainCommand::choose_batch(train::TrainOptions& o, const train::RunShape& s
   train::validate(o);
 }
 
+// Every file the run writes, checked before any work (core/output_paths.h): none may be a device, a
+// FIFO, a folder, another output or what the run reads. --save may name the --resume file: a run
+// continued in place has read the checkpoint whole before its first save.
+void check_outputs(const train::TrainOptions& o, const MemoryFlags& memory, const train::RunShape& shape) {
+  std::vector<NamedPath> inputs = {{"--test-data", o.test_data}};
+  for (const std::string& source : shape.sources) inputs.push_back({"--data", source});
+  const std::vector<NamedPath> outputs = {{"--save", o.save},
+                                          {"--json", o.json},
+                                          {"--memory-timeline", memory.timeline_html},
+                                          {"--chrome-trace", memory.chrome_trace},
+                                          {"--report", memory.report}};
+  check_output_paths(outputs, inputs);
+  check_output_paths({outputs.begin() + 1, outputs.end()}, {{"--resume", o.resume}});
+}
+
 // The planner's prediction of the run (train/planner.h), printed before it starts; none, with the
 // reason, when the run cannot be planned.
 std::optional<train::MemoryPlan> predict(const train::TrainOptions& o, const train::RunShape& shape) {
@@ -223,6 +243,18 @@ std::optional<train::MemoryPlan> predict(const train::TrainOptions& o, const tra
     std::cout << "planned peak: none, the planner could not plan this run (" << e.message() << ")" << std::endl;
     return std::nullopt;
   }
+}
+
+// Under --memory-limit, a run whose plan allocates more than the limit at its peak cannot fit (the
+// caching allocator reserves at least what is allocated): an OutOfMemoryError now, before the first
+// step, rather than at the step that fails.
+void refuse_impossible(const train::TrainOptions& o, const train::MemoryPlan& plan) {
+  if (!o.memory_limit || static_cast<std::size_t>(plan.peak_bytes) <= *o.memory_limit) return;
+  FRUGAL_THROW(OutOfMemoryError, "the plan of this run allocates ", format_size(static_cast<std::size_t>(plan.peak_bytes)),
+               " at its peak (in ", plan.peak_phase, "), more than --memory-limit ", format_size(*o.memory_limit),
+               ": it cannot fit, so it was not started. Smaller batches (--batch-size, with --accum to keep the "
+               "effective batch), --checkpoint-activations or --amp bf16 need less: frugal plan --budget ",
+               format_size(*o.memory_limit), " ranks them");
 }
 
 // With --ddp, what a rank's errors are prefixed with, and whether it is the rank that reports.
@@ -251,10 +283,14 @@ int TrainCommand::run() const {
     o = options_from_flags();
     if (o.ddp) rank = {.ddp = true, .rank = dist::mpi_rank(), .ranks = o.ranks};
     const train::RunShape shape = train::run_shape(o);
+    check_outputs(o, memory_, shape);
     choose_batch(o, shape, batch_choice);
     memory.emplace(rank.root() ? memory_ : MemoryFlags{}, o);  // a bad output path fails here, before any planning
     if (rank.root()) plan = predict(o, shape);
-    if (plan) memory->set_plan(*plan);
+    if (plan) {
+      refuse_impossible(o, *plan);
+      memory->set_plan(*plan);
+    }
   } catch (const OutOfMemoryError& e) {
     std::cerr << "frugal " << rank.command() << ": " << e.message() << "\n";
     return rank.end(kExitOutOfMemory);
@@ -262,7 +298,9 @@ int TrainCommand::run() const {
     return rank.end(report_error(rank.command(), e));
   }
 
-  const bool terminal = ::isatty(STDOUT_FILENO) == 1;
+  // A live line redrawn with \r and escape codes only on a terminal. Under mpirun a rank's stdout is
+  // often a pseudo-terminal that mpirun copies into a log: plain lines there.
+  const bool terminal = ::isatty(STDOUT_FILENO) == 1 && !o.ddp && std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr;
   train::Progress progress(std::cout, terminal, terminal_columns());
   train::StepInfo last_step;
   train::TrainHooks hooks;

@@ -54,6 +54,7 @@ class TrainCommand final : public Subcommand {
   DdpFlags ddp_flags_;  // --bucket-cap, --bucket-views, --zero1
   std::optional<double> ddp_timeout_;
   bool no_leak_check_ = false;
+  bool allow_nonfinite_ = false;
 };
 
 }  // namespace frugal::cli

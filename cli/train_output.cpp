@@ -48,6 +48,8 @@ train::StepReport step_report(const train::StepInfo& s) {
   r.reserved = s.reserved;
   r.peak = s.peak_allocated;
   r.elapsed_epoch_seconds = s.epoch_seconds;
+  r.loss_scale = s.loss_scale;
+  r.skipped_steps = s.skipped_steps;
   return r;
 }
 
@@ -104,7 +106,13 @@ void print_summary(std::ostream& out, const train::TrainResult& r) {
   out << "\n" << r.model << " (" << r.parameters << " parameters) on " << r.device << ", batch " << r.batch_size
       << (r.accum > 1 ? " x " + std::to_string(r.accum) + " accumulated" : "") << ", " << r.steps << " steps" << (r.stopped_early ? " (stopped early)" : "") << "\n";
   if (r.test) out << "test accuracy   " << percent(r.test->accuracy) << " (" << r.test->samples << " images)\n";
-  out << "final loss      " << fixed(r.final_loss, 4) << " (training, last epoch's mean)\n";
+  if (r.steps_taken > 0)
+    out << "final loss      " << fixed(r.final_loss, 4) << " (training, mean of this run's samples in its last epoch)\n";
+  else
+    out << "final loss      none (this run took no step)\n";
+  if (r.loss_scale)
+    out << "loss scaling    scale " << *r.loss_scale << ", " << r.skipped_steps << " of " << r.steps_taken
+        << " steps skipped (inf or NaN gradients)\n";
   out << "wall time       " << fixed(r.wall_seconds, 1) << " s, " << fixed(r.images_per_sec, 1)
       << " training images/s\n";
   out << "peak memory     " << format_size(r.peak_allocated_bytes) << " allocated, " << format_size(r.peak_reserved_bytes)
@@ -152,9 +160,12 @@ nlohmann::ordered_json result_json(const train::TrainResult& r) {
           {"batch_size", r.batch_size},
           {"accum", r.accum},
           {"steps", r.steps},
+          {"steps_taken", r.steps_taken},
           {"epochs", r.epochs},
           {"images_per_sec", r.images_per_sec},
-          {"final_loss", r.final_loss},
+          {"final_loss", r.steps_taken > 0 ? nlohmann::ordered_json(r.final_loss) : nlohmann::ordered_json(nullptr)},
+          {"grad_scaler", r.loss_scale ? nlohmann::ordered_json{{"scale", *r.loss_scale}, {"skipped_steps", r.skipped_steps}}
+                                       : nlohmann::ordered_json(nullptr)},
           {"test_accuracy", r.test ? nlohmann::ordered_json(r.test->accuracy) : nlohmann::ordered_json(nullptr)},
           {"test_loss", r.test ? nlohmann::ordered_json(r.test->loss) : nlohmann::ordered_json(nullptr)},
           {"peak_allocated_bytes", r.peak_allocated_bytes},

@@ -18,6 +18,8 @@
 #include <system_error>
 #include <utility>
 
+#include "core/output_paths.h"
+
 namespace frugal {
 
 namespace {
@@ -227,7 +229,12 @@ int open_unnamed_file(const std::string& folder) {
 
 }  // namespace
 
-AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
+AtomicFile::AtomicFile(std::string path) : path_(resolve_output_path(path)) {
+  // The last line of defence of core/output_paths.h: rename() replaces a device node, a FIFO or a
+  // folder's entry as readily as a file, so only a regular file (or a new name) is ever replaced.
+  const std::string kind = file_kind(path_);
+  FRUGAL_CHECK_AS(FileError, kind.empty() || kind == "a regular file", path_, ": is ", kind,
+                  "; frugal writes a new file or replaces a regular one, nothing else");
   remove_stale_temporaries(path_);
   fd_ = open_unnamed_file(folder_of(path_));
   if (fd_ < 0) {
@@ -265,6 +272,12 @@ void AtomicFile::write_at(std::uint64_t offset, const void* bytes, std::size_t c
     if (done <= 0) fail("write", errno);
     next += done, offset += static_cast<std::uint64_t>(done), count -= static_cast<std::size_t>(done);
   }
+}
+
+std::string AtomicFile::readable_path() {
+  check_writable("readable_path");
+  flush();
+  return temp_path_.empty() ? "/proc/self/fd/" + std::to_string(fd_) : temp_path_;
 }
 
 void AtomicFile::check_writable(const char* what) const {
@@ -326,6 +339,10 @@ void write_file_atomically(const std::string& path, std::span<const std::uint8_t
   AtomicFile file(path);
   file.write(bytes.data(), bytes.size());
   file.commit();
+}
+
+void write_file_atomically(const std::string& path, std::string_view text) {
+  write_file_atomically(path, {reinterpret_cast<const std::uint8_t*>(text.data()), text.size()});
 }
 
 }  // namespace frugal

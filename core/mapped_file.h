@@ -122,8 +122,10 @@ class MappedFile {
 // longer running, so what a killed writer left is gone by the next write of the same file.
 class AtomicFile {
  public:
-  // FileError if the folder does not exist or is not writable. Removes the stale temporary files of
-  // `path` (the Note above).
+  // FileError if the folder does not exist or is not writable, or `path` exists and is not a regular
+  // file (a folder, a device, a FIFO, a socket). A symbolic link is followed (core/output_paths.h):
+  // the file it names is replaced and path() names that file. Removes the stale temporary files of
+  // the target (the Note above).
   explicit AtomicFile(std::string path);
   ~AtomicFile();
   AtomicFile(const AtomicFile&) = delete;
@@ -140,6 +142,10 @@ class AtomicFile {
   const std::string& path() const { return path_; }
   // The named temporary file, or "" when the bytes go to an unnamed O_TMPFILE file (the Note above).
   const std::string& temp_path() const { return temp_path_; }
+  // Writes out what was appended and returns a path that opens the bytes so far for reading, before
+  // commit(): the named temporary file, or /proc/self/fd/N for the unnamed one. For a writer that
+  // checks what it wrote before it replaces anything (train/checkpoint.h).
+  std::string readable_path();
 
  private:
   void flush();
@@ -157,5 +163,6 @@ class AtomicFile {
 
 // The whole of `bytes` as the file `path`, through AtomicFile.
 void write_file_atomically(const std::string& path, std::span<const std::uint8_t> bytes);
+void write_file_atomically(const std::string& path, std::string_view text);
 
 }  // namespace frugal

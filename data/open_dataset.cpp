@@ -216,12 +216,16 @@ DatasetSplits open_dataset(const std::string& path, const std::string& test_path
   if (path.empty()) {
     splits.train = std::make_shared<IdxDataset>(fashion_mnist("train", options.cache_dir));
     if (test_path.empty()) splits.test = std::make_shared<IdxDataset>(fashion_mnist("test", options.cache_dir));
+    splits.sources.push_back(std::string(kFashionMnistFolder));
     where = detail::str("Fashion-MNIST (Debian's dataset-fashion-mnist)");
     if (test_where.empty()) test_where = kFashionMnistFolder;
   } else {
     const Format format = detect(path);
     splits.train = open_required(path, format, Split::own, options);
     if (test_path.empty()) splits.test = open_split(path, format, Split::test, options);
+    splits.sources.push_back(path);
+    if (test_path.empty() && splits.test && (format == Format::shard || format == Format::image_folder))
+      splits.sources.push_back(sibling_test_split(path));
     where = detail::str(format_name(format), " ", path);
     if (test_where.empty()) test_where = path;
   }
@@ -230,6 +234,7 @@ DatasetSplits open_dataset(const std::string& path, const std::string& test_path
     // A folder of fixed names gives its test files or folder; a shard or an image folder is the test split.
     const bool named_files = format == Format::idx || format == Format::cifar10 || format == Format::split_folders;
     splits.test = open_required(test_path, format, named_files ? Split::test : Split::own, options);
+    splits.sources.push_back(test_path);
   }
   if (splits.test) check_splits_agree(*splits.train, *splits.test, test_where);
   splits.description = detail::str(where, ": train ", splits.train->describe(), "; ",

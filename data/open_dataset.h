@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "data/dataset.h"
 
@@ -25,6 +26,9 @@ struct DatasetSplits {
   DatasetPtr train;
   DatasetPtr test;          // nullptr when no test split was found or given
   std::string description;  // one line: the format and where train and test came from
+  // The files and folders the splits are read from (a format folder, a shard, the test shard found
+  // beside it): what no output of the run may replace (core/output_paths.h).
+  std::vector<std::string> sources;
 };
 
 struct OpenOptions {

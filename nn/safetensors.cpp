@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -66,9 +67,34 @@ std::string cut(std::string text) {
 
 std::string shown(const json& value) { return cut(value.dump(-1, ' ', false, json::error_handler_t::replace)); }
 
+// Text from the file as a message may show it: control bytes and bytes of 0x80 and above as \xNN,
+// so neither a terminal nor a log ever receives the file's raw bytes (invalid UTF-8, escapes).
+std::string printable(std::string_view text) {
+  std::string out;
+  for (const unsigned char c : text) {
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      char escaped[5];
+      std::snprintf(escaped, sizeof escaped, "\\x%02x", c);
+      out += escaped;
+    }
+  }
+  return out;
+}
+
+bool valid_utf8(const std::string& text) {
+  try {
+    static_cast<void>(json(text).dump());
+    return true;
+  } catch (const json::type_error&) {
+    return false;
+  }
+}
+
 std::string named(const std::string& name) {
   const bool plain = std::none_of(name.begin(), name.end(), [](unsigned char c) { return c < 0x20 || c == 0x7f; });
-  return plain ? cut("'" + name + "'") : shown(json(name));
+  return plain && valid_utf8(name) ? cut("'" + name + "'") : shown(json(name));
 }
 
 // The top-level JSON object as the parser read it, its keys in file order, and those of "__metadata__".
@@ -132,7 +158,7 @@ class HeaderScan final : public json::json_sax_t {
   bool parse_error(std::size_t, const std::string&, const json::exception& error) override {
     std::string_view what = error.what();  // "[json.exception.parse_error.101] parse error at ..."
     what.remove_prefix(std::min(what.size(), what.find("] ") + 2));
-    FRUGAL_THROW(ValueError, source_, ": the header is not valid JSON: ", what);
+    FRUGAL_THROW(ValueError, source_, ": the header is not valid JSON: ", printable(what));
   }
 
  private:
@@ -398,8 +424,14 @@ SafetensorsFile read_safetensors(const std::string& path) {
 }
 
 void write_safetensors(const std::string& path, const StateDict& tensors, const Metadata& metadata) {
+  write_safetensors(path, tensors, metadata, [](const std::string&) {});
+}
+
+void write_safetensors(const std::string& path, const StateDict& tensors, const Metadata& metadata,
+                       const std::function<void(const std::string& written)>& verify) {
   AtomicFile file(path);
   encode(tensors, metadata, path, [&](const void* bytes, std::size_t count) { file.write(bytes, count); });
+  verify(file.readable_path());
   file.commit();
 }
 

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <utility>
@@ -85,6 +86,12 @@ SafetensorsFile read_safetensors(const std::string& path);
 // ValueError for an undefined tensor, a name given twice, the name "__metadata__", a name or
 // metadata that is not valid UTF-8; WriteError if the write fails (a full disk).
 void write_safetensors(const std::string& path, const StateDict& tensors, const Metadata& metadata = {});
+
+// As write_safetensors, then `verify` is called with a path that reads the bytes written, before they
+// appear under `path` (AtomicFile::readable_path): an exception from it leaves nothing under `path`
+// and a previous file there untouched.
+void write_safetensors(const std::string& path, const StateDict& tensors, const Metadata& metadata,
+                       const std::function<void(const std::string& written)>& verify);
 
 // The bytes write_safetensors writes, in memory.
 std::vector<std::uint8_t> encode_safetensors(const StateDict& tensors, const Metadata& metadata = {});

@@ -99,20 +99,20 @@ std::string run_identity_json(const TrainOptions& o) {
   return j.dump();
 }
 
-std::string identity_difference(const std::string& ours, const std::string& checkpoint) {
+std::string identity_difference(const std::string& ours, const std::string& theirs, const std::string& them) {
   const auto a = nlohmann::ordered_json::parse(ours);
   nlohmann::ordered_json b;
   try {
-    b = nlohmann::ordered_json::parse(checkpoint);
+    b = nlohmann::ordered_json::parse(theirs);
   } catch (const nlohmann::json::exception&) {
-    return "the checkpoint's run options are not valid JSON";
+    return them + "'s run options are not valid JSON";
   }
   for (const auto& [key, value] : a.items()) {
-    if (!b.contains(key)) return "--" + key + " " + value.dump() + " but the checkpoint has none";
-    if (b[key] != value) return "--" + key + " " + value.dump() + " but the checkpoint has " + b[key].dump();
+    if (!b.contains(key)) return "--" + key + " " + value.dump() + " but " + them + " has none";
+    if (b[key] != value) return "--" + key + " " + value.dump() + " but " + them + " has " + b[key].dump();
   }
   for (const auto& [key, value] : b.items())
-    if (!a.contains(key)) return "the checkpoint has --" + key + " " + value.dump() + ", this run has none";
+    if (!a.contains(key)) return them + " has --" + key + " " + value.dump() + ", this run has none";
   return "";
 }
 

@@ -72,6 +72,7 @@ struct TrainOptions {
   std::string resume;                        // checkpoint to continue from
   std::string json;                          // where the run's summary goes as JSON
   bool leak_check = true;                    // memory at each step's end against the step before (train/leak_check.h)
+  bool allow_nonfinite = false;              // train on after a NaN or infinite loss (and save such weights)
 
   // Data parallelism (dist/, docs/distributed.md): this process is one of `ranks` that mpirun
   // started, each training on its share of every step's samples. batch_size is per rank (as in
@@ -95,7 +96,8 @@ void validate(const TrainOptions& options);
 // masks: bit-identical gradients, tests/cpu/test_model_memory_options.cpp) and in-place activations.
 std::string run_identity_json(const TrainOptions& options);
 // The first difference between two run_identity_json texts, as "--lr 0.001 but the checkpoint has
-// 0.002"; "" when they agree.
-std::string identity_difference(const std::string& ours, const std::string& checkpoint);
+// 0.002" (`them` names the other side: "rank 0"); "" when they agree.
+std::string identity_difference(const std::string& ours, const std::string& theirs,
+                                const std::string& them = "the checkpoint");
 
 }  // namespace frugal::train

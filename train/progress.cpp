@@ -67,7 +67,7 @@ double eta_seconds(const StepReport& report) {
 
 std::string format_progress(const StepReport& report, int columns) {
   // In the order shown; those past kAlwaysShown are given up, last first, when the line is too wide.
-  const std::vector<std::string> parts = {
+  std::vector<std::string> parts = {
       "epoch " + std::to_string(report.epoch) + "/" + std::to_string(report.epochs),
       std::to_string(report.step_in_epoch) + "/" + std::to_string(report.steps_in_epoch),
       printf_string("loss %.4f", report.loss),
@@ -77,6 +77,9 @@ std::string format_progress(const StepReport& report, int columns) {
       "peak " + format_size(report.peak),
       printf_string("%.0f img/s", report.images_per_sec),
   };
+  if (report.loss_scale > 0)  // loss scaling: a skipped step trained nothing, so it is shown beside the loss
+    parts.insert(parts.begin() + 4,
+                 printf_string("scale %g", report.loss_scale) + " skipped " + std::to_string(report.skipped_steps));
   if (columns <= 0) return join(parts, 0, parts.size());
   const int limit = columns - 1;
   // The bar goes after the epoch and takes the room left, when there is room for a useful one.

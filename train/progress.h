@@ -34,6 +34,8 @@ struct StepReport {
   double images_per_sec = 0;
   std::size_t allocated = 0, reserved = 0, peak = 0;   // the allocator's bytes
   double elapsed_epoch_seconds = 0;                    // since the epoch's first step began
+  double loss_scale = 0;                               // the GradScaler's (--amp f16); 0: none, not shown
+  std::int64_t skipped_steps = 0;                      // steps it skipped so far (inf/NaN gradients)
 };
 
 class Progress {

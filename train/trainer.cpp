@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "core/allocator_registry.h"
@@ -18,6 +20,7 @@
 #include "dist/mpi_runtime.h"
 #include "dist/nccl_communicator.h"
 #include "kernels/loss.h"
+#include "kernels/reduce.h"
 #include "models/registry.h"
 #include "nn/amp.h"
 #include "nn/saved_activations.h"
@@ -147,6 +150,50 @@ Communicators open_communicators(const TrainOptions& o) {
   return c;
 }
 
+// What every rank of a --ddp run must share before its first step: the options that shape the step
+// (run_identity_json), and those that decide when the ranks meet in a collective (stopping, saving
+// ZeRO-1's consolidated state, the buckets).
+std::string rank_agreement_json(const TrainOptions& o) {
+  auto j = nlohmann::ordered_json::parse(run_identity_json(o));
+  j["ddp-ranks"] = o.ranks;
+  j["steps"] = o.steps ? nlohmann::ordered_json(*o.steps) : nlohmann::ordered_json("all");
+  j["save-every"] = o.save_every;
+  j["save"] = !o.save.empty();
+  j["bucket-cap"] = o.bucket_cap_bytes;
+  j["bucket-views"] = o.bucket_views;
+  j["zero1"] = o.zero1;
+  j["device"] = o.device.is_cuda() ? "cuda" : o.device.str();
+  return j.dump();
+}
+
+// Every rank compares its options with rank 0's before any collective that depends on them: a rank
+// started with another --batch-size would otherwise train (its step silently another batch) or
+// hang at the epoch's end. On a mismatch every rank throws the same ValueError, naming the first
+// rank that differs and the flag.
+void check_ranks_agree(dist::Communicator& host, const TrainOptions& o) {
+  const std::string mine = rank_agreement_json(o);
+  const auto text_of = [&](int root) {  // rank `root`'s text, on every rank
+    const Tensor length = from_vector(std::vector<std::int64_t>{static_cast<std::int64_t>(mine.size())});
+    host.broadcast(length, root);
+    const Tensor bytes = empty({length.item<std::int64_t>()}, {.dtype = DType::u8});
+    if (host.rank() == root) std::memcpy(bytes.data_ptr(), mine.data(), mine.size());
+    host.broadcast(bytes, root);
+    return std::string(static_cast<const char*>(bytes.data_ptr()), static_cast<std::size_t>(bytes.numel()));
+  };
+  const std::string root_text = text_of(0);
+  const Tensor differs = empty({host.world_size()}, {.dtype = DType::i32});
+  host.all_gather(full({1}, mine == root_text ? 0 : 1, {.dtype = DType::i32}), differs);
+  const std::vector<std::int32_t> flags = differs.to_vector<std::int32_t>();
+  const auto first = std::find(flags.begin(), flags.end(), 1);
+  if (first == flags.end()) return;
+  const int rank = static_cast<int>(first - flags.begin());
+  const auto others = std::count(flags.begin(), flags.end(), 1) - 1;
+  FRUGAL_THROW(ValueError, "the ranks were started with different flags: rank ", rank, " has ",
+               identity_difference(text_of(rank), root_text, "rank 0"),
+               others > 0 ? " (and " + std::to_string(others) + " more ranks differ)" : std::string(),
+               "; every rank must get the same flags");
+}
+
 // Everything one run holds, built in the order train() needs it.
 struct Run {
   const TrainOptions& options;
@@ -163,10 +210,15 @@ struct Run {
   std::optional<LeakCheck> leaks;  // when options.leak_check
   std::int64_t samples_per_epoch = 0;  // this rank's: with --ddp its share of the training split
   std::int64_t batches_per_epoch = 0, steps_per_epoch = 0, total_steps = 0;
+  DataIdentity data;  // of the training split: recorded in checkpoints, checked on resume
   TrainingPosition position;
   std::string last_checkpoint;
+  std::int64_t last_checkpoint_step = 0;
   double train_seconds = 0.0;
   std::int64_t trained_samples = 0;
+  std::int64_t steps_taken = 0, skipped_steps = 0;  // this run's optimizer steps; those the GradScaler skipped
+  double epoch_loss_sum = 0.0;       // this run's samples of the epoch in progress (final_loss)
+  std::int64_t epoch_samples = 0;
 
   Run(const TrainOptions& o, const TrainHooks& h);
   void resume_from(const std::string& path);
@@ -180,7 +232,10 @@ struct Run {
 };
 
 Run::Run(const TrainOptions& o, const TrainHooks& h) : options(o), hooks(h) {
-  if (o.ddp) comms = open_communicators(o);
+  if (o.ddp) {
+    comms = open_communicators(o);
+    check_ranks_agree(*comms.host, o);
+  }
   if (o.memory_limit) set_memory_limit(o.device, *o.memory_limit);
   manual_seed(o.seed);  // the initial weights and the dropout draws
   inputs = open_run_data(o.data, o.test_data, o.image_size, o.augment);
@@ -188,6 +243,7 @@ Run::Run(const TrainOptions& o, const TrainHooks& h) : options(o), hooks(h) {
   num_classes = o.num_classes.value_or(train_split->num_classes());
   FRUGAL_CHECK_VALUE(num_classes >= train_split->num_classes(), "--num-classes ", num_classes, " but the data has ",
                      train_split->num_classes(), " classes");
+  data = data_identity(*train_split);
   {
     const MemoryContextScope made_by("model construction");
     model = models::make_model(o.model, model_options(o, train_split->sample_shape()[0], num_classes));
@@ -223,22 +279,74 @@ Run::Run(const TrainOptions& o, const TrainHooks& h) : options(o), hooks(h) {
   if (o.leak_check) leaks.emplace(default_caching_allocator(o.device));
 }
 
+// The global step a position of `batch` loader batches into `epoch` was reached at: whole epochs
+// of steps, then a step per `accum` batches begun.
+std::int64_t step_at(std::int64_t epoch, std::int64_t batch, std::int64_t steps_per_epoch, std::int64_t accum) {
+  return epoch * steps_per_epoch + (batch + accum - 1) / accum;
+}
+
 void Run::resume_from(const std::string& path) {
   Checkpoint c = load_checkpoint(path);
   const std::string difference = identity_difference(run_identity_json(options), c.run_identity);
   FRUGAL_CHECK_VALUE(difference.empty(), path, ": not the same run: ", difference);
-  FRUGAL_CHECK_VALUE(c.position.epoch < options.epochs || (c.position.epoch == options.epochs && c.position.batch == 0),
+  FRUGAL_CHECK_VALUE(c.data == data, path, ": not the same data: the checkpoint's run trained on ", c.data.samples,
+                     " samples (fingerprint ", c.data.fingerprint, "), this run's data has ", data.samples,
+                     " (fingerprint ", data.fingerprint, ")");
+  const TrainingPosition& p = c.position;
+  FRUGAL_CHECK_VALUE(p.epoch < options.epochs || (p.epoch == options.epochs && p.batch == 0),
                      path, ": checkpoint is past the run's end");
-  FRUGAL_CHECK_VALUE(c.position.batch <= batches_per_epoch, path, ": checkpoint stopped at batch ", c.position.batch,
+  FRUGAL_CHECK_VALUE(p.batch <= batches_per_epoch, path, ": checkpoint stopped at batch ", p.batch,
                      " of an epoch of ", batches_per_epoch);
-  model->load_state_dict(c.model);
-  optimizer->load_state_dict(c.optimizer);
-  if (scaler->is_enabled()) scaler->load_state_dict(c.scaler);
-  schedule->load_state_dict(c.schedule);
+  const std::int64_t expected = step_at(p.epoch, p.batch, steps_per_epoch, options.accum);
+  FRUGAL_CHECK_VALUE(p.global_step == expected, path, ": the position says step ", p.global_step, " but epoch ",
+                     p.epoch + 1, ", batch ", p.batch, " is step ", expected, " (fields disagree: damaged or edited)");
+  FRUGAL_CHECK_VALUE(!options.steps || *options.steps > p.global_step, path, ": the checkpoint is at step ",
+                     p.global_step, ", so --steps ", options.steps.value_or(0), " leaves nothing to train");
+  // A state dict that does not fit the model names the checkpoint, not only the layer.
+  try {
+    model->load_state_dict(c.model);
+    optimizer->load_state_dict(c.optimizer);
+    if (scaler->is_enabled()) scaler->load_state_dict(c.scaler);
+    schedule->load_state_dict(c.schedule);
+  } catch (const Error& e) {
+    FRUGAL_THROW(ValueError, path, ": does not fit this run's model: ", e.message());
+  }
   default_generator().set_state(c.position.generator);
   position = c.position;
   message("resumed from " + path + " at step " + std::to_string(position.global_step) + " (epoch " +
           std::to_string(position.epoch + 1) + ", batch " + std::to_string(position.batch) + ")");
+}
+
+// The first tensor of `dict` holding a NaN or an infinity, "" when every one is finite. The sum of
+// anything holding one is not finite (as the GradScaler's probe); only a suspect sum, which could
+// also be a finite overflow, is confirmed element by element.
+std::string first_nonfinite(const nn::StateDict& dict) {
+  for (const auto& [name, tensor] : dict) {
+    if (!is_floating(tensor.dtype()) || std::isfinite(sum(tensor).to(Device::cpu()).item<double>())) continue;
+    const std::vector<double> values = tensor.to(Device::cpu()).to(DType::f64).to_vector<double>();
+    if (!std::all_of(values.begin(), values.end(), [](double v) { return std::isfinite(v); })) return name;
+  }
+  return "";
+}
+
+// Where the run can be taken up again, for a divergence's message.
+std::string last_good_checkpoint(const Run& run) {
+  if (run.options.save.empty()) return "no checkpoint was kept (no --save)";
+  if (run.last_checkpoint.empty())
+    return run.options.resume == run.options.save ? "the last good checkpoint is " + run.options.save + ", as resumed"
+                                                  : "no checkpoint was written yet";
+  return "the last good checkpoint is " + run.last_checkpoint + " (step " + std::to_string(run.last_checkpoint_step) + ")";
+}
+
+std::string exact_number(double value) {
+  if (std::isnan(value)) return "nan";
+  return std::isinf(value) ? (value > 0 ? "inf" : "-inf") : std::to_string(value);
+}
+
+[[noreturn]] void diverged(const Run& run, const std::string& what) {
+  FRUGAL_THROW(TrainingDivergedError, what, " at step ", run.position.global_step, " (epoch ", run.position.epoch + 1,
+               "); ", last_good_checkpoint(run),
+               ". A smaller --lr, or --amp bf16 instead of f16, usually helps; --allow-nonfinite trains on regardless");
 }
 
 void Run::save(const std::string& why) {
@@ -248,9 +356,17 @@ void Run::save(const std::string& why) {
   nn::StateDict optimizer_state = optimizer->state_dict();
   if (!is_root()) return;
   position.generator = default_generator().state();
-  save_checkpoint(options.save, {model->state_dict(), std::move(optimizer_state), scaler->state_dict(),
-                                 schedule->state_dict(), position, run_identity_json(options)});
+  nn::StateDict weights = model->state_dict();
+  // A finite loss can still leave non-finite weights behind its step: never replace a good
+  // checkpoint with them.
+  if (!options.allow_nonfinite) {
+    const std::string bad = first_nonfinite(weights).empty() ? first_nonfinite(optimizer_state) : first_nonfinite(weights);
+    if (!bad.empty()) diverged(*this, "'" + bad + "' holds a NaN or an infinity; nothing was saved");
+  }
+  save_checkpoint(options.save, {std::move(weights), std::move(optimizer_state), scaler->state_dict(),
+                                 schedule->state_dict(), position, run_identity_json(options), data});
   last_checkpoint = options.save;
+  last_checkpoint_step = position.global_step;
   message("checkpoint saved to " + options.save + " at step " + std::to_string(position.global_step) + " (" + why + ")");
 }
 
@@ -277,7 +393,7 @@ std::optional<EvalResult> evaluate_test(const Run& run) {
   if (!run.inputs.splits.test || !run.options.evaluate || !run.is_root()) return std::nullopt;
   const PhaseScope phase(run, Phase::evaluation);
   return evaluate(*run.model, run.inputs.splits.test, run.inputs.test_transforms, run.options.batch_size,
-                  run.options.device, run.options.workers, run.num_classes);
+                  run.options.device, run.options.workers, run.num_classes, run.hooks.should_stop);
 }
 
 // ---- one optimizer step -------------------------------------------------------------------------
@@ -348,18 +464,23 @@ void optimizer_step(Run& run, std::int64_t micro_batches) {
     if (run.ddp) run.ddp->synchronize();  // every bucket's gradients averaged over the ranks
     {
       const MemoryContextScope made_by("optimizer step");  // the optimizer's state is made by the first one
-      run.scaler->step(*run.optimizer);
+      if (!run.scaler->step(*run.optimizer)) ++run.skipped_steps;  // a gradient overflowed: no update
     }
     run.scaler->update();
     run.optimizer->zero_grad();
     run.schedule->step();
   }
   const StepTotals all = all_ranks(run, step);
+  ++run.position.global_step;
+  ++run.steps_taken;
+  // Every rank holds the same totals, so every rank stops here together.
+  if (!std::isfinite(all.loss_sum) && !o.allow_nonfinite) diverged(run, "the loss became " + exact_number(all.loss_sum));
+  run.epoch_loss_sum += all.loss_sum;
+  run.epoch_samples += static_cast<std::int64_t>(all.samples);
   run.position.loss_sum += all.loss_sum;
   run.position.correct += static_cast<std::int64_t>(all.correct);
   run.position.samples += static_cast<std::int64_t>(all.samples);
   run.trained_samples += static_cast<std::int64_t>(all.samples);
-  ++run.position.global_step;
 }
 
 // Whether to stop now (SIGINT): with --ddp every rank stops when any was asked to, at the same step,
@@ -390,6 +511,8 @@ StepInfo step_info(const Run& run, double epoch_seconds, std::int64_t epoch_samp
   s.allocated = memory.allocated;
   s.reserved = memory.reserved;
   s.peak_allocated = memory.peak_allocated;
+  s.loss_scale = run.scaler->is_enabled() ? run.scaler->get_scale() : 0.0;
+  s.skipped_steps = run.skipped_steps;
   return s;
 }
 
@@ -421,6 +544,8 @@ EpochEnd train_epoch(Run& run, StepInfo& last) {
   const TrainOptions& o = run.options;
   run.model->train();
   run.loader->start_epoch(run.position.epoch, run.position.batch);
+  run.epoch_loss_sum = 0.0;
+  run.epoch_samples = 0;
   const PhaseScope phase(run, Phase::epoch);
   const auto start = Clock::now();
   std::int64_t epoch_samples = 0;
@@ -474,7 +599,7 @@ RunData open_run_data(const std::string& data, const std::string& test_data, std
 }
 
 EvalResult evaluate(nn::Module& model, data::DatasetPtr dataset, const data::Compose& transforms, std::int64_t batch_size,
-                    Device device, int workers, std::int64_t num_classes) {
+                    Device device, int workers, std::int64_t num_classes, const std::function<bool()>& should_stop) {
   model.eval();
   autograd::NoGradGuard no_grad;
   data::DataLoader loader(std::move(dataset), {.batch_size = batch_size,
@@ -500,6 +625,10 @@ EvalResult evaluate(nn::Module& model, data::DatasetPtr dataset, const data::Com
       if (best == labels[row]) ++result.class_correct[label];
     }
     result.samples += static_cast<std::int64_t>(labels.size());
+    if (should_stop && should_stop()) {
+      result.interrupted = true;
+      break;
+    }
   }
   std::int64_t correct = 0;
   for (std::int64_t c : result.class_correct) correct += c;
@@ -552,19 +681,32 @@ TrainResult run_training(const TrainOptions& options, const TrainHooks& hooks, P
   while (run.position.epoch < options.epochs && !(options.steps && run.position.global_step >= *options.steps)) {
     end = train_epoch(run, last);
     if (end != EpochEnd::finished) break;
-    EpochInfo info{last, std::nullopt};
-    info.test = evaluate_test(run);
-    result.final_loss = last.loss;
+    EpochInfo info{last, evaluate_test(run)};
+    // An evaluation cut short by SIGINT has figures for part of the split only: none are reported.
+    const bool evaluation_interrupted = info.test && info.test->interrupted;
+    if (evaluation_interrupted) info.test.reset();
     result.test = info.test;
     if (hooks.on_epoch_end) hooks.on_epoch_end(info);
     run.position = {.epoch = run.position.epoch + 1, .global_step = run.position.global_step};
     ++result.epochs;
     run.save("end of epoch " + std::to_string(run.position.epoch));
+    if (evaluation_interrupted) {
+      end = EpochEnd::interrupted;
+      break;
+    }
   }
-  if (end != EpochEnd::finished) {
-    result.final_loss = last.loss;
+  if (end == EpochEnd::stopped) {  // --steps: the model as it stopped (after SIGINT, none: it was asked to stop)
     result.test = evaluate_test(run);
+    if (result.test && result.test->interrupted) {
+      result.test.reset();
+      end = EpochEnd::interrupted;
+    }
   }
+  result.final_loss = run.epoch_samples > 0 ? run.epoch_loss_sum / static_cast<double>(run.epoch_samples)
+                                            : std::numeric_limits<double>::quiet_NaN();
+  result.steps_taken = run.steps_taken;
+  result.skipped_steps = run.skipped_steps;
+  if (run.scaler->is_enabled()) result.loss_scale = run.scaler->get_scale();
   const CachingStats stats = default_caching_allocator(options.device).caching_stats();
   const AllocatorStats tagged = default_caching_allocator(options.device).stats();
   result.model = options.model;

@@ -61,6 +61,10 @@ struct StepInfo {
   double epoch_seconds = 0.0;    // elapsed in this epoch (since the run started or resumed it)
   double lr = 0.0;
   std::size_t allocated = 0, reserved = 0, peak_allocated = 0;  // the device's caching allocator
+  // With --amp f16 (a GradScaler): the loss scale now, and the optimizer steps this run skipped
+  // because a gradient overflowed. loss_scale is 0 without a scaler.
+  double loss_scale = 0.0;
+  std::int64_t skipped_steps = 0;
 };
 
 struct EvalResult {
@@ -68,6 +72,14 @@ struct EvalResult {
   double loss = 0.0;      // mean cross-entropy (no label smoothing)
   std::int64_t samples = 0;
   std::vector<std::int64_t> class_correct, class_total;  // per class
+  bool interrupted = false;  // should_stop ended it early: the figures cover `samples` only
+};
+
+// A run whose loss stopped being a finite number (an lr far too large, an overflow): thrown after
+// that step unless TrainOptions::allow_nonfinite, before any checkpoint could be written from the
+// diverged weights. The message names the step and the last good checkpoint.
+struct TrainingDivergedError : Error {
+  using Error::Error;
 };
 
 struct EpochInfo {
@@ -116,9 +128,14 @@ struct TrainResult {
   std::string device;
   std::int64_t batch_size = 0, accum = 1;  // samples per micro-batch, micro-batches per optimizer step
   std::int64_t steps = 0;   // optimizer steps trained, in total since the start (resumed runs count all)
+  std::int64_t steps_taken = 0;  // optimizer steps this run took (a resumed run: since it resumed)
   std::int64_t epochs = 0;  // epochs completed
   double images_per_sec = 0.0;
-  double final_loss = 0.0;  // the last epoch's mean training loss
+  // The mean training loss of the samples this run trained in its last epoch (those of a resumed
+  // epoch before the resume are not this run's); NaN when it took no step.
+  double final_loss = 0.0;
+  std::optional<double> loss_scale;  // with a GradScaler (--amp f16): the scale at the end
+  std::int64_t skipped_steps = 0;    // optimizer steps the GradScaler skipped (inf/NaN gradients)
   std::optional<EvalResult> test;
   std::size_t peak_allocated_bytes = 0, peak_reserved_bytes = 0;
   std::array<std::size_t, kNumMemoryTags> peak_bytes_by_tag{};
@@ -155,7 +172,10 @@ struct RunData {
 RunData open_run_data(const std::string& data, const std::string& test_data, std::int64_t image_size, bool augment);
 
 // Test accuracy and loss of `model` (put in eval mode, no autograd) on `dataset` with `transforms`.
+// `should_stop` is asked after every batch (SIGINT): when it says so the evaluation ends there,
+// marked interrupted.
 EvalResult evaluate(nn::Module& model, data::DatasetPtr dataset, const data::Compose& transforms,
-                    std::int64_t batch_size, Device device, int workers, std::int64_t num_classes);
+                    std::int64_t batch_size, Device device, int workers, std::int64_t num_classes,
+                    const std::function<bool()>& should_stop = {});
 
 }  // namespace frugal::train

@@ -9,12 +9,13 @@
 //   02_caching_allocator [TRACE_JSON]   (default: 02_caching_allocator_trace.json in the current folder)
 #include <chrono>
 #include <cstdio>
-#include <fstream>
+#include <sstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "core/caching_allocator.h"
 #include "core/cuda_status.h"
+#include "core/mapped_file.h"
 #include "core/tensor.h"
 #include "memory/alloc_trace.h"
 #include "models/training_trace.h"
@@ -109,8 +110,9 @@ void record_a_timeline(Device device, const std::string& path) {
     for (int layer = 0; layer < 8; ++layer) Tensor activation = ones({64, 256, 16}, {.device = device});
   }
   const auto events = allocator.history().size();
-  std::ofstream out(path);
-  allocator.write_chrome_trace(out);
+  std::ostringstream trace;
+  allocator.write_chrome_trace(trace);
+  write_file_atomically(path, trace.str());  // core/mapped_file.h: never a half-written trace
   allocator.record_history(0);
   std::printf("   %zu events written to %s: open it in https://ui.perfetto.dev or chrome://tracing\n\n", events,
               path.c_str());

@@ -25,6 +25,7 @@
 #include "core/caching_allocator.h"
 #include "core/cuda_status.h"
 #include "core/error.h"
+#include "core/mapped_file.h"
 #include "data/idx.h"
 #include "data/loader.h"
 #include "kernels/cpu_runtime.h"
@@ -50,10 +51,7 @@ std::string size(std::int64_t bytes) { return format_size(static_cast<std::size_
 // Writes `text` to `name` in the current folder; returns the file's absolute path.
 fs::path write_file(const std::string& name, const std::string& text) {
   const fs::path path = fs::absolute(name);
-  std::ofstream out(path);
-  out << text;
-  out.close();
-  FRUGAL_CHECK(out.good(), "cannot write ", path.string());
+  write_file_atomically(path.string(), text);  // core/mapped_file.h: whole or not at all
   return path;
 }
 

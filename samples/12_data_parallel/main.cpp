@@ -29,6 +29,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -36,6 +37,7 @@
 
 #include "core/cuda_status.h"
 #include "core/error.h"
+#include "core/mapped_file.h"
 #include "data/idx.h"
 #include "dist/mpi_runtime.h"
 #include "dist/nccl_communicator.h"
@@ -106,8 +108,7 @@ struct RunReport {
 
 // Text, one line per rank: peaks and seconds, then the peak bytes of each MemoryTag in enum order.
 void write_report(const fs::path& path, const RunReport& report) {
-  std::ofstream out(path);
-  FRUGAL_CHECK(out.good(), "12_data_parallel: cannot write ", path.string());
+  std::ostringstream out;
   out.precision(17);
   out << report.final_loss << " " << report.ranks.size() << "\n";
   for (const train::RankReport& r : report.ranks) {
@@ -115,8 +116,7 @@ void write_report(const fs::path& path, const RunReport& report) {
     for (std::size_t bytes : r.peak_bytes_by_tag) out << " " << bytes;
     out << "\n";
   }
-  out.close();
-  FRUGAL_CHECK(out.good(), "12_data_parallel: cannot write ", path.string());
+  write_file_atomically(path.string(), out.str());  // core/mapped_file.h: the reader never sees half
 }
 
 RunReport read_report(const fs::path& path) {

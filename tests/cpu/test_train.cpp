@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -93,10 +95,11 @@ TEST_CASE("checkpoints: every part and the position come back as saved, other fi
   train::Checkpoint c;
   c.model = {{"w", full({2, 3}, 1.5)}, {"bn.num_batches_tracked", full({}, 7, {.dtype = DType::i64})}};
   c.optimizer = {{"state.0.step", full({}, 3, {.dtype = DType::i64})}};
-  c.schedule = {{"last_epoch", full({}, 3, {.dtype = DType::i64})}};
+  c.schedule = {{"last_epoch", full({}, 14, {.dtype = DType::i64})}};
   c.position = {.epoch = 1, .batch = 4, .global_step = 14, .generator = {0xFFFFFFFFFFFFFFFFull, 123},
                 .loss_sum = 0.1, .correct = 5, .samples = 64};
   c.run_identity = train::run_identity_json({});
+  c.data = {.samples = 640, .fingerprint = "0123abcd"};
   train::save_checkpoint(dir / "c.safetensors", c);
   CHECK(train::is_checkpoint(dir / "c.safetensors"));
   const train::Checkpoint back = train::load_checkpoint(dir / "c.safetensors");
@@ -109,18 +112,204 @@ TEST_CASE("checkpoints: every part and the position come back as saved, other fi
   CHECK(back.position.global_step == 14);
   CHECK(back.position.loss_sum == 0.1);
   CHECK(back.run_identity == c.run_identity);
+  CHECK(back.data == c.data);
 
   nn::write_safetensors(dir / "plain.safetensors", c.model);
   CHECK_FALSE(train::is_checkpoint(dir / "plain.safetensors"));
   CHECK_THROWS_WITH_AS(train::load_checkpoint(dir / "plain.safetensors"), doctest::Contains("not a frugal checkpoint"),
                        ValueError);
-  nn::write_safetensors(dir / "damaged.safetensors", c.model,
-                        {{"format", "frugal-checkpoint"}, {"version", "1"}, {"position", "{\"epoch\": 1}"}, {"run", "{}"}});
+  nn::write_safetensors(dir / "old.safetensors", c.model,
+                        {{"format", "frugal-checkpoint"}, {"version", "1"}, {"position", "{}"}, {"run", "{}"}});
+  CHECK_THROWS_WITH_AS(train::load_checkpoint(dir / "old.safetensors"),
+                       doctest::Contains("checkpoint version 1, this frugal reads version 2"), ValueError);
+  const nn::Metadata damaged = {{"format", "frugal-checkpoint"}, {"version", "2"}, {"crc32", "{}"},
+                                {"position", "{\"epoch\": 1}"}, {"run", "{}"}};
+  nn::write_safetensors(dir / "damaged.safetensors", {}, damaged);
   CHECK_THROWS_WITH_AS(train::load_checkpoint(dir / "damaged.safetensors"),
                        doctest::Contains("checkpoint position is damaged"), ValueError);
-  nn::write_safetensors(dir / "stray.safetensors", {{"extra", full({1}, 0.0)}},
-                        {{"format", "frugal-checkpoint"}, {"version", "1"}, {"position", "{}"}, {"run", "{}"}});
-  CHECK_THROWS_AS(train::load_checkpoint(dir / "stray.safetensors"), ValueError);
+  nn::write_safetensors(dir / "stray.safetensors", {{"extra", full({1}, 0.0)}}, damaged);
+  CHECK_THROWS_WITH_AS(train::load_checkpoint(dir / "stray.safetensors"),
+                       doctest::Contains("tensor 'extra' has no recorded CRC-32"), ValueError);
+}
+
+namespace {
+
+// A small consistent checkpoint: two steps taken, the schedule and the optimizer agreeing.
+train::Checkpoint small_checkpoint() {
+  train::Checkpoint c;
+  c.model = {{"w", full({4, 4}, 0.25)}, {"b", full({4}, -1.0)}};
+  c.optimizer = {{"state.0.step", full({}, 2, {.dtype = DType::i64})}, {"state.0.exp_avg", full({4, 4}, 0.5)}};
+  c.schedule = {{"last_epoch", full({}, 2, {.dtype = DType::i64})}};
+  c.position = {.epoch = 0, .batch = 2, .global_step = 2, .generator = {1, 2}, .loss_sum = 3.5, .correct = 3, .samples = 8};
+  c.run_identity = train::run_identity_json({});
+  c.data = {.samples = 8, .fingerprint = "deadbeef"};
+  return c;
+}
+
+// The file at `path` with metadata `key` set to `value`: its tensors (and so their CRC-32s) as they were.
+void rewrite_metadata(const std::string& path, const std::string& key, const std::string& value) {
+  nn::SafetensorsFile file = nn::read_safetensors(path);
+  for (auto& [k, v] : file.metadata)
+    if (k == key) v = value;
+  nn::write_safetensors(path, file.tensors, file.metadata);
+}
+
+}  // namespace
+
+TEST_CASE("checkpoints: a flipped bit in any tensor is an error naming it, before anything is used") {
+  TempDir dir;
+  const std::string path = dir / "c.safetensors";
+  train::save_checkpoint(path, small_checkpoint());
+  const std::vector<std::uint8_t> good = test::read_bytes(path);
+  const nn::SafetensorsHeader header = nn::read_safetensors_header(path);
+  for (const nn::SafetensorsEntry& entry : header.entries) {
+    if (entry.end == entry.begin) continue;
+    std::vector<std::uint8_t> bad = good;
+    bad[header.data_start + (entry.begin + entry.end) / 2] ^= 0x10;  // one bit in the middle of the tensor
+    CHECK_THROWS_WITH_AS(train::parse_checkpoint(bad, "bad.safetensors"),
+                         doctest::Contains(("tensor '" + entry.name + "' is damaged: its bytes' CRC-32 is").c_str()), ValueError);
+  }
+  CHECK_NOTHROW(train::parse_checkpoint(good, "good.safetensors"));
+}
+
+TEST_CASE("checkpoints: a NaN or infinite loss sum is stored as text and reads back bit for bit") {
+  TempDir dir;
+  for (const double loss : {std::nan(""), HUGE_VAL, -HUGE_VAL, 0.1, 1e-300}) {
+    train::Checkpoint c = small_checkpoint();
+    c.position.loss_sum = loss;
+    train::save_checkpoint(dir / "c.safetensors", c);
+    const double back = train::load_checkpoint(dir / "c.safetensors").position.loss_sum;
+    CHECK(std::memcmp(&back, &loss, sizeof loss) == 0);
+  }
+}
+
+TEST_CASE("checkpoints: fields that disagree are refused when saved and when loaded") {
+  TempDir dir;
+  const std::string path = dir / "c.safetensors";
+  train::Checkpoint c = small_checkpoint();
+  c.schedule = {{"last_epoch", full({}, 1'000'000'000'000.0, {.dtype = DType::i64})}};
+  CHECK_THROWS_WITH_AS(train::save_checkpoint(path, c), doctest::Contains("the schedule has taken 1e+12 steps but the position says 2"),
+                       ValueError);
+  CHECK_FALSE(std::filesystem::exists(path));
+  c = small_checkpoint();
+  c.optimizer[0].second = full({}, 4611686018427387904.0, {.dtype = DType::i64});  // 2^62 steps
+  CHECK_THROWS_WITH_AS(train::save_checkpoint(path, c), doctest::Contains("optimizer 'state.0.step' is"), ValueError);
+
+  // Edited on disk, with the tensors' CRC-32s intact: the position no longer matches the schedule.
+  train::save_checkpoint(path, small_checkpoint());
+  rewrite_metadata(path, "position",
+                   R"({"epoch":0,"batch":2,"global_step":3,"generator_seed":"1","generator_offset":"2","loss_sum":"3.5","correct":3,"samples":8})");
+  CHECK_THROWS_WITH_AS(train::load_checkpoint(path), doctest::Contains("the schedule has taken 2 steps but the position says 3"),
+                       ValueError);
+  train::save_checkpoint(path, small_checkpoint());
+  rewrite_metadata(path, "position",
+                   R"({"epoch":0,"batch":2,"global_step":2,"generator_seed":"1","generator_offset":"2","loss_sum":"3.5","correct":9,"samples":8})");
+  CHECK_THROWS_WITH_AS(train::load_checkpoint(path), doctest::Contains("9 correct of 8 samples"), ValueError);
+}
+
+TEST_CASE("checkpoints: the data's identity tells other data apart without reading it all") {
+  TempDir a, b, c;
+  write_idx_folder(a, 40);
+  write_idx_folder(b, 40);
+  write_idx_folder(c, 41);
+  const auto identity = [](const TempDir& dir) {
+    return train::data_identity(*train::open_run_data(dir.path, "", 32, false).splits.train);
+  };
+  CHECK(identity(a) == identity(b));
+  CHECK(identity(a).samples == 40);
+  CHECK(identity(c) != identity(a));
+  // The same size, one sample's label changed (the last, always among the fingerprinted ones).
+  test::Bytes labels = test::read_bytes(b / "train-labels-idx1-ubyte");
+  labels.back() = static_cast<std::uint8_t>((labels.back() + 1) % 10);
+  test::write_bytes(b / "train-labels-idx1-ubyte", labels);
+  CHECK(identity(b).samples == identity(a).samples);
+  CHECK(identity(b).fingerprint != identity(a).fingerprint);
+}
+
+TEST_CASE("train: a non-finite loss stops the run and keeps the last good checkpoint; --allow-nonfinite goes on") {
+  TempDir dir;
+  write_idx_folder(dir, 64);
+  train::TrainOptions o;
+  o.model = "cnn";
+  o.data = dir.path;
+  o.image_size = 12;
+  o.batch_size = 16;
+  o.workers = 0;
+  o.evaluate = false;
+  o.save = dir / "c.safetensors";
+  o.steps = 2;
+  train::train(o);
+  const std::vector<std::uint8_t> good = test::read_bytes(o.save);
+  o.resume = o.save;
+  o.steps = 4;
+  o.save_every = 1;
+  train::TrainOptions diverging = o;
+  diverging.resume.clear();
+  diverging.lr = 1e30;
+  diverging.save = dir / "d.safetensors";
+  CHECK_THROWS_WITH_AS(train::train(diverging), doctest::Contains("at step"), train::TrainingDivergedError);
+  if (std::filesystem::exists(diverging.save)) CHECK_NOTHROW(train::load_checkpoint(diverging.save));  // never NaN weights
+  diverging.allow_nonfinite = true;
+  const train::TrainResult regardless = train::train(diverging);
+  CHECK(regardless.steps == 4);
+  CHECK(std::isnan(regardless.final_loss));
+  CHECK_NOTHROW(train::load_checkpoint(diverging.save));  // non-finite numbers load back
+  // A resumed run's final loss is its own steps' mean, and it took the steps it says.
+  const train::TrainResult resumed = train::train(o);
+  CHECK(resumed.steps == 4);
+  CHECK(resumed.steps_taken == 2);
+  CHECK(std::isfinite(resumed.final_loss));
+  CHECK(test::read_bytes(o.save) != good);
+}
+
+TEST_CASE("train: a resume onto other data, or with --steps before the checkpoint, is refused naming it") {
+  TempDir dir, other;
+  write_idx_folder(dir, 64);
+  write_idx_folder(other, 48);
+  train::TrainOptions o;
+  o.model = "cnn";
+  o.data = dir.path;
+  o.image_size = 12;
+  o.batch_size = 16;
+  o.workers = 0;
+  o.evaluate = false;
+  o.save = dir / "c.safetensors";
+  o.steps = 3;
+  train::train(o);
+  o.resume = o.save;
+  o.save.clear();
+  o.steps = 2;
+  CHECK_THROWS_WITH_AS(train::train(o), doctest::Contains("the checkpoint is at step 3, so --steps 2 leaves nothing to train"),
+                       ValueError);
+  o.steps = 5;
+  o.data = other.path;
+  CHECK_THROWS_WITH_AS(train::train(o), doctest::Contains("not the same data: the checkpoint's run trained on 64 samples"),
+                       ValueError);
+}
+
+TEST_CASE("train: f16 loss scaling reports its scale and the steps it skipped") {
+  TempDir dir;
+  write_idx_folder(dir, 64);
+  train::TrainOptions o;
+  o.model = "cnn";
+  o.data = dir.path;
+  o.image_size = 12;
+  o.batch_size = 16;
+  o.workers = 0;
+  o.evaluate = false;
+  o.amp = DType::f16;
+  o.steps = 3;
+  std::vector<double> scales;
+  train::TrainHooks hooks;
+  hooks.on_step = [&](const train::StepInfo& s) { scales.push_back(s.loss_scale); };
+  const train::TrainResult result = train::train(o, hooks);
+  REQUIRE(result.loss_scale.has_value());
+  CHECK(*result.loss_scale == scales.back());
+  CHECK(result.skipped_steps >= 0);
+  CHECK(result.skipped_steps <= 3);
+  CHECK(scales.size() == 3);
+  o.amp.reset();
+  CHECK_FALSE(train::train(o).loss_scale.has_value());
 }
 
 TEST_CASE("train: K accumulated micro-batches give the parameters of one batch K times larger") {
