@@ -342,6 +342,8 @@ int TrainCommand::run() const {
     return 0;
   } catch (const OutOfMemoryError& e) {
     return rank.end(report_out_of_memory(e, o, last_step.global_step + 1));
+  } catch (const train::RanksDisagreeError& e) {  // every rank knows: none waits for another, no abort
+    return report_error(rank.command(), e);
   } catch (const Error& e) {
     return rank.end(report_error(rank.command(), e));
   }

@@ -69,10 +69,12 @@ CheckedOutput check_one(const NamedPath& output) {
   return checked;
 }
 
-// Whether the existing file `output` lies inside the folder `input` (both canonical).
-bool inside(const std::string& output, const std::string& folder) {
+// Whether the file `output` lies in a subfolder of the folder `input` (both canonical): where an
+// image folder keeps its images (ROOT/CLASS/IMAGE). A file directly in the folder (a checkpoint kept
+// beside the data) is not the data's.
+bool in_subfolder(const std::string& output, const std::string& folder) {
   const std::string prefix = folder.ends_with('/') ? folder : folder + "/";
-  return output.starts_with(prefix);
+  return output.starts_with(prefix) && output.find('/', prefix.size()) != std::string::npos;
 }
 
 void check_against_input(const CheckedOutput& output, const NamedPath& input) {
@@ -84,7 +86,7 @@ void check_against_input(const CheckedOutput& output, const NamedPath& input) {
   FRUGAL_CHECK_VALUE(!same_file(*read, *output.exists), where, ": is the input ", named,
                      " (the same file); writing it would destroy what is read");
   if (S_ISDIR(read->st_mode))
-    FRUGAL_CHECK_VALUE(!inside(canonical_name(output.target), canonical_name(input.path)), where,
+    FRUGAL_CHECK_VALUE(!in_subfolder(canonical_name(output.target), canonical_name(input.path)), where,
                        ": is a file inside the input folder ", named, "; writing it could destroy what is read");
 }
 

@@ -207,6 +207,39 @@ void check_splits_agree(const Dataset& train, const Dataset& test, const std::st
                      test.num_classes(), " classes, the train split ", train.num_classes());
 }
 
+// The files a format reads at `path` (both splits), or for an image folder the folder itself: what
+// DatasetSplits::sources lists.
+std::vector<std::string> format_sources(const std::string& path, Format format) {
+  std::vector<std::string> files;
+  const auto add = [&](const std::string& file) {
+    if (!file.empty() && path_exists(file)) files.push_back(file);
+  };
+  switch (format) {
+    case Format::idx:
+      for (const char* prefix : {"train", "t10k"})
+        for (const char* kind : {"-images-idx3-ubyte", "-labels-idx1-ubyte"}) {
+          const std::string name = (fs::path(path) / (std::string(prefix) + kind)).string();
+          add(name);
+          add(name + ".gz");
+        }
+      break;
+    case Format::cifar10:
+      files = cifar_train_batches(path);
+      add((fs::path(path) / "test_batch.bin").string());
+      break;
+    case Format::shard:
+      files.push_back(path);
+      add(sibling_test_split(path));
+      break;
+    case Format::split_folders:
+    case Format::image_folder:
+      files.push_back(path);
+      if (format == Format::image_folder) add(sibling_test_split(path));
+      break;
+  }
+  return files;
+}
+
 }  // namespace
 
 DatasetSplits open_dataset(const std::string& path, const std::string& test_path, const OpenOptions& options) {
@@ -216,16 +249,14 @@ DatasetSplits open_dataset(const std::string& path, const std::string& test_path
   if (path.empty()) {
     splits.train = std::make_shared<IdxDataset>(fashion_mnist("train", options.cache_dir));
     if (test_path.empty()) splits.test = std::make_shared<IdxDataset>(fashion_mnist("test", options.cache_dir));
-    splits.sources.push_back(std::string(kFashionMnistFolder));
+    splits.sources = format_sources(std::string(kFashionMnistFolder), Format::idx);
     where = detail::str("Fashion-MNIST (Debian's dataset-fashion-mnist)");
     if (test_where.empty()) test_where = kFashionMnistFolder;
   } else {
     const Format format = detect(path);
     splits.train = open_required(path, format, Split::own, options);
     if (test_path.empty()) splits.test = open_split(path, format, Split::test, options);
-    splits.sources.push_back(path);
-    if (test_path.empty() && splits.test && (format == Format::shard || format == Format::image_folder))
-      splits.sources.push_back(sibling_test_split(path));
+    splits.sources = format_sources(path, format);
     where = detail::str(format_name(format), " ", path);
     if (test_where.empty()) test_where = path;
   }
@@ -234,7 +265,7 @@ DatasetSplits open_dataset(const std::string& path, const std::string& test_path
     // A folder of fixed names gives its test files or folder; a shard or an image folder is the test split.
     const bool named_files = format == Format::idx || format == Format::cifar10 || format == Format::split_folders;
     splits.test = open_required(test_path, format, named_files ? Split::test : Split::own, options);
-    splits.sources.push_back(test_path);
+    for (std::string& file : format_sources(test_path, format)) splits.sources.push_back(std::move(file));
   }
   if (splits.test) check_splits_agree(*splits.train, *splits.test, test_where);
   splits.description = detail::str(where, ": train ", splits.train->describe(), "; ",

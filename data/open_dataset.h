@@ -26,8 +26,8 @@ struct DatasetSplits {
   DatasetPtr train;
   DatasetPtr test;          // nullptr when no test split was found or given
   std::string description;  // one line: the format and where train and test came from
-  // The files and folders the splits are read from (a format folder, a shard, the test shard found
-  // beside it): what no output of the run may replace (core/output_paths.h).
+  // The files the splits are read from (IDX files, CIFAR batches, shards, the test shard found beside
+  // one), or for an image folder the folder: what no output of the run may replace (core/output_paths.h).
   std::vector<std::string> sources;
 };
 

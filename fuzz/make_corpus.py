@@ -180,3 +180,27 @@ write("fuzz_safetensors", "bad_metadata", raw_safetensors(b'{"__metadata__":{"ep
 write("fuzz_safetensors", "bad_bool", raw_safetensors(b'{"b":{"dtype":"BOOL","shape":[2],"data_offsets":[0,2]}}', b"\0\2"))
 write("fuzz_safetensors", "bad_truncated", attn[:-1])
 write("fuzz_safetensors", "bad_header_length", struct.pack("<Q", 2**40) + b"{}")
+
+
+# frugal checkpoints (train/checkpoint.h): safetensors whose metadata names the format, version 2,
+# the position, the run, the data and every tensor's CRC-32 (8 hex digits of zlib's crc32).
+def checkpoint(tensors, position=None, data=None, crcs=None):
+    if position is None:
+        position = {"epoch": 0, "batch": 2, "global_step": 2, "generator_seed": "1", "generator_offset": "2",
+                    "loss_sum": "3.5", "correct": 3, "samples": 8}
+    metadata = {"format": "frugal-checkpoint", "version": "2", "position": json.dumps(position),
+                "run": "{}", "data": json.dumps(data or {"samples": 8, "fingerprint": "deadbeef"}),
+                "crc32": json.dumps(crcs if crcs is not None else {n: "%08x" % zlib.crc32(p) for n, _, _, p in tensors})}
+    return safetensors(tensors, metadata)
+
+
+ckpt_tensors = [("model.w", "F32", [2, 2], struct.pack("<4f", 0.25, -1, 2, 0.5)),
+                ("optimizer.state.0.step", "I64", [], struct.pack("<q", 2)),
+                ("schedule.last_epoch", "I64", [], struct.pack("<q", 2))]
+write("fuzz_checkpoint", "golden_small", checkpoint(ckpt_tensors))
+write("fuzz_checkpoint", "golden_nan_loss", checkpoint(ckpt_tensors, position={
+    "epoch": 0, "batch": 2, "global_step": 2, "generator_seed": "1", "generator_offset": "2",
+    "loss_sum": "nan", "correct": 3, "samples": 8}))
+write("fuzz_checkpoint", "bad_crc", checkpoint(ckpt_tensors, crcs={"model.w": "00000000"}))
+write("fuzz_checkpoint", "bad_schedule", checkpoint(ckpt_tensors[:2] + [("schedule.last_epoch", "I64", [], struct.pack("<q", 10**12))]))
+write("fuzz_checkpoint", "bad_position", checkpoint(ckpt_tensors, position={"epoch": -1}))

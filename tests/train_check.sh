@@ -599,6 +599,24 @@ PY
       fail "the surviving rank did not say which collective it was in: $(cat "$dir/out")"
     echo "ended in $seconds s with exit code $code"
     ;;
+  ddp_ranks_disagree)
+    # Ranks started with different flags: one error naming the flag and the ranks, exit 2, before the first step.
+    make_subset "$dir" 64 16
+    mini=(--data "$dir" --model cnn --no-eval --workers 0 --steps 2)
+    for flag in "--batch-size 16" "--lr 0.5" "--seed 3" "--optimizer sgd" "--amp bf16" "--steps 1"; do
+      set +e
+      "${FRUGAL_MPIRUN:-mpirun}" -np 1 --oversubscribe "$frugal" train --ddp "${mini[@]}" --batch-size 32 : \
+        -np 1 "$frugal" train --ddp "${mini[@]}" --batch-size 32 $flag >"$dir/out" 2>&1
+      code=$?
+      set -e
+      [ "$code" -eq 2 ] || fail "ranks with $flag apart exited $code: $(cat "$dir/out")"
+      for rank in 0 1; do
+        grep -Eq "^frugal train \(rank $rank of 2\): the ranks were started with different flags: rank 1 has ${flag%% *}" "$dir/out" ||
+          fail "rank $rank did not name ${flag%% *}: $(cat "$dir/out")"
+      done
+      ! grep -q "^epoch" "$dir/out" || fail "a step was taken"
+    done
+    ;;
   ddp_without_mpi)
     # A build without MPI (FRUGAL_MPI=OFF) trains as one process, and --ddp says what is missing.
     expect_exit 1 "$frugal" train --ddp --model cnn --steps 1
@@ -616,6 +634,134 @@ PY
     expect_exit 2 "$frugal" plan --bucket-views
     grep -q "need --ddp N" <<<"$err" || fail "$err"
     expect_exit 2 "$frugal" plan --ddp 0
+    ;;
+  train_outputs_refused)
+    # Every output is checked before any work: one line naming the flag, exit 2, nothing replaced.
+    # (Never the real /dev/null: a FIFO here stands for any special file; as root a device is refused alike.)
+    make_subset "$dir" 64 16
+    mini=(--data "$dir" --model cnn --batch-size 16 --steps 1 --no-eval --workers 0)
+    mkfifo "$dir/fifo"
+    mkdir "$dir/folder"
+    refused() {  # refused PATTERN ARGS...: exit 2 with PATTERN as the one line, before the first step
+      local pattern=$1; shift
+      expect_exit 2 "$frugal" train "${mini[@]}" "$@"
+      expect_one_line_error "^frugal train: $pattern"
+      ! grep -q "^epoch\|^cnn," <<<"$out" || fail "work started before the refusal: $out"
+    }
+    refused "--save $dir/fifo: is a FIFO; frugal writes a new file or replaces a regular one" --save "$dir/fifo"
+    refused "--json $dir/fifo: is a FIFO" --json "$dir/fifo"
+    refused "--memory-timeline $dir/fifo: is a FIFO" --memory-timeline "$dir/fifo"
+    [ -p "$dir/fifo" ] || fail "the FIFO was replaced"
+    refused "--save $dir/folder: is a folder" --save "$dir/folder"
+    refused "--save $dir/nope/c.st: its folder $dir/nope does not exist" --save "$dir/nope/c.st"
+    refused "--json $dir/nope/x.json: its folder $dir/nope does not exist" --json "$dir/nope/x.json"
+    refused "--json $dir/b: is also --save $dir/b; each output needs a file of its own" --save "$dir/b" --json "$dir/b"
+    refused "--report $dir/./b: is also --save $dir/b" --save "$dir/b" --report "$dir/./b"
+    cp "$dir/train-labels-idx1-ubyte" "$dir/labels.orig"
+    refused "--save $dir/train-labels-idx1-ubyte: is the input --data $dir/train-labels-idx1-ubyte \(the same file\)" \
+      --save "$dir/train-labels-idx1-ubyte"
+    cmp -s "$dir/train-labels-idx1-ubyte" "$dir/labels.orig" || fail "the training labels were changed"
+    "$frugal" train "${mini[@]}" --save "$dir/r.st" >/dev/null
+    refused "--json $dir/r.st: is the input --resume $dir/r.st" --steps 2 --resume "$dir/r.st" --json "$dir/r.st"
+    if [ "$(id -u)" -ne 0 ]; then
+      mkdir "$dir/locked" && chmod a-w "$dir/locked"
+      refused "--save $dir/locked/c.st: its folder $dir/locked is not writable" --save "$dir/locked/c.st"
+    fi
+    # A symbolic link is followed: the target gets the checkpoint, the link stays a link.
+    ln -s "$dir/target.st" "$dir/link.st"
+    expect_exit 0 "$frugal" train "${mini[@]}" --save "$dir/link.st"
+    [ -L "$dir/link.st" ] || fail "the link was replaced by a file"
+    "$frugal" eval --weights "$dir/target.st" --data "$dir" >/dev/null || fail "the link's target is no checkpoint"
+    # --save may be the --resume file: a run continued in place.
+    expect_exit 0 "$frugal" train "${mini[@]}" --steps 2 --resume "$dir/r.st" --save "$dir/r.st"
+    # Other commands: the same check.
+    expect_exit 2 "$frugal" eval --weights "$dir/r.st" --data "$dir" --json "$dir/fifo"
+    expect_one_line_error "^frugal eval: --json $dir/fifo: is a FIFO"
+    expect_exit 2 "$frugal" eval --weights "$dir/r.st" --data "$dir" --json "$dir/r.st"
+    expect_one_line_error "^frugal eval: --json $dir/r.st: is the input --weights $dir/r.st"
+    expect_exit 2 "$frugal" plan --model cnn --json "$dir/folder"
+    expect_one_line_error "^frugal plan: --json $dir/folder: is a folder"
+    [ -z "$(find "$dir" -name '*.tmp-*')" ] || fail "temporary files left behind: $(ls "$dir")"
+    ;;
+  train_checkpoint_verified)
+    # A checkpoint is checked whole before use: a flipped bit names its tensor, other data and an
+    # edited position are refused, and --steps before the checkpoint says so.
+    make_subset "$dir" 64 16
+    mini=(--data "$dir" --model cnn --batch-size 16 --no-eval --workers 0)
+    "$frugal" train "${mini[@]}" --steps 3 --save "$dir/c.st" >/dev/null
+    python3 - "$dir/c.st" "$dir/flipped.st" <<'PY'
+import sys
+data = bytearray(open(sys.argv[1], "rb").read())
+data[-7] ^= 0x04  # a bit of the last tensor's bytes
+open(sys.argv[2], "wb").write(data)
+PY
+    expect_exit 2 "$frugal" train "${mini[@]}" --steps 4 --resume "$dir/flipped.st"
+    expect_one_line_error "^frugal train: $dir/flipped.st: tensor '[a-z0-9_.]+' is damaged: its bytes' CRC-32 is [0-9a-f]{8}, the checkpoint recorded [0-9a-f]{8}$"
+    expect_exit 2 "$frugal" eval --weights "$dir/flipped.st" --data "$dir"
+    grep -q "is damaged" <<<"$err" || fail "eval accepted a damaged checkpoint: $err"
+    expect_exit 2 "$frugal" train "${mini[@]}" --steps 2 --resume "$dir/c.st"
+    expect_one_line_error "the checkpoint is at step 3, so --steps 2 leaves nothing to train"
+    other=$(mktemp -d)
+    make_subset "$other" 80 16
+    expect_exit 2 "$frugal" train --data "$other" --model cnn --batch-size 16 --no-eval --workers 0 --steps 5 --resume "$dir/c.st"
+    expect_one_line_error "not the same data: the checkpoint's run trained on 64 samples \(fingerprint [0-9a-f]{8}\), this run's data has 80"
+    rm -rf "$other"
+    ;;
+  train_diverged)
+    # A NaN loss stops the run (exit 1) naming the step and the checkpoint kept; the checkpoint is
+    # never replaced by one that will not load; --allow-nonfinite trains on; f16's skipped steps show.
+    make_subset "$dir" 64 16
+    mini=(--data "$dir" --model cnn --batch-size 16 --no-eval --workers 0)
+    "$frugal" train "${mini[@]}" --steps 2 --save "$dir/good.st" >/dev/null
+    cp "$dir/good.st" "$dir/c.st"
+    expect_exit 1 "$frugal" train "${mini[@]}" --steps 8 --lr 1e30 --save "$dir/c.st" --save-every 1
+    expect_one_line_error "^frugal train: error: the loss became (nan|inf|-inf) at step [0-9]+ \(epoch 1\); (the last good checkpoint is $dir/c.st \(step [0-9]+\)|no checkpoint was written yet)\. .*--allow-nonfinite"
+    "$frugal" eval --weights "$dir/c.st" --data "$dir" >/dev/null || fail "the checkpoint kept does not load"
+    expect_exit 1 "$frugal" train "${mini[@]}" --steps 8 --amp f16 --lr 1e30 --json "$dir/f16.json"
+    grep -q "no checkpoint was kept (no --save)" <<<"$err" || fail "$err"
+    [ ! -e "$dir/f16.json" ] || fail "a diverged run wrote its summary"
+    expect_exit 0 "$frugal" train "${mini[@]}" --steps 3 --lr 1e30 --allow-nonfinite --save "$dir/nan.st" --json "$dir/nan.json"
+    [ "$(json_field "$dir/nan.json" final_loss)" = None ] || fail "a NaN final loss is not null"
+    expect_exit 0 "$frugal" train "${mini[@]}" --steps 4 --lr 1e30 --allow-nonfinite --resume "$dir/nan.st"
+    # f16's loss scaling: the scale and the skipped steps in the summary and the JSON (the progress
+    # line's: tests/cpu/test_progress.cpp).
+    expect_exit 0 "$frugal" train "${mini[@]}" --steps 3 --amp f16 --json "$dir/scaled.json"
+    grep -Eq "^loss scaling    scale [0-9.e+]+, [0-9]+ of 3 steps skipped" <<<"$out" || fail "no scale in the summary: $out"
+    python3 -c 'import json,sys; g=json.load(open(sys.argv[1]))["grad_scaler"]; assert g["scale"] > 0 and 0 <= g["skipped_steps"] <= 3, g' \
+      "$dir/scaled.json" || fail "no grad_scaler in the JSON"
+    # final_loss is this run's: a resumed run that takes no step has none.
+    "$frugal" train "${mini[@]}" --epochs 1 --save "$dir/end.st" >/dev/null
+    expect_exit 0 "$frugal" train "${mini[@]}" --epochs 1 --resume "$dir/end.st" --json "$dir/none.json"
+    [ "$(json_field "$dir/none.json" final_loss)" = None ] || fail "a run that took no step has a final loss"
+    grep -q "^final loss      none (this run took no step)" <<<"$out" || fail "$out"
+    ;;
+  train_second_interrupt)
+    # SIGINT during the evaluation ends it (exit 130); a second SIGINT ends the run at once.
+    # Steps of MobileNetV2 at batch 64 take a good part of a second here: the second signal (0.1 s
+    # after the first; two at once would merge into one pending signal) lands while the first waits
+    # for the step to end.
+    make_subset "$dir" 3200 32
+    long=(--data "$dir" --model mobilenet_v2 --batch-size 64 --epochs 20 --workers 0)
+    "$frugal" train "${long[@]}" --save "$dir/c.st" >"$dir/out" 2>"$dir/err" &
+    pid=$!
+    for _ in $(seq 3000); do grep -q "^epoch 1/20 " "$dir/out" 2>/dev/null && break; sleep 0.02; done
+    kill -INT "$pid"; sleep 0.1; kill -INT "$pid" 2>/dev/null || true
+    set +e; wait "$pid"; code=$?; set -e
+    [ "$code" -eq 130 ] || fail "twice interrupted run exited $code: $(cat "$dir/err")"
+    grep -q "a second stop signal: ending at once" "$dir/err" || fail "no word of the second signal: $(cat "$dir/err")"
+    [ -z "$(find "$dir" -name '*.tmp-*')" ] || fail "temporary files left behind"
+    if [ -e "$dir/c.st" ]; then "$frugal" eval --weights "$dir/c.st" --data "$dir" >/dev/null || fail "half a checkpoint"; fi
+    # The evaluation itself polls the signal: one training step, then 10000 test images (seconds),
+    # interrupted a second after the start; no accuracy of part of the split is reported.
+    make_subset "$dir" 64 10000
+    "$frugal" train --data "$dir" --model mobilenet_v2 --batch-size 64 --epochs 1 --workers 0 >"$dir/out" 2>"$dir/err" &
+    pid=$!
+    for _ in $(seq 3000); do grep -q "^mobilenet_v2, " "$dir/out" 2>/dev/null && break; sleep 0.02; done
+    sleep 1
+    kill -INT "$pid"
+    set +e; wait "$pid"; code=$?; set -e
+    [ "$code" -eq 130 ] || fail "a run interrupted in its evaluation exited $code: $(cat "$dir/out" "$dir/err")"
+    ! grep -q "test accuracy" "$dir/out" || fail "an interrupted evaluation reported an accuracy"
     ;;
   *) fail "unknown check $check" ;;
 esac

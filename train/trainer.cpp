@@ -188,7 +188,7 @@ void check_ranks_agree(dist::Communicator& host, const TrainOptions& o) {
   if (first == flags.end()) return;
   const int rank = static_cast<int>(first - flags.begin());
   const auto others = std::count(flags.begin(), flags.end(), 1) - 1;
-  FRUGAL_THROW(ValueError, "the ranks were started with different flags: rank ", rank, " has ",
+  FRUGAL_THROW(RanksDisagreeError, "the ranks were started with different flags: rank ", rank, " has ",
                identity_difference(text_of(rank), root_text, "rank 0"),
                others > 0 ? " (and " + std::to_string(others) + " more ranks differ)" : std::string(),
                "; every rank must get the same flags");

@@ -82,6 +82,12 @@ struct TrainingDivergedError : Error {
   using Error::Error;
 };
 
+// The ranks of a --ddp run were started with different flags: every rank throws it, with the same
+// message, before any collective that depends on the flags, so each can end on its own (exit 2).
+struct RanksDisagreeError : ValueError {
+  using ValueError::ValueError;
+};
+
 struct EpochInfo {
   StepInfo last;                      // the epoch's last step
   std::optional<EvalResult> test;     // when there is a test split

@@ -90,6 +90,16 @@ TEST_CASE("progress: on a terminal, one line redrawn in place at most four times
   for (const std::string& line : lines) CHECK(line.size() <= 119);
 }
 
+TEST_CASE("progress: with loss scaling, the scale and the skipped steps stand beside the loss") {
+  StepReport r = report_at(250, 0.2);
+  r.loss_scale = 1024;
+  r.skipped_steps = 3;
+  CHECK(format_progress(r, 0) == "epoch 1/3 250/1000 loss 0.5000 acc 75.00% scale 1024 skipped 3 eta 2:30 "
+                                 "mem 3.00 MiB/8.00 MiB peak 5.00 MiB 1234 img/s");
+  r.loss_scale = 0;  // no scaler: nothing shown
+  CHECK(format_progress(r, 0).find("scale") == std::string::npos);
+}
+
 TEST_CASE("progress: the live line fits the terminal: images/s, then the peak, then the bar give way") {
   const StepReport r = report_at(250, 0.2);  // a quarter done after 50 s: 150 s to go
   CHECK(format_progress(r, 200) == "epoch 1/3 [########......................] 250/1000 loss 0.5000 acc 75.00% eta 2:30 "
