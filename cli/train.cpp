@@ -124,6 +124,8 @@ TrainCommand::TrainCommand(CLI::App& app)
   c->add_option("--json", json_, "Write the run's summary as one JSON document to this file")->check(not_empty());
   add_memory_flags(*c, memory_);
   c->add_flag("--no-leak-check", no_leak_check_, "Do not compare memory at the end of each step with the step before");
+  c->add_flag("--no-plan-check", no_plan_check_, "With --memory-limit: start even when the plan cannot fit, to see the "
+              "measured out-of-memory and its explanation");
   c->add_flag("--allow-nonfinite", allow_nonfinite_, "Train on after a NaN or infinite loss, and save such weights "
               "(by default the run stops with exit 1 and keeps the last good checkpoint)");
   c->add_flag("--ddp", ddp_, "Data parallel over the ranks mpirun started: MPI between CPUs, NCCL between GPUs; "
@@ -254,7 +256,7 @@ void refuse_impossible(const train::TrainOptions& o, const train::MemoryPlan& pl
                " at its peak (in ", plan.peak_phase, "), more than --memory-limit ", format_size(*o.memory_limit),
                ": it cannot fit, so it was not started. Smaller batches (--batch-size, with --accum to keep the "
                "effective batch), --checkpoint-activations or --amp bf16 need less: frugal plan --budget ",
-               format_size(*o.memory_limit), " ranks them");
+               format_size(*o.memory_limit), " ranks them; --no-plan-check starts it anyway");
 }
 
 // With --ddp, what a rank's errors are prefixed with, and whether it is the rank that reports.
@@ -288,7 +290,7 @@ int TrainCommand::run() const {
     memory.emplace(rank.root() ? memory_ : MemoryFlags{}, o);  // a bad output path fails here, before any planning
     if (rank.root()) plan = predict(o, shape);
     if (plan) {
-      refuse_impossible(o, *plan);
+      if (!no_plan_check_) refuse_impossible(o, *plan);
       memory->set_plan(*plan);
     }
   } catch (const OutOfMemoryError& e) {

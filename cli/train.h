@@ -55,6 +55,7 @@ class TrainCommand final : public Subcommand {
   std::optional<double> ddp_timeout_;
   bool no_leak_check_ = false;
   bool allow_nonfinite_ = false;
+  bool no_plan_check_ = false;
 };
 
 }  // namespace frugal::cli

@@ -164,11 +164,16 @@ PY
     make_subset "$dir" 512 32
     "$frugal" train --data "$dir" --model mobilenet_v2 --width 0.25 --steps 1 --save "$dir/c.safetensors" >/dev/null
     cp "$dir/c.safetensors" "$dir/before.safetensors"
+    size='[0-9.]+ (B|KiB|MiB|GiB)'
+    # Its plan says so before the first step; --no-plan-check runs it to the measured out-of-memory.
     expect_exit 3 "$frugal" train --data "$dir" --model mobilenet_v2 --batch-size 256 --memory-limit 24MiB \
       --save "$dir/c.safetensors"
+    expect_one_line_error "^frugal train: the plan of this run allocates $size at its peak \(in [a-z ]+\), more than --memory-limit 24.00 MiB: it cannot fit, so it was not started"
+    ! grep -q "^epoch" <<<"$out" || fail "a step was taken: $out"
+    expect_exit 3 "$frugal" train --data "$dir" --model mobilenet_v2 --batch-size 256 --memory-limit 24MiB \
+      --save "$dir/c.safetensors" --no-plan-check
     grep -q "^frugal train: out of memory at step 1 (batch size 256 on cpu):" <<<"$err" || fail "no OOM headline: $err"
     grep -qi "memory limit\|out of memory" <<<"$err" || fail "no explanation: $err"
-    size='[0-9.]+ (B|KiB|MiB|GiB)'
     layer='features\.[0-9.]+ \([A-Za-z0-9]+\)'
     grep -qE "^the failing request: $size of activation, made by $layer$" <<<"$err" || fail "no failing request: $err"
     grep -qE "^memory at the failure, $size reserved" <<<"$err" || fail "no ledger: $err"
