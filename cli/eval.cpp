@@ -67,7 +67,7 @@ int EvalCommand::run() const {
   try {
     const Device device = device_ == "auto" ? (cuda_available() ? Device::cuda(0) : Device::cpu()) : Device::parse(device_);
     check_device_usable(device);
-    check_output_paths({{"--json", json_}}, {{"--weights", weights_}, {"--data", data_}, {"--test-data", test_data_}});
+    check_output_paths({{"--json", json_}}, {{"--weights", weights_}});  // before reading anything
     const bool checkpoint = train::is_checkpoint(weights_);
     nn::StateDict weights;
     TrainedWith t;
@@ -81,6 +81,10 @@ int EvalCommand::run() const {
     const std::string model_name = model_.value_or(t.model.value_or("mobilenet_v2"));
     const std::int64_t image_size = image_size_.value_or(t.image_size.value_or(32));
     const train::RunData inputs = train::open_run_data(data_, test_data_, image_size, false);
+    check_output_paths({{"--json", json_}}, data_inputs(inputs.splits.sources, test_data_));  // the data's own files
+    const std::string nonfinite = train::first_nonfinite(weights);
+    FRUGAL_CHECK_VALUE(nonfinite.empty(), weights_, ": tensor '", printable(nonfinite),
+                       "' holds a NaN or an infinity: a diverged run's weights, nothing to evaluate");
     FRUGAL_CHECK_VALUE(inputs.splits.test != nullptr, "no test split found for ",
                        data_.empty() ? "Debian's Fashion-MNIST" : data_, ": give --test-data");
     const std::int64_t classes = num_classes_.value_or(t.num_classes.value_or(inputs.splits.train->num_classes()));

@@ -351,7 +351,7 @@ void print_safetensors(const ordered_json& report, const nn::Metadata& metadata)
   };
   row("name", "dtype", "shape", "bytes");
   for (const ordered_json& tensor : report["tensors"])
-    row(tensor["name"].get<std::string>(), tensor["dtype"].get<std::string>(),
+    row(printable(tensor["name"].get<std::string>()), tensor["dtype"].get<std::string>(),
         shape_str(tensor["shape"].get<Shape>()), tensor["bytes"].dump());
   const ordered_json& totals = report["totals"];
   std::cout << "totals\n"
@@ -360,7 +360,8 @@ void print_safetensors(const ordered_json& report, const nn::Metadata& metadata)
             << "  bytes       " << totals["bytes"] << "\n"
             << "  parameters  " << totals["parameters"] << " (" << kParametersCounted << ")\n";
   std::cout << "metadata" << (metadata.empty() ? ": none" : "") << "\n";
-  for (const auto& [key, value] : metadata) std::cout << "  " << key << ": " << value << "\n";
+  // The file's own text: shown, never sent to the terminal as escape codes (core/error.h printable).
+  for (const auto& [key, value] : metadata) std::cout << "  " << printable(key) << ": " << printable(value, std::size_t{1} << 20) << "\n";
 }
 
 // From the header alone: no tensor is read.

@@ -6,6 +6,9 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "core/output_paths.h"
 
 namespace frugal {
 class Error;
@@ -29,6 +32,11 @@ CLI::Validator not_empty();
 // a FileError reading an input), 1 for a failure while running ("frugal NAME: error: message": a
 // WriteError such as a full disk, a library error, anything else).
 int report_error(const std::string& command, const Error& error);
+
+// The files a run's data is read from (data/open_dataset.h DatasetSplits::sources) as the inputs an
+// output may not replace (core/output_paths.h), each named by the flag that gave it: --test-data
+// for those under `test_data`, --data for the rest.
+std::vector<NamedPath> data_inputs(const std::vector<std::string>& sources, const std::string& test_data);
 
 class Subcommand {
  public:

@@ -221,8 +221,7 @@ void TrainCommand::choose_batch(train::TrainOptions& o, const train::RunShape& s
 // FIFO, a folder, another output or what the run reads. --save may name the --resume file: a run
 // continued in place has read the checkpoint whole before its first save.
 void check_outputs(const train::TrainOptions& o, const MemoryFlags& memory, const train::RunShape& shape) {
-  std::vector<NamedPath> inputs = {{"--test-data", o.test_data}};
-  for (const std::string& source : shape.sources) inputs.push_back({"--data", source});
+  const std::vector<NamedPath> inputs = data_inputs(shape.sources, o.test_data);
   const std::vector<NamedPath> outputs = {{"--save", o.save},
                                           {"--json", o.json},
                                           {"--memory-timeline", memory.timeline_html},
@@ -333,6 +332,13 @@ int TrainCommand::run() const {
       if (batch_choice) document["batch_search"] = batch_search_json(*batch_choice);
       memory->add_to_json(document);
       write_json_file(o.json, document);
+    }
+    if (result.interrupted && result.training_done) {  // only the final evaluation was cut short: nothing to resume
+      std::cerr << "frugal train: stopped by " << ::strsignal(interrupted_signal())
+                << " in the final evaluation; training had finished at step " << result.steps
+                << (result.checkpoint.empty() ? "" : "; frugal eval --weights " + result.checkpoint + " evaluates it")
+                << "\n";
+      return interrupted_exit_code();
     }
     if (result.interrupted) {
       std::cerr << "frugal train: stopped by " << ::strsignal(interrupted_signal()) << " after step " << result.steps

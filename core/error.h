@@ -8,9 +8,17 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 
 namespace frugal {
+
+// Text read from a file (a tensor name, a metadata value) as a message may show it: printable ASCII
+// and valid UTF-8 letters as they are; control characters (escape codes, NUL, C1 controls such as
+// U+009B), Unicode's text-direction overrides and bytes that are not UTF-8 as \xNN or \u{NNNN}, so a
+// crafted file can neither drive a terminal nor break a log's lines. Cut after `max_chars` bytes
+// of output ("..." follows).
+std::string printable(std::string_view text, std::size_t max_chars = 200);
 
 // Base of every frugal exception. what() is the full one-line message:
 //   "core/tensor.cpp:120: view: shape [2, 3] is not compatible ... (check failed: numel == n)"

@@ -54,7 +54,12 @@ struct CheckedOutput {
 
 CheckedOutput check_one(const NamedPath& output) {
   const std::string where = output.flag + " " + output.path;
-  CheckedOutput checked{output, resolve_output_path(output.path), std::nullopt};
+  CheckedOutput checked{output, "", std::nullopt};
+  try {
+    checked.target = resolve_output_path(output.path);
+  } catch (const ValueError& e) {  // a loop of links: said with the flag
+    FRUGAL_THROW(ValueError, output.flag, " ", e.message());
+  }
   const std::string via = checked.target == output.path ? "" : " (the link's target " + checked.target + ")";
   checked.exists = stat_of(checked.target, /*follow_links=*/false);
   if (checked.exists)
@@ -78,16 +83,16 @@ bool in_subfolder(const std::string& output, const std::string& folder) {
 }
 
 void check_against_input(const CheckedOutput& output, const NamedPath& input) {
-  if (!output.exists) return;  // a new name replaces nothing
   const auto read = stat_of(input.path, /*follow_links=*/true);
   if (!read) return;
   const std::string where = output.given.flag + " " + output.given.path;
   const std::string named = input.flag.empty() ? input.path : input.flag + " " + input.path;
-  FRUGAL_CHECK_VALUE(!same_file(*read, *output.exists), where, ": is the input ", named,
+  FRUGAL_CHECK_VALUE(!output.exists || !same_file(*read, *output.exists), where, ": is the input ", named,
                      " (the same file); writing it would destroy what is read");
   if (S_ISDIR(read->st_mode))
     FRUGAL_CHECK_VALUE(!in_subfolder(canonical_name(output.target), canonical_name(input.path)), where,
-                       ": is a file inside the input folder ", named, "; writing it could destroy what is read");
+                       ": is inside the input folder ", named, " (where its images are); a file there would "
+                       "destroy or join what is read");
 }
 
 }  // namespace

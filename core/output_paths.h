@@ -7,8 +7,9 @@
 // An output may be a new name in an existing, writable folder, or an existing regular file. It may
 // not be a folder, a device (as root, rename() would replace /dev/null), a FIFO or a socket; not the
 // same file as another output of the same command (the later write would replace the earlier); not
-// the same file as an input, nor an existing file in a subfolder of an input folder (an image
-// folder's images: ROOT/CLASS/IMAGE; a file directly in ROOT, such as a checkpoint, may be written).
+// the same file as an input, nor in a subfolder of an input folder (an image folder's images are
+// ROOT/CLASS/IMAGE, and a new file there would join them; a file directly in ROOT, such as a
+// checkpoint, may be written).
 // A symbolic link is followed: the file it names (through a chain of links) is what is checked and
 // what AtomicFile replaces, so the link stays a link and its target gets the new bytes.
 // The write itself is AtomicFile's (core/mapped_file.h): temporary file, fsync, rename, fsync of

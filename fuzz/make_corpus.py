@@ -183,7 +183,8 @@ write("fuzz_safetensors", "bad_header_length", struct.pack("<Q", 2**40) + b"{}")
 
 
 # frugal checkpoints (train/checkpoint.h): safetensors whose metadata names the format, version 2,
-# the position, the run, the data and every tensor's CRC-32 (8 hex digits of zlib's crc32).
+# the position, the run, the data, every tensor's CRC-32 (8 hex digits of zlib's crc32) and the
+# metadata's own.
 def checkpoint(tensors, position=None, data=None, crcs=None):
     if position is None:
         position = {"epoch": 0, "batch": 2, "global_step": 2, "generator_seed": "1", "generator_offset": "2",
@@ -191,6 +192,9 @@ def checkpoint(tensors, position=None, data=None, crcs=None):
     metadata = {"format": "frugal-checkpoint", "version": "2", "position": json.dumps(position),
                 "run": "{}", "data": json.dumps(data or {"samples": 8, "fingerprint": "deadbeef"}),
                 "crc32": json.dumps(crcs if crcs is not None else {n: "%08x" % zlib.crc32(p) for n, _, _, p in tensors})}
+    # metadata_crc32: CRC-32 of the values above in this order, each ended by a NUL byte.
+    values = b"".join(metadata[k].encode() + b"\0" for k in ("format", "version", "position", "run", "data", "crc32"))
+    metadata["metadata_crc32"] = "%08x" % zlib.crc32(values)
     return safetensors(tensors, metadata)
 
 
@@ -204,3 +208,6 @@ write("fuzz_checkpoint", "golden_nan_loss", checkpoint(ckpt_tensors, position={
 write("fuzz_checkpoint", "bad_crc", checkpoint(ckpt_tensors, crcs={"model.w": "00000000"}))
 write("fuzz_checkpoint", "bad_schedule", checkpoint(ckpt_tensors[:2] + [("schedule.last_epoch", "I64", [], struct.pack("<q", 10**12))]))
 write("fuzz_checkpoint", "bad_position", checkpoint(ckpt_tensors, position={"epoch": -1}))
+flipped = bytearray(checkpoint(ckpt_tensors))
+flipped[flipped.index(b'correct') + 11] ^= 1  # a digit of the position's count: only metadata_crc32 sees it
+write("fuzz_checkpoint", "bad_metadata_bit", bytes(flipped))

@@ -82,7 +82,7 @@ std::string quoted(const std::vector<std::string>& names) {
   std::string out;
   for (std::size_t i = 0; i < std::min(names.size(), kNamedKeys); ++i) {
     out += i == 0 ? "\"" : ", \"";
-    out += names[i];
+    out += printable(names[i], 120);  // a name from a file: never its raw control bytes
     out += '"';
   }
   if (names.size() > kNamedKeys) out += detail::str(", ... (", names.size(), " in all)");

@@ -67,22 +67,6 @@ std::string cut(std::string text) {
 
 std::string shown(const json& value) { return cut(value.dump(-1, ' ', false, json::error_handler_t::replace)); }
 
-// Text from the file as a message may show it: control bytes and bytes of 0x80 and above as \xNN,
-// so neither a terminal nor a log ever receives the file's raw bytes (invalid UTF-8, escapes).
-std::string printable(std::string_view text) {
-  std::string out;
-  for (const unsigned char c : text) {
-    if (c >= 0x20 && c < 0x7f) {
-      out += static_cast<char>(c);
-    } else {
-      char escaped[5];
-      std::snprintf(escaped, sizeof escaped, "\\x%02x", c);
-      out += escaped;
-    }
-  }
-  return out;
-}
-
 bool valid_utf8(const std::string& text) {
   try {
     static_cast<void>(json(text).dump());
@@ -158,7 +142,7 @@ class HeaderScan final : public json::json_sax_t {
   bool parse_error(std::size_t, const std::string&, const json::exception& error) override {
     std::string_view what = error.what();  // "[json.exception.parse_error.101] parse error at ..."
     what.remove_prefix(std::min(what.size(), what.find("] ") + 2));
-    FRUGAL_THROW(ValueError, source_, ": the header is not valid JSON: ", printable(what));
+    FRUGAL_THROW(ValueError, source_, ": the header is not valid JSON: ", printable(what, 300));
   }
 
  private:

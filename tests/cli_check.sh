@@ -444,7 +444,11 @@ PY
     expect_one_line_error "^frugal pack: --out $dir/labels.gz: is the input --labels $dir/labels.gz"
     [ ! -e "$dir/cache" ] || fail "the work started before --out was refused: $(ls "$dir/cache")"
     expect_exit 2 "$frugal" pack --from folder --size 4x4 --out "$dir/f/dog/c.Png" "$dir/f"
-    expect_one_line_error "^frugal pack: --out $dir/f/dog/c.Png: is a file inside the input folder $dir/f"
+    expect_one_line_error "^frugal pack: --out $dir/f/dog/c.Png: is inside the input folder $dir/f \(where its images are\)"
+    # A new file among the images would join them: refused too.
+    expect_exit 2 "$frugal" pack --from folder --size 4x4 --out "$dir/f/cat/new.bmp" "$dir/f"
+    expect_one_line_error "^frugal pack: --out $dir/f/cat/new.bmp: is inside the input folder $dir/f"
+    [ ! -e "$dir/f/cat/new.bmp" ] || fail "a file was written among the images"
     expect_exit 2 "$frugal" pack --from cifar10 --out "" "$dir/c10.bin"
     expect_one_line_error "--out: must not be empty"
     # A regular file that is no input is replaced whole.

@@ -536,6 +536,8 @@ PY
     [ "$(json_field "$dir/ddp.json" ranks)" = 2 ] || fail "the JSON does not say 2 ranks"
     [ "$(grep -c "^epoch 1/4" "$dir/out")" -ge 1 ] && [ "$(grep -c "checkpoint saved" "$dir/out")" -le 5 ] ||
       fail "rank 0 alone should print progress and checkpoints: $(cat "$dir/out")"
+    # mpirun hands a rank a pseudo-terminal and copies it into the log: plain lines, no redraws.
+    ! grep -q $'\r\|\x1b' "$dir/out" || fail "terminal control codes in mpirun's log: $(cat -A "$dir/out" | head)"
     one=$(json_field "$dir/one.json" peak_bytes_by_tag | python3 -c 'import ast,sys; print(ast.literal_eval(sys.stdin.read())["activation"])')
     for rank in 0 1; do
       mine=$(json_rank_tag "$dir/ddp.json" "$rank" activation)
@@ -684,6 +686,12 @@ PY
     expect_one_line_error "^frugal eval: --json $dir/fifo: is a FIFO"
     expect_exit 2 "$frugal" eval --weights "$dir/r.st" --data "$dir" --json "$dir/r.st"
     expect_one_line_error "^frugal eval: --json $dir/r.st: is the input --weights $dir/r.st"
+    cp "$dir/t10k-labels-idx1-ubyte" "$dir/t10k.orig"
+    expect_exit 2 "$frugal" eval --weights "$dir/r.st" --data "$dir" --json "$dir/t10k-labels-idx1-ubyte"
+    expect_one_line_error "^frugal eval: --json $dir/t10k-labels-idx1-ubyte: is the input --data $dir/t10k-labels-idx1-ubyte"
+    cmp -s "$dir/t10k-labels-idx1-ubyte" "$dir/t10k.orig" || fail "eval replaced the test labels"
+    ln -s "$dir/loop2" "$dir/loop1" && ln -s "$dir/loop1" "$dir/loop2"
+    refused "--save $dir/loop1: more than 40 symbolic links in a row" --save "$dir/loop1"
     expect_exit 2 "$frugal" plan --model cnn --json "$dir/folder"
     expect_one_line_error "^frugal plan: --json $dir/folder: is a folder"
     [ -z "$(find "$dir" -name '*.tmp-*')" ] || fail "temporary files left behind: $(ls "$dir")"
@@ -711,6 +719,24 @@ PY
     expect_exit 2 "$frugal" train --data "$other" --model cnn --batch-size 16 --no-eval --workers 0 --steps 5 --resume "$dir/c.st"
     expect_one_line_error "not the same data: the checkpoint's run trained on 64 samples \(fingerprint [0-9a-f]{8}\), this run's data has 80"
     rm -rf "$other"
+    # A checkpoint whose CRC-32s match but whose weights hold NaN (a diverged run's, kept with
+    # --allow-nonfinite) is refused by --resume and eval unless --allow-nonfinite.
+    "$frugal" train "${mini[@]}" --steps 2 --lr 1e30 --allow-nonfinite --save "$dir/nan.st" >/dev/null
+    expect_exit 2 "$frugal" train "${mini[@]}" --steps 4 --lr 1e30 --resume "$dir/nan.st"
+    expect_one_line_error "^frugal train: $dir/nan.st: tensor '[a-z0-9_.]+' holds a NaN or an infinity: a diverged run's checkpoint \(--allow-nonfinite resumes it anyway\)$"
+    expect_exit 2 "$frugal" eval --weights "$dir/nan.st" --data "$dir"
+    expect_one_line_error "holds a NaN or an infinity: a diverged run's weights, nothing to evaluate$"
+    expect_exit 0 "$frugal" train "${mini[@]}" --steps 3 --lr 1e30 --allow-nonfinite --resume "$dir/nan.st"
+    # A bit of the metadata (the position's sample count) is checked as surely as a tensor's.
+    python3 - "$dir/c.st" "$dir/meta.st" <<'PY'
+import sys
+data = bytearray(open(sys.argv[1], "rb").read())
+at = data.index(b'samples\\":') + len(b'samples\\":')
+data[at] ^= 0x01  # a digit of the count: still valid JSON, still a number
+open(sys.argv[2], "wb").write(data)
+PY
+    expect_exit 2 "$frugal" train "${mini[@]}" --steps 4 --resume "$dir/meta.st"
+    expect_one_line_error "^frugal train: $dir/meta.st: the checkpoint's metadata is damaged: its CRC-32 is [0-9a-f]{8}, the checkpoint recorded [0-9a-f]{8}$"
     ;;
   train_diverged)
     # A NaN loss stops the run (exit 1) naming the step and the checkpoint kept; the checkpoint is

@@ -10,10 +10,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "kernels/reduce.h"
 #include "nn/safetensors.h"
 
 namespace frugal::train {
@@ -23,6 +25,11 @@ namespace {
 constexpr const char* kFormat = "frugal-checkpoint";
 constexpr const char* kVersion = "2";  // 2: CRC-32 per tensor, the data's identity, loss_sum as text
 constexpr const char* kParts[] = {"model.", "optimizer.", "scaler.", "schedule."};
+
+// The metadata keys a checkpoint writes, in order; "metadata_crc32" follows them: the CRC-32 of
+// their values, each ended by a NUL byte, so a flipped bit in the position (a count, the
+// generator's state) is caught as surely as one in a tensor.
+constexpr const char* kMetadataKeys[] = {"format", "version", "position", "run", "data", "crc32"};
 
 void add_part(nn::StateDict& out, const std::string& prefix, const nn::StateDict& part) {
   for (const auto& [name, tensor] : part) out.emplace_back(prefix + name, tensor);
@@ -70,6 +77,19 @@ double parse_exact(const std::string& text, const char* key) {
   return value;
 }
 
+// A JSON library error as a message shows it: what was wrong, without "[json.exception...] ".
+std::string json_error(const nlohmann::json::exception& e) {
+  const std::string_view what = e.what();
+  const auto end = what.find("] ");
+  return printable(end == std::string_view::npos ? what : what.substr(end + 2), 120);
+}
+
+// A count held in a double, as a count: 4611686018427387904, not 4.61169e+18.
+std::string count_text(double value) {
+  return std::isfinite(value) && std::abs(value) < 9e18 ? std::to_string(static_cast<std::int64_t>(value))
+                                                         : exact_text(value);
+}
+
 std::string position_json(const TrainingPosition& p) {
   // Seeds and offsets are 64-bit: kept as decimal strings, which JSON readers do not round.
   return nlohmann::ordered_json{{"epoch", p.epoch},
@@ -91,26 +111,33 @@ std::uint64_t parse_u64(const nlohmann::json& j, const char* key) {
   return value;
 }
 
+// A whole number of the JSON object (3.5 or "3" is not one: the JSON library would convert them).
+std::int64_t integer(const nlohmann::json& j, const char* key) {
+  const nlohmann::json& value = j.at(key);
+  if (!value.is_number_integer()) throw std::invalid_argument(key);
+  return value.get<std::int64_t>();
+}
+
 TrainingPosition parse_position(const std::string& source, const std::string& text) {
   try {
     const auto j = nlohmann::json::parse(text);
     TrainingPosition p;
-    p.epoch = j.at("epoch").get<std::int64_t>();
-    p.batch = j.at("batch").get<std::int64_t>();
-    p.global_step = j.at("global_step").get<std::int64_t>();
+    p.epoch = integer(j, "epoch");
+    p.batch = integer(j, "batch");
+    p.global_step = integer(j, "global_step");
     p.generator = {parse_u64(j, "generator_seed"), parse_u64(j, "generator_offset")};
     p.loss_sum = parse_exact(j.at("loss_sum").get<std::string>(), "loss_sum");
-    p.correct = j.at("correct").get<std::int64_t>();
-    p.samples = j.at("samples").get<std::int64_t>();
+    p.correct = integer(j, "correct");
+    p.samples = integer(j, "samples");
     FRUGAL_CHECK_VALUE(p.epoch >= 0 && p.batch >= 0 && p.global_step >= 0 && p.samples >= 0 && p.correct >= 0, source,
-                       ": checkpoint position has a negative count: ", text);
+                       ": checkpoint position has a negative count: ", printable(text, 120));
     FRUGAL_CHECK_VALUE(p.correct <= p.samples, source, ": checkpoint position has ", p.correct, " correct of ",
                        p.samples, " samples");
     return p;
   } catch (const nlohmann::json::exception& e) {
-    FRUGAL_THROW(ValueError, source, ": checkpoint position is damaged (", e.what(), ")");
+    FRUGAL_THROW(ValueError, source, ": checkpoint position is damaged (", json_error(e), ")");
   } catch (const std::logic_error&) {  // stoull, parse_exact: not a number, out of range
-    FRUGAL_THROW(ValueError, source, ": checkpoint position has a bad number: ", text);
+    FRUGAL_THROW(ValueError, source, ": checkpoint position has a bad number: ", printable(text, 120));
   }
 }
 
@@ -121,11 +148,13 @@ std::string data_json(const DataIdentity& d) {
 DataIdentity parse_data(const std::string& source, const std::string& text) {
   try {
     const auto j = nlohmann::json::parse(text);
+    if (!j.at("samples").is_number_integer()) FRUGAL_THROW(ValueError, source, ": checkpoint data identity is damaged: ", printable(text, 120));
     DataIdentity d{j.at("samples").get<std::int64_t>(), j.at("fingerprint").get<std::string>()};
-    FRUGAL_CHECK_VALUE(d.samples >= 0 && d.fingerprint.size() == 8, source, ": checkpoint data identity is damaged: ", text);
+    FRUGAL_CHECK_VALUE(d.samples >= 0 && d.fingerprint.size() == 8, source, ": checkpoint data identity is damaged: ",
+                       printable(text, 120));
     return d;
   } catch (const nlohmann::json::exception& e) {
-    FRUGAL_THROW(ValueError, source, ": checkpoint data identity is damaged (", e.what(), ")");
+    FRUGAL_THROW(ValueError, source, ": checkpoint data identity is damaged (", json_error(e), ")");
   }
 }
 
@@ -147,17 +176,17 @@ void check_crcs(const nn::SafetensorsFile& file, const std::string& text, const 
   try {
     recorded = nlohmann::json::parse(text).get<std::map<std::string, std::string>>();
   } catch (const nlohmann::json::exception& e) {
-    FRUGAL_THROW(ValueError, source, ": checkpoint CRC-32 table is damaged (", e.what(), ")");
+    FRUGAL_THROW(ValueError, source, ": checkpoint CRC-32 table is damaged (", json_error(e), ")");
   }
   for (const auto& [name, tensor] : file.tensors) {
     const auto it = recorded.find(name);
-    FRUGAL_CHECK_VALUE(it != recorded.end(), source, ": tensor '", name, "' has no recorded CRC-32 (damaged header?)");
+    FRUGAL_CHECK_VALUE(it != recorded.end(), source, ": tensor '", printable(name), "' has no recorded CRC-32 (damaged header?)");
     const std::string actual = tensor_crc(tensor);
-    FRUGAL_CHECK_VALUE(actual == it->second, source, ": tensor '", name, "' is damaged: its bytes' CRC-32 is ", actual,
-                       ", the checkpoint recorded ", it->second);
+    FRUGAL_CHECK_VALUE(actual == it->second, source, ": tensor '", printable(name), "' is damaged: its bytes' CRC-32 is ",
+                       actual, ", the checkpoint recorded ", printable(it->second, 40));
     recorded.erase(it);
   }
-  FRUGAL_CHECK_VALUE(recorded.empty(), source, ": the CRC-32 table names a tensor '", recorded.begin()->first,
+  FRUGAL_CHECK_VALUE(recorded.empty(), source, ": the CRC-32 table names a tensor '", printable(recorded.begin()->first),
                      "' the file does not hold");
 }
 
@@ -174,17 +203,31 @@ std::optional<double> scalar(const nn::StateDict& part, const std::string& key) 
 void check_consistent(const Checkpoint& c, const std::string& source) {
   const std::int64_t steps = c.position.global_step;
   if (const auto last = scalar(c.schedule, "last_epoch"))
-    FRUGAL_CHECK_VALUE(*last == static_cast<double>(steps), source, ": the schedule has taken ", *last,
+    FRUGAL_CHECK_VALUE(*last == static_cast<double>(steps), source, ": the schedule has taken ", count_text(*last),
                        " steps but the position says ", steps, " (fields disagree: damaged or edited)");
   for (const auto& [name, tensor] : c.optimizer) {
     if (!name.ends_with(".step")) continue;
     const double taken = scalar(c.optimizer, name).value_or(-1);
-    FRUGAL_CHECK_VALUE(taken >= 1 && taken <= static_cast<double>(steps), source, ": optimizer '", name, "' is ", taken,
+    FRUGAL_CHECK_VALUE(taken >= 1 && taken <= static_cast<double>(steps), source, ": optimizer '", printable(name), "' is ",
+                       count_text(taken),
                        " but the position says ", steps, " steps were taken (fields disagree: damaged or edited)");
   }
   if (const auto scale = scalar(c.scaler, "scale"))
     FRUGAL_CHECK_VALUE(std::isfinite(*scale) && *scale > 0, source, ": the loss scale is ", *scale);
 }
+
+}  // namespace
+
+std::string metadata_crc(const nn::Metadata& metadata, const std::string& source) {
+  std::uint32_t crc = 0;
+  for (const char* key : kMetadataKeys) {
+    const std::string& value = required(metadata, key, source);
+    crc = crc32_of(crc, value.c_str(), value.size() + 1);  // with its NUL: "ab","c" differs from "a","bc"
+  }
+  return hex32(crc);
+}
+
+namespace {
 
 Checkpoint from_file(nn::SafetensorsFile file, const std::string& source) {
   const std::string* format = find(file.metadata, "format");
@@ -192,8 +235,12 @@ Checkpoint from_file(nn::SafetensorsFile file, const std::string& source) {
                      ": not a frugal checkpoint (no __metadata__ format \"frugal-checkpoint\"; a plain state dict "
                      "can be given to frugal eval --weights, not to --resume)");
   const std::string* version = find(file.metadata, "version");
-  FRUGAL_CHECK_VALUE(version && *version == kVersion, source, ": checkpoint version ", version ? *version : "(none)",
+  FRUGAL_CHECK_VALUE(version && *version == kVersion, source, ": checkpoint version ", version ? printable(*version, 40) : "(none)",
                      ", this frugal reads version ", kVersion);
+  const std::string actual = metadata_crc(file.metadata, source);
+  const std::string& recorded = required(file.metadata, "metadata_crc32", source);
+  FRUGAL_CHECK_VALUE(actual == recorded, source, ": the checkpoint's metadata is damaged: its CRC-32 is ", actual,
+                     ", the checkpoint recorded ", printable(recorded, 40));
   check_crcs(file, required(file.metadata, "crc32", source), source);
   Checkpoint c;
   c.position = parse_position(source, required(file.metadata, "position", source));
@@ -209,7 +256,7 @@ Checkpoint from_file(nn::SafetensorsFile file, const std::string& source) {
         placed = true;
       }
     }
-    FRUGAL_CHECK_VALUE(placed, source, ": checkpoint tensor '", name,
+    FRUGAL_CHECK_VALUE(placed, source, ": checkpoint tensor '", printable(name),
                        "' belongs to no part (model., optimizer., scaler., schedule.)");
   }
   check_consistent(c, source);
@@ -244,9 +291,10 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
   add_part(tensors, kParts[3], c.schedule);
   nlohmann::ordered_json crcs = nlohmann::ordered_json::object();
   for (const auto& [name, tensor] : tensors) crcs[name] = tensor_crc(tensor);
-  const nn::Metadata metadata = {{"format", kFormat},          {"version", kVersion},
-                                 {"position", position_json(c.position)}, {"run", c.run_identity},
-                                 {"data", data_json(c.data)},  {"crc32", crcs.dump()}};
+  nn::Metadata metadata = {{"format", kFormat},          {"version", kVersion},
+                           {"position", position_json(c.position)}, {"run", c.run_identity},
+                           {"data", data_json(c.data)},  {"crc32", crcs.dump()}};
+  metadata.emplace_back("metadata_crc32", metadata_crc(metadata, path));
   nn::write_safetensors(path, tensors, metadata, [&](const std::string& written) {
     try {
       const Checkpoint back = from_file(nn::read_safetensors(written), path);
@@ -260,6 +308,18 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
                    "); a previous file there is untouched");
     }
   });
+}
+
+// The sum of
+// anything holding one is not finite (as the GradScaler's probe); only a suspect sum, which could
+// also be a finite overflow, is confirmed element by element.
+std::string first_nonfinite(const nn::StateDict& dict) {
+  for (const auto& [name, tensor] : dict) {
+    if (!is_floating(tensor.dtype()) || std::isfinite(sum(tensor).to(Device::cpu()).item<double>())) continue;
+    const std::vector<double> values = tensor.to(Device::cpu()).to(DType::f64).to_vector<double>();
+    if (!std::all_of(values.begin(), values.end(), [](double v) { return std::isfinite(v); })) return name;
+  }
+  return "";
 }
 
 bool is_checkpoint(const std::string& path) {

@@ -6,7 +6,8 @@
 //             "schedule.KEY"    LRScheduler::state_dict
 //   metadata  "format": "frugal-checkpoint", "version": "2", "position": the TrainingPosition as
 //             JSON, "run": run_identity_json of the options that made it, "data": the DataIdentity
-//             of the training split, "crc32": every tensor's CRC-32 by name.
+//             of the training split, "crc32": every tensor's CRC-32 by name, "metadata_crc32": the
+//             CRC-32 of all of the above (metadata_crc).
 //
 // Note [What a checkpoint guarantees]
 // - Whole or absent: written through AtomicFile (temporary file, fsync, rename, fsync of the folder),
@@ -14,8 +15,12 @@
 // - Written only if it loads: the bytes are read back from the temporary file with load_checkpoint's
 //   own checks before they replace anything; numbers JSON cannot hold (a NaN loss sum) are stored as
 //   text that reads back bit for bit.
-// - Every tensor checked on load: its bytes against the CRC-32 recorded when it was written, so a
-//   flipped bit is an error naming the tensor, never a model that silently trains on garbage.
+// - Every byte checked on load: each tensor's against the CRC-32 recorded when it was written, the
+//   metadata's against its own, so a flipped bit is an error naming the tensor (or the metadata),
+//   never a model that silently trains on garbage, nor a position that silently moves.
+// - Finite: the weights and optimizer state of a diverged run are never saved (train/trainer.cpp),
+//   and a checkpoint holding a NaN or an infinity is refused by --resume and eval --weights unless
+//   --allow-nonfinite (first_nonfinite).
 // - Its fields agree with each other: the schedule has taken global_step steps, no optimizer state
 //   has taken more, the position's counts are in range (checked on load), and the position is one the
 //   run's epochs can reach (checked on resume, which also needs the data: train/trainer.cpp).
@@ -30,6 +35,7 @@
 
 #include "core/random.h"
 #include "data/dataset.h"
+#include "nn/safetensors.h"
 #include "nn/state_dict.h"
 
 namespace frugal::train {
@@ -71,8 +77,15 @@ void save_checkpoint(const std::string& path, const Checkpoint& checkpoint);
 // checkpoint (a plain state dict, say), a tensor's bytes do not match their CRC-32, its metadata is
 // damaged, or its fields disagree with each other.
 Checkpoint load_checkpoint(const std::string& path);
+// The CRC-32 a checkpoint records over its metadata ("metadata_crc32": format, version, position,
+// run, data and the tensors' CRC table); ValueError naming `source` when one of them is missing. For
+// a tool (or a test) that edits a checkpoint's metadata on purpose and must record it anew.
+std::string metadata_crc(const nn::Metadata& metadata, const std::string& source);
 // The same checks on a whole file held in memory (the fuzz target's entry point); `source` names it.
 Checkpoint parse_checkpoint(std::span<const std::uint8_t> bytes, const std::string& source);
+
+// The name of the first floating tensor of `dict` holding a NaN or an infinity; "" when all are finite.
+std::string first_nonfinite(const nn::StateDict& dict);
 // Whether the safetensors file at `path` says it is a frugal checkpoint (reads only the header).
 bool is_checkpoint(const std::string& path);
 

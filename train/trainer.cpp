@@ -302,6 +302,11 @@ void Run::resume_from(const std::string& path) {
                      p.epoch + 1, ", batch ", p.batch, " is step ", expected, " (fields disagree: damaged or edited)");
   FRUGAL_CHECK_VALUE(!options.steps || *options.steps > p.global_step, path, ": the checkpoint is at step ",
                      p.global_step, ", so --steps ", options.steps.value_or(0), " leaves nothing to train");
+  if (!options.allow_nonfinite) {
+    const std::string bad = first_nonfinite(c.model).empty() ? first_nonfinite(c.optimizer) : first_nonfinite(c.model);
+    FRUGAL_CHECK_VALUE(bad.empty(), path, ": tensor '", printable(bad), "' holds a NaN or an infinity: a diverged "
+                       "run's checkpoint (--allow-nonfinite resumes it anyway)");
+  }
   // A state dict that does not fit the model names the checkpoint, not only the layer.
   try {
     model->load_state_dict(c.model);
@@ -309,24 +314,12 @@ void Run::resume_from(const std::string& path) {
     if (scaler->is_enabled()) scaler->load_state_dict(c.scaler);
     schedule->load_state_dict(c.schedule);
   } catch (const Error& e) {
-    FRUGAL_THROW(ValueError, path, ": does not fit this run's model: ", e.message());
+    FRUGAL_THROW(ValueError, path, ": cannot be loaded into this run: ", e.message());
   }
   default_generator().set_state(c.position.generator);
   position = c.position;
   message("resumed from " + path + " at step " + std::to_string(position.global_step) + " (epoch " +
           std::to_string(position.epoch + 1) + ", batch " + std::to_string(position.batch) + ")");
-}
-
-// The first tensor of `dict` holding a NaN or an infinity, "" when every one is finite. The sum of
-// anything holding one is not finite (as the GradScaler's probe); only a suspect sum, which could
-// also be a finite overflow, is confirmed element by element.
-std::string first_nonfinite(const nn::StateDict& dict) {
-  for (const auto& [name, tensor] : dict) {
-    if (!is_floating(tensor.dtype()) || std::isfinite(sum(tensor).to(Device::cpu()).item<double>())) continue;
-    const std::vector<double> values = tensor.to(Device::cpu()).to(DType::f64).to_vector<double>();
-    if (!std::all_of(values.begin(), values.end(), [](double v) { return std::isfinite(v); })) return name;
-  }
-  return "";
 }
 
 // Where the run can be taken up again, for a divergence's message.
@@ -723,6 +716,7 @@ TrainResult run_training(const TrainOptions& options, const TrainHooks& hooks, P
   result.seed = options.seed;
   result.stopped_early = end != EpochEnd::finished;
   result.interrupted = end == EpochEnd::interrupted;
+  result.training_done = (options.steps && run.position.global_step >= *options.steps) || run.position.epoch >= options.epochs;
   result.checkpoint = run.last_checkpoint;
   result.leak = run.leaks ? run.leaks->report() : std::nullopt;
   result.ranks = run.world_size();

@@ -149,6 +149,7 @@ struct TrainResult {
   std::uint64_t seed = 0;
   bool stopped_early = false;  // --steps or should_stop before the last epoch's end
   bool interrupted = false;    // should_stop said so
+  bool training_done = false;  // every step of the run was taken (--steps, or the last epoch's end)
   std::string checkpoint;      // the last checkpoint written, "" if none
   std::optional<LeakReport> leak;  // when memory grew from one step's end to the next (options.leak_check)
   int ranks = 1;                   // processes that trained together (--ddp)

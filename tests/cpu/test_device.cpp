@@ -78,3 +78,16 @@ TEST_CASE("streams on the CPU: side streams are the default stream, copies are i
     CHECK_THROWS_AS(side_stream(Device::cuda(0), 0), DeviceError);
   }
 }
+
+TEST_CASE("printable: a file's text in a message never drives a terminal nor breaks a line") {
+  CHECK(printable("plain.name_0") == "plain.name_0");
+  CHECK(printable("größe.weight") == "größe.weight");      // valid UTF-8 letters stay
+  CHECK(printable("a\x1b[31mred") == "a\\x1b[31mred");     // an escape code is shown, not sent
+  CHECK(printable("tab\there\nnew") == "tab\\x09here\\x0anew");
+  CHECK(printable(std::string("n\0ul", 4)) == "n\\x00ul");
+  CHECK(printable("\xc2\x9b" "2J") == "\\x9b2J");          // U+009B, the 8-bit escape introducer
+  CHECK(printable("x\xe2\x80\xaey") == "x\\u{202e}y");      // a right-to-left override
+  CHECK(printable("bad\xff\xfe") == "bad\\xff\\xfe");       // not UTF-8
+  CHECK(printable("\xc0\xaf") == "\\xc0\\xaf");             // an overlong '/'
+  CHECK(printable(std::string(300, 'a'), 10) == "aaaaaaaaaa...");
+}

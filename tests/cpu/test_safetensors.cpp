@@ -5,9 +5,11 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -57,6 +59,30 @@ void check_refused(const Bytes& bytes, const std::string& expected) {
   CHECK(message.find(expected) != std::string::npos);
   CHECK(message.find('\n') == std::string::npos);
 }
+
+}  // namespace
+
+TEST_CASE("safetensors: a message never carries the file's raw bytes (invalid UTF-8, escape codes)") {
+  for (const std::string header : {std::string("{\"a\xff\xfe\":1}"), std::string("{\"\x1b[2J\":1}"),
+                                   std::string("{\"ok\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},\"b\xc3\x28\":{}}"),
+                                   std::string(R"({"\u001b[2J":{"dtype":"X","shape":[],"data_offsets":[0,4]}})")}) {
+    Bytes bytes(8);
+    const std::uint64_t n = header.size();
+    std::memcpy(bytes.data(), &n, 8);
+    bytes.insert(bytes.end(), header.begin(), header.end());
+    bytes.resize(bytes.size() + 4);
+    const std::string message = error_of(bytes);
+    INFO("message: ", message);
+    CHECK_FALSE(message.empty());
+    CHECK(message.find('\x1b') == std::string::npos);
+    CHECK(std::none_of(message.begin(), message.end(), [](char c) {
+      return static_cast<unsigned char>(c) == 0xff || static_cast<unsigned char>(c) == 0xfe;
+    }));
+    CHECK(nlohmann::json(message).dump().size() > 0);  // valid UTF-8 (dump throws otherwise)
+  }
+}
+
+namespace {
 
 const std::string kAttnHeader = R"({"attn.0":{"dtype":"F32","shape":[1,2,3],"data_offsets":[0,24]}})";
 const Bytes kAttnData = {0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x80, 0x3f, 0x00, 0x00, 0x00, 0x40,

@@ -122,8 +122,9 @@ TEST_CASE("checkpoints: every part and the position come back as saved, other fi
                         {{"format", "frugal-checkpoint"}, {"version", "1"}, {"position", "{}"}, {"run", "{}"}});
   CHECK_THROWS_WITH_AS(train::load_checkpoint(dir / "old.safetensors"),
                        doctest::Contains("checkpoint version 1, this frugal reads version 2"), ValueError);
-  const nn::Metadata damaged = {{"format", "frugal-checkpoint"}, {"version", "2"}, {"crc32", "{}"},
-                                {"position", "{\"epoch\": 1}"}, {"run", "{}"}};
+  nn::Metadata damaged = {{"format", "frugal-checkpoint"}, {"version", "2"}, {"position", "{\"epoch\": 1}"},
+                          {"run", "{}"}, {"data", "{}"}, {"crc32", "{}"}};
+  damaged.emplace_back("metadata_crc32", train::metadata_crc(damaged, "damaged"));
   nn::write_safetensors(dir / "damaged.safetensors", {}, damaged);
   CHECK_THROWS_WITH_AS(train::load_checkpoint(dir / "damaged.safetensors"),
                        doctest::Contains("checkpoint position is damaged"), ValueError);
@@ -146,11 +147,15 @@ train::Checkpoint small_checkpoint() {
   return c;
 }
 
-// The file at `path` with metadata `key` set to `value`: its tensors (and so their CRC-32s) as they were.
-void rewrite_metadata(const std::string& path, const std::string& key, const std::string& value) {
+// The file at `path` with metadata `key` set to `value`: its tensors (and so their CRC-32s) as they
+// were, and with `record_crc` the metadata's CRC-32 recorded anew (an edit made on purpose).
+void rewrite_metadata(const std::string& path, const std::string& key, const std::string& value, bool record_crc = true) {
   nn::SafetensorsFile file = nn::read_safetensors(path);
   for (auto& [k, v] : file.metadata)
     if (k == key) v = value;
+  if (record_crc)
+    for (auto& [k, v] : file.metadata)
+      if (k == "metadata_crc32") v = train::metadata_crc(file.metadata, path);
   nn::write_safetensors(path, file.tensors, file.metadata);
 }
 
@@ -188,7 +193,7 @@ TEST_CASE("checkpoints: fields that disagree are refused when saved and when loa
   const std::string path = dir / "c.safetensors";
   train::Checkpoint c = small_checkpoint();
   c.schedule = {{"last_epoch", full({}, 1'000'000'000'000.0, {.dtype = DType::i64})}};
-  CHECK_THROWS_WITH_AS(train::save_checkpoint(path, c), doctest::Contains("the schedule has taken 1e+12 steps but the position says 2"),
+  CHECK_THROWS_WITH_AS(train::save_checkpoint(path, c), doctest::Contains("the schedule has taken 1000000000000 steps but the position says 2"),
                        ValueError);
   CHECK_FALSE(std::filesystem::exists(path));
   c = small_checkpoint();
@@ -205,6 +210,19 @@ TEST_CASE("checkpoints: fields that disagree are refused when saved and when loa
   rewrite_metadata(path, "position",
                    R"({"epoch":0,"batch":2,"global_step":2,"generator_seed":"1","generator_offset":"2","loss_sum":"3.5","correct":9,"samples":8})");
   CHECK_THROWS_WITH_AS(train::load_checkpoint(path), doctest::Contains("9 correct of 8 samples"), ValueError);
+
+  // The same edit without recording the metadata's CRC-32 anew: a flipped count is caught as damage.
+  train::save_checkpoint(path, small_checkpoint());
+  rewrite_metadata(path, "position",
+                   R"({"epoch":0,"batch":2,"global_step":2,"generator_seed":"1","generator_offset":"2","loss_sum":"3.5","correct":2,"samples":8})",
+                   /*record_crc=*/false);
+  CHECK_THROWS_WITH_AS(train::load_checkpoint(path), doctest::Contains("the checkpoint's metadata is damaged: its CRC-32 is"),
+                       ValueError);
+  // A count that is no whole number.
+  train::save_checkpoint(path, small_checkpoint());
+  rewrite_metadata(path, "position",
+                   R"({"epoch":0,"batch":2,"global_step":2.5,"generator_seed":"1","generator_offset":"2","loss_sum":"3.5","correct":2,"samples":8})");
+  CHECK_THROWS_WITH_AS(train::load_checkpoint(path), doctest::Contains("checkpoint position has a bad number"), ValueError);
 }
 
 TEST_CASE("checkpoints: the data's identity tells other data apart without reading it all") {
