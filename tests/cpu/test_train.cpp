@@ -159,6 +159,18 @@ void rewrite_metadata(const std::string& path, const std::string& key, const std
   nn::write_safetensors(path, file.tensors, file.metadata);
 }
 
+// Options of a few fast steps of the small CNN on `data` (write_idx_folder's 12x12 images).
+train::TrainOptions small_cnn_run(const std::string& data) {
+  train::TrainOptions o;
+  o.model = "cnn";
+  o.data = data;
+  o.image_size = 12;
+  o.batch_size = 16;
+  o.workers = 0;
+  o.evaluate = false;
+  return o;
+}
+
 }  // namespace
 
 TEST_CASE("checkpoints: a flipped bit in any tensor is an error naming it, before anything is used") {
@@ -247,13 +259,7 @@ TEST_CASE("checkpoints: the data's identity tells other data apart without readi
 TEST_CASE("train: a non-finite loss stops the run and keeps the last good checkpoint; --allow-nonfinite goes on") {
   TempDir dir;
   write_idx_folder(dir, 64);
-  train::TrainOptions o;
-  o.model = "cnn";
-  o.data = dir.path;
-  o.image_size = 12;
-  o.batch_size = 16;
-  o.workers = 0;
-  o.evaluate = false;
+  train::TrainOptions o = small_cnn_run(dir.path);
   o.save = dir / "c.safetensors";
   o.steps = 2;
   train::train(o);
@@ -284,13 +290,7 @@ TEST_CASE("train: a resume onto other data, or with --steps before the checkpoin
   TempDir dir, other;
   write_idx_folder(dir, 64);
   write_idx_folder(other, 48);
-  train::TrainOptions o;
-  o.model = "cnn";
-  o.data = dir.path;
-  o.image_size = 12;
-  o.batch_size = 16;
-  o.workers = 0;
-  o.evaluate = false;
+  train::TrainOptions o = small_cnn_run(dir.path);
   o.save = dir / "c.safetensors";
   o.steps = 3;
   train::train(o);
@@ -308,13 +308,7 @@ TEST_CASE("train: a resume onto other data, or with --steps before the checkpoin
 TEST_CASE("train: f16 loss scaling reports its scale and the steps it skipped") {
   TempDir dir;
   write_idx_folder(dir, 64);
-  train::TrainOptions o;
-  o.model = "cnn";
-  o.data = dir.path;
-  o.image_size = 12;
-  o.batch_size = 16;
-  o.workers = 0;
-  o.evaluate = false;
+  train::TrainOptions o = small_cnn_run(dir.path);
   o.amp = DType::f16;
   o.steps = 3;
   std::vector<double> scales;
