@@ -1,4 +1,4 @@
-// Device: parsing and printing (see device.h).
+// Device: parsing and printing, and the default device of tensor factories (see device.h).
 #include "core/device.h"
 
 #include <charconv>
@@ -31,5 +31,14 @@ std::string Device::str() const {
 }
 
 std::ostream& operator<<(std::ostream& out, const Device& device) { return out << device.str(); }
+
+namespace {
+thread_local Device t_default_device = Device::cpu();
+}  // namespace
+
+Device default_device() { return t_default_device; }
+
+DefaultDeviceScope::DefaultDeviceScope(Device device) : previous_(t_default_device) { t_default_device = device; }
+DefaultDeviceScope::~DefaultDeviceScope() { t_default_device = previous_; }
 
 }  // namespace frugal

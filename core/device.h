@@ -2,6 +2,7 @@
 // they do not live at all: a meta tensor has a shape, a dtype and an allocation counted by the meta
 // allocator (fake addresses, no memory), and every op on it computes shapes and allocates its
 // outputs exactly as on the CPU but runs no kernel. The memory planner runs models there.
+// DefaultDeviceScope picks the device that tensor factories use when their options name none.
 // Not here: whether CUDA is usable at run time (core/cuda_status.h) or how memory is obtained
 // (core/allocator.h).
 #pragma once
@@ -43,5 +44,24 @@ class Device {
 };
 
 std::ostream& operator<<(std::ostream& out, const Device& device);
+
+// The device of a TensorOptions that names none (core/tensor.h): the CPU, or that of the innermost
+// DefaultDeviceScope alive on this thread. As PyTorch's `with torch.device("meta"):`, it exists so a
+// model can be built where it will live without a device argument threaded through every layer's
+// constructor: the planner builds its models on the meta device, so that a 5 GB classifier takes no
+// memory (and no time to initialise: random and fill ops do nothing there). Kept for construction:
+// ops take their outputs' device from their inputs, never from here.
+Device default_device();
+
+class DefaultDeviceScope {
+ public:
+  explicit DefaultDeviceScope(Device device);
+  ~DefaultDeviceScope();
+  DefaultDeviceScope(const DefaultDeviceScope&) = delete;
+  DefaultDeviceScope& operator=(const DefaultDeviceScope&) = delete;
+
+ private:
+  Device previous_;
+};
 
 }  // namespace frugal

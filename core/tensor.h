@@ -35,7 +35,7 @@ Shape contiguous_strides(std::span<const std::int64_t> shape);  // row-major
 //   zeros({2, 3}, {.dtype = DType::f64, .device = Device::cuda()})
 struct TensorOptions {
   DType dtype = DType::f32;
-  Device device = Device::cpu();
+  Device device = default_device();  // the CPU unless a DefaultDeviceScope says otherwise (core/device.h)
   // The stream that first uses the memory (a side stream's copy, say): the caching allocator serves
   // it from that stream's pool. Work on other streams must be declared with record_stream
   // (core/stream.h). {} = the default stream, where frugal's kernels run.

@@ -5,7 +5,8 @@
 //   backward weight  dW[g]   += dy[n, g] x col(x[n, g])^T           (summed over samples with beta = 1)
 // where W[g] is [C_out / groups, C_in / groups * KH * KW] and every product is a GEMM through
 // kernels/gemm.h, written straight into the result. Depthwise convolutions skip GEMM for the direct
-// kernels of kernels/conv_backends.h.
+// kernels of kernels/conv_backends.h. On the meta device the paths allocate their buffers and skip
+// their loops (Note [Convolutions on the meta device]).
 #include "kernels/conv.h"
 
 #include <algorithm>
@@ -205,6 +206,14 @@ void record_native(const Problem& p, const Tensor& columns, std::size_t extra = 
 
 Tensor bias_view(const Tensor& bias, const Problem& p) { return bias.view({1, p.out_channels, 1, 1}); }
 
+// ---- Note [Convolutions on the meta device]
+// A meta tensor has a shape and no values (core/device.h); the memory planner runs convolutions there
+// to see what they allocate. Each native path below allocates its buffers before its loop over the
+// samples (or chunks of them), and the loop allocates nothing: it only slices and calls GEMMs, which
+// do nothing on the meta device. So there the paths return before their loops: the same allocations
+// as on the CPU, at a cost that does not grow with the batch (a million samples looped over took
+// `frugal plan` two minutes).
+
 // ---- Note [Pointwise convolutions over the batch]
 // A 1x1 convolution (stride 1, no padding, one group) is one GEMM per sample, y[n] = W x[n] with
 // x[n] the [C_in, H * W] matrix of sample n. Late in MobileNetV2 H * W is 16, 4 or 1: per-sample
@@ -268,6 +277,7 @@ void pointwise_over_batch(const Tensor& a, const Tensor& src, const Tensor& dst,
   const std::int64_t rows = a.size(0), inner = a.size(1), chunks = c.chunks;
   const std::int64_t work = rows * inner * c.columns();  // multiply-adds per chunk
   if (!c.gathered()) {
+    if (src.device().is_meta()) return record_native(p, Tensor());  // Note [Convolutions on the meta device]
     for_each_chunk(src.device(), p.batch, work * p.batch, [&](std::int64_t n) {
       matmul_into(dst.select(0, n).view({rows, c.plane}), a, src.select(0, n).view({inner, c.plane}));
     });
@@ -276,6 +286,8 @@ void pointwise_over_batch(const Tensor& a, const Tensor& src, const Tensor& dst,
   const std::int64_t slots = std::min(chunks, kChunksPerWave);
   const TensorOptions like{.dtype = src.dtype(), .device = src.device()};
   const Tensor in = empty_workspace({slots * inner * c.columns()}, like), out = empty_workspace({slots * rows * c.columns()}, like);
+  if (src.device().is_meta())  // Note [Convolutions on the meta device]
+    return record({ConvImpl::native, "1x1 gemm", in.nbytes() + out.nbytes()});
   for (std::int64_t wave = 0; wave < chunks; wave += slots) {
     const std::int64_t in_wave = std::min(slots, chunks - wave);
     for_each_chunk(src.device(), in_wave, work * in_wave, [&](std::int64_t slot) {
@@ -321,6 +333,8 @@ void pointwise_weight_over_batch(const Tensor& dy, const Tensor& x, const Tensor
     }
   };
   const std::size_t scratch = in.nbytes() + grad.nbytes() + (partials.defined() ? partials.nbytes() : 0);
+  // Note [Convolutions on the meta device]
+  if (dw.device().is_meta()) return record({ConvImpl::native, "1x1 gemm", scratch});
   if (groups == 1) {  // one GEMM at a time, threaded by OpenBLAS
     chunk_sum(weight, 0, chunks, 0);
     return record({ConvImpl::native, "1x1 gemm", scratch});
@@ -353,6 +367,7 @@ void native_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const 
   if (bias.defined()) Tensor(y).copy_(bias_view(bias, p).expand(y.shape()));
   const double beta = bias.defined() ? 1.0 : 0.0;
   const Tensor columns = make_columns(x, p);
+  if (x.device().is_meta()) return record_native(p, columns);  // Note [Convolutions on the meta device]
   for (std::int64_t n = 0; n < p.batch; ++n)
     for (std::int64_t g = 0; g < p.groups; ++g)
       matmul_into(group_output(y, p, n, g), group_weight(w, p, g), columns_of(k, x, p, n, g, columns), 1.0, beta);
@@ -367,6 +382,7 @@ void native_backward_input(const Tensor& dy, const Tensor& w, const Tensor& dx, 
   }
   if (batched_pointwise(p)) return pointwise_over_batch(group_weight(w, p, 0).t(), dy, dx, p);
   const Tensor columns = make_columns(dy, p);
+  if (dy.device().is_meta()) return record_native(p, columns);  // Note [Convolutions on the meta device]
   for (std::int64_t n = 0; n < p.batch; ++n)
     for (std::int64_t g = 0; g < p.groups; ++g) {
       const Tensor target = columns.defined() ? columns : group_input(dx, p, n, g);
@@ -394,6 +410,8 @@ void native_backward_weight(const Tensor& dy, const Tensor& x, const Tensor& dw,
                                     : Tensor();
   const Tensor part_f32 = low_precision ? empty_workspace(part.shape(), {.device = dw.device()}) : Tensor();
   if (low_precision) Tensor(total).fill_(0.0);
+  if (dw.device().is_meta())  // Note [Convolutions on the meta device]
+    return record_native(p, columns, low_precision ? total.nbytes() + part.nbytes() + part_f32.nbytes() : 0);
   for (std::int64_t n = 0; n < p.batch; ++n)
     for (std::int64_t g = 0; g < p.groups; ++g) {
       const Tensor sample_columns = columns_of(k, x, p, n, g, columns).t();

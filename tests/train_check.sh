@@ -332,6 +332,19 @@ kept = lambda p: sum(l["saved_bytes"] for l in p["layers"])
 assert kept(saving) < 0.2 * kept(standard), (kept(saving), kept(standard))
 PY
     ;;
+  plan_bounded)
+    # Planning costs what the model's layers do, not what its tensors would hold: a classifier of a
+    # million classes (5 GB of parameters) and a batch of a million 4096x4096 images are planned on
+    # the meta device in little memory and time (before 2026-12-04: 5 GB of RSS, and 2 minutes; now
+    # 12 MB and a tenth of a second each, so the 60 s timeout is a hang's, not a speed test).
+    for args in "--num-classes 1000000" "--batch-size 1048576 --image-size 4096"; do
+      # shellcheck disable=SC2086
+      /usr/bin/time -f %M -o "$dir/rss" timeout 60 "$frugal" plan $args >"$dir/out" 2>&1 || fail "frugal plan $args: $(cat "$dir/out")"
+      grep -q "predicted peak" "$dir/out" || fail "frugal plan $args: no headline: $(head -1 "$dir/out")"
+      kib=$(tail -1 "$dir/rss")
+      [ "$kib" -lt $((300 * 1024)) ] || fail "frugal plan $args reached $kib KiB of RSS, more than 300 MiB"
+    done
+    ;;
   plan_matches_train)
     # The planner's predicted peak against the peak a short run measures, for each model and the
     # mitigations that change what the forward saves (docs/memory-guide.md has the larger table).

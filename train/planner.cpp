@@ -117,10 +117,15 @@ Recorded run_on_meta(const TrainOptions& o, const PlanShape& shape) {
   Generator generator(o.seed);  // the initial weights do not matter here; the default generator is left alone
   models::ModelOptions model_options_ = model_options(o, shape.in_channels, shape.num_classes);
   model_options_.generator = &generator;
-  const std::shared_ptr<nn::Module> model = models::make_model(o.model, model_options_);
+  std::shared_ptr<nn::Module> model;
+  {
+    // Built straight on the meta device: its parameters take no memory and their initialisation no
+    // time, however many classes or how wide the model (core/device.h, DefaultDeviceScope).
+    const DefaultDeviceScope on_meta(Device::meta());
+    model = models::make_model(o.model, model_options_);
+  }
   std::unordered_map<const nn::Module*, int> leaves;
   r.layers = leaf_layers(*model, o, leaves);
-  model->to(Device::meta());
   model->train();
   // With --ddp: the buckets and ZeRO-1's shards of `ranks` ranks, over a simulated world whose
   // collectives move nothing (dist/mirror_communicator.h): what one rank holds.

@@ -1,12 +1,14 @@
 // The memory planner: what a training run will hold in memory, predicted before it runs.
 //
 // It does not estimate. It builds the run's model and optimizer exactly as `frugal train` does
-// (train/trainer.h), moves them to the meta device (core/device.h: shapes and a caching allocator
-// with fake addresses, no memory, no kernels), and runs two optimizer steps there: the first makes
+// (train/trainer.h), but on the meta device (core/device.h: shapes and a caching allocator with fake
+// addresses, no memory, no kernels), and runs two optimizer steps there: the first makes
 // the optimizer's state, the second is what every later step looks like. The meta allocator records
 // every allocation and free with its tag (core/caching_allocator.h: record_history); the plan is
 // read off that record, so the allocator's rounding is in it too. What it cannot see: memory a
 // kernel or library takes outside frugal's allocator (cuDNN's and cuBLAS's own workspaces on a GPU).
+// What a plan costs grows with the model's layers, not with the batch, the images or the parameters'
+// sizes: nothing on the meta device touches an element (tests/cpu/test_planner.cpp holds it there).
 //
 // Per layer (leaf modules, dotted names as in the state dict): bytes of parameters, gradients and
 // optimizer state, the activation bytes it left alive at the end of the forward (what backward

@@ -1,12 +1,17 @@
 // The meta device and the memory planner: meta tensors have shapes and counted allocations but no
 // data; ops on them allocate what the CPU would; the planner's figures hold together (parameters
 // as the model's, activations linear in the batch, checkpointing and bf16 saving what they should;
-// checkpointing some blocks among the budget's options and the out-of-memory fixes).
+// checkpointing some blocks among the budget's options and the out-of-memory fixes); and a plan's
+// cost is bounded by the model's layers, not its tensors' sizes (no CPU memory for a huge classifier,
+// no work per sample for a huge batch).
 // How close the plan comes to a measured run is checked against `frugal train` (tests/train_check.sh
 // plan_matches_train), since only a whole run measures what a run holds.
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <functional>
+#include <new>
 #include <set>
 #include <string>
 #include <vector>
@@ -19,6 +24,22 @@
 #include "train/planner.h"
 
 using namespace frugal;
+
+// Heap allocations made on this thread while a count is on: a measure of work that needs no clock.
+// Every view, tensor handle and graph node is one, so a loop over samples shows as millions. This
+// replaces the program's operator new (the standard's way to observe it); it counts nothing unless asked.
+namespace {
+thread_local std::int64_t* t_heap_allocations = nullptr;
+}  // namespace
+
+void* operator new(std::size_t bytes) {
+  if (t_heap_allocations) ++*t_heap_allocations;
+  if (void* p = std::malloc(bytes == 0 ? 1 : bytes)) return p;
+  throw std::bad_alloc();
+}
+// Not inlined: GCC would then see free() meet a pointer from operator new and warn of a mismatch.
+[[gnu::noinline]] void operator delete(void* p) noexcept { std::free(p); }
+[[gnu::noinline]] void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 
 namespace {
 std::int64_t meta_allocated() { return default_caching_allocator(Device::meta()).caching_stats().allocated_bytes.current; }
@@ -184,4 +205,76 @@ TEST_CASE("the planner: an out-of-memory run under a limit is offered the fewest
   const std::vector<train::MemoryFix> unlimited = train::planned_fixes(failing, {});
   CHECK(std::any_of(unlimited.begin(), unlimited.end(),
                     [](const train::MemoryFix& f) { return f.text.rfind("--checkpoint-blocks 1-9: needs ", 0) == 0; }));
+}
+
+namespace {
+// What `body` cost: the heap allocations it made on this thread, and the bytes the CPU's allocator
+// handed out meanwhile (a plan needs none: everything it builds is on the meta device).
+struct Cost {
+  std::int64_t heap_allocations = 0;
+  std::int64_t cpu_bytes = 0;
+};
+Cost cost_of(const std::function<void()>& body) {
+  const CachingAllocator& cpu = default_caching_allocator(Device::cpu());
+  const std::int64_t cpu_before = cpu.caching_stats().allocated_bytes.allocated;
+  Cost cost;
+  t_heap_allocations = &cost.heap_allocations;
+  try {
+    body();
+  } catch (...) {
+    t_heap_allocations = nullptr;
+    throw;
+  }
+  t_heap_allocations = nullptr;
+  cost.cpu_bytes = cpu.caching_stats().allocated_bytes.allocated - cpu_before;
+  return cost;
+}
+}  // namespace
+
+TEST_CASE("meta tensors: a DefaultDeviceScope makes factories build on its device, for its lifetime") {
+  CHECK(empty({2}).device() == Device::cpu());
+  {
+    const DefaultDeviceScope on_meta(Device::meta());
+    CHECK(empty({2}).device() == Device::meta());
+    CHECK(zeros({}, {.dtype = DType::i64}).device() == Device::meta());  // options naming no device too
+    CHECK(empty({2}, {.device = Device::cpu()}).device() == Device::cpu());  // a device named wins
+    {
+      const DefaultDeviceScope on_cpu(Device::cpu());
+      CHECK(ones({2}).device() == Device::cpu());
+    }
+    CHECK(ones({2}).device() == Device::meta());
+  }
+  CHECK(empty({2}).device() == Device::cpu());
+}
+
+TEST_CASE("the planner: a million classes are planned without their memory") {
+  // MobileNetV2's classifier at 1 000 000 classes: 1280 x 10^6 weights, 5.1 GB of f32, which the
+  // planner once built on the CPU (and initialised) before moving it to the meta device.
+  train::TrainOptions o = full_mobilenet();
+  o.batch_size = 2;
+  train::MemoryPlan plan;
+  const Cost cost = cost_of([&] { plan = train::plan_memory(o, {.in_channels = 1, .num_classes = 1'000'000}); });
+  CHECK(plan.layers.back().name == "classifier.1");
+  CHECK(plan.layers.back().param_bytes == std::int64_t{1280 + 1} * 1'000'000 * 4);  // planned at full size all the same
+  CHECK(cost.cpu_bytes < (1 << 20));
+  CHECK(meta_allocated() == 0);
+}
+
+TEST_CASE("the planner: a plan's work does not grow with the batch or the image") {
+  // A million 4096x4096 images: 64 TiB per batch. On the meta device no op loops over the samples
+  // or the pixels, so the plan makes about as many heap allocations as at batch 64 of 32x32 (the
+  // convolutions once looped over the samples there, making views for each: 4.3 billion heap
+  // allocations, 2 minutes).
+  train::TrainOptions small = full_mobilenet(), huge = full_mobilenet();
+  small.batch_size = 64;
+  huge.batch_size = std::int64_t{1} << 20;
+  huge.image_size = 4096;
+  train::MemoryPlan huge_plan;
+  const Cost small_cost = cost_of([&] { train::plan_memory(small); });
+  const Cost huge_cost = cost_of([&] { huge_plan = train::plan_memory(huge); });
+  MESSAGE("heap allocations: ", small_cost.heap_allocations, " at batch 64 of 32x32, ", huge_cost.heap_allocations,
+          " at batch 2^20 of 4096x4096");
+  CHECK(huge_plan.data_bytes >= (std::int64_t{1} << 46));  // the batch was planned at its size
+  CHECK(huge_cost.heap_allocations < 2 * small_cost.heap_allocations);
+  CHECK(huge_cost.cpu_bytes < (1 << 20));
 }
