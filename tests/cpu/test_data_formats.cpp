@@ -256,11 +256,17 @@ TEST_CASE("AtomicFile: nothing under the final name before commit, no temporary 
   write_file_atomically(path, Bytes{9, 8});  // replaces the old file whole
   CHECK(read_bytes(path) == Bytes{9, 8});
 
-  // A failed rename (a folder that is not empty holds the name) leaves neither file nor temp file.
-  fs::create_directories(dir / "taken/inside");
-  CHECK_THROWS_WITH_AS(write_file_atomically(dir / "taken", Bytes{1}),
-                       contains(dir / "taken: cannot write it: rename into place failed"), WriteError);
+  // A failed rename (a folder that is not empty took the name after the file was opened) leaves
+  // neither file nor temp file.
+  {
+    AtomicFile file(dir / "taken");
+    file.write("x", 1);
+    fs::create_directories(dir / "taken/inside");
+    CHECK_THROWS_WITH_AS(file.commit(), contains(dir / "taken: cannot write it: rename into place failed"), WriteError);
+  }
   CHECK(files_in(dir.path) == std::vector<std::string>{"out", "taken"});
+  // A folder (a device, a FIFO) under the name is refused before anything is written.
+  CHECK_THROWS_WITH_AS(write_file_atomically(dir / "taken", Bytes{1}), contains(dir / "taken: is a folder"), FileError);
   CHECK_THROWS_WITH_AS(AtomicFile(dir / "no/such/folder/x"), contains("cannot create a temporary file"),
                        FileError);
 }
