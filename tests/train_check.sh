@@ -170,6 +170,10 @@ PY
       --save "$dir/c.safetensors"
     expect_one_line_error "^frugal train: the plan of this run allocates $size at its peak \(in [a-z ]+\), more than --memory-limit 24.00 MiB: it cannot fit, so it was not started"
     ! grep -q "^epoch" <<<"$out" || fail "a step was taken: $out"
+    # A batch of 2^20 under 1 GiB: refused by its plan in well under a second (it loaded its batch
+    # for 100 s before); the timeout only catches a return to that.
+    expect_exit 3 timeout 60 "$frugal" train --data "$dir" --batch-size 1048576 --memory-limit 1GiB --steps 1
+    expect_one_line_error "^frugal train: the plan of this run allocates .* more than --memory-limit 1.00 GiB"
     expect_exit 3 "$frugal" train --data "$dir" --model mobilenet_v2 --batch-size 256 --memory-limit 24MiB \
       --save "$dir/c.safetensors" --no-plan-check
     grep -q "^frugal train: out of memory at step 1 (batch size 256 on cpu):" <<<"$err" || fail "no OOM headline: $err"
