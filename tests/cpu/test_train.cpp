@@ -256,7 +256,7 @@ TEST_CASE("checkpoints: the data's identity tells other data apart without readi
   CHECK(identity(b).fingerprint != identity(a).fingerprint);
 }
 
-TEST_CASE("train: a non-finite loss stops the run and keeps the last good checkpoint; --allow-nonfinite goes on") {
+TEST_CASE("train: a non-finite loss stops the run and keeps the last good checkpoint, and --allow-nonfinite goes on") {
   TempDir dir;
   write_idx_folder(dir, 64);
   train::TrainOptions o = small_cnn_run(dir.path);
