@@ -313,12 +313,13 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
 // The sum of
 // anything holding one is not finite (as the GradScaler's probe); only a suspect sum, which could
 // also be a finite overflow, is confirmed element by element.
-std::string first_nonfinite(const nn::StateDict& dict) {
-  for (const auto& [name, tensor] : dict) {
-    if (!is_floating(tensor.dtype()) || std::isfinite(sum(tensor).to(Device::cpu()).item<double>())) continue;
-    const std::vector<double> values = tensor.to(Device::cpu()).to(DType::f64).to_vector<double>();
-    if (!std::all_of(values.begin(), values.end(), [](double v) { return std::isfinite(v); })) return name;
-  }
+std::string first_nonfinite(const nn::StateDict& dict, const nn::StateDict& more) {
+  for (const nn::StateDict* part : {&dict, &more})
+    for (const auto& [name, tensor] : *part) {
+      if (!is_floating(tensor.dtype()) || std::isfinite(sum(tensor).to(Device::cpu()).item<double>())) continue;
+      const std::vector<double> values = tensor.to(Device::cpu()).to(DType::f64).to_vector<double>();
+      if (!std::all_of(values.begin(), values.end(), [](double v) { return std::isfinite(v); })) return name;
+    }
   return "";
 }
 

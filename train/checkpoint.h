@@ -84,8 +84,9 @@ std::string metadata_crc(const nn::Metadata& metadata, const std::string& source
 // The same checks on a whole file held in memory (the fuzz target's entry point); `source` names it.
 Checkpoint parse_checkpoint(std::span<const std::uint8_t> bytes, const std::string& source);
 
-// The name of the first floating tensor of `dict` holding a NaN or an infinity; "" when all are finite.
-std::string first_nonfinite(const nn::StateDict& dict);
+// The name of the first floating tensor of `dict` (then of `more`) holding a NaN or an infinity; ""
+// when all are finite.
+std::string first_nonfinite(const nn::StateDict& dict, const nn::StateDict& more = {});
 // Whether the safetensors file at `path` says it is a frugal checkpoint (reads only the header).
 bool is_checkpoint(const std::string& path);
 

@@ -163,6 +163,7 @@ std::string rank_agreement_json(const TrainOptions& o) {
   j["bucket-views"] = o.bucket_views;
   j["zero1"] = o.zero1;
   j["device"] = o.device.is_cuda() ? "cuda" : o.device.str();
+  j["allow-nonfinite"] = o.allow_nonfinite;  // one rank stopping on a NaN loss alone would leave the others waiting
   return j.dump();
 }
 
@@ -303,7 +304,7 @@ void Run::resume_from(const std::string& path) {
   FRUGAL_CHECK_VALUE(!options.steps || *options.steps > p.global_step, path, ": the checkpoint is at step ",
                      p.global_step, ", so --steps ", options.steps.value_or(0), " leaves nothing to train");
   if (!options.allow_nonfinite) {
-    const std::string bad = first_nonfinite(c.model).empty() ? first_nonfinite(c.optimizer) : first_nonfinite(c.model);
+    const std::string bad = first_nonfinite(c.model, c.optimizer);
     FRUGAL_CHECK_VALUE(bad.empty(), path, ": tensor '", printable(bad), "' holds a NaN or an infinity: a diverged "
                        "run's checkpoint (--allow-nonfinite resumes it anyway)");
   }
@@ -353,8 +354,8 @@ void Run::save(const std::string& why) {
   // A finite loss can still leave non-finite weights behind its step: never replace a good
   // checkpoint with them.
   if (!options.allow_nonfinite) {
-    const std::string bad = first_nonfinite(weights).empty() ? first_nonfinite(optimizer_state) : first_nonfinite(weights);
-    if (!bad.empty()) diverged(*this, "'" + bad + "' holds a NaN or an infinity; nothing was saved");
+    const std::string bad = first_nonfinite(weights, optimizer_state);
+    if (!bad.empty()) diverged(*this, "'" + printable(bad) + "' holds a NaN or an infinity; nothing was saved");
   }
   save_checkpoint(options.save, {std::move(weights), std::move(optimizer_state), scaler->state_dict(),
                                  schedule->state_dict(), position, run_identity_json(options), data});
