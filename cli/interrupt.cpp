@@ -12,13 +12,15 @@ namespace {
 
 volatile std::sig_atomic_t g_signal = 0;
 
-// The first stop signal asks for a stop at the command's next boundary; a second one means "now"
+// The first stop signal asks for a stop at the command's next boundary; a second Ctrl-C means "now"
 // (a user pressing Ctrl-C again does not want to wait for the step or the evaluation to end): the
 // process ends at once, 128 + the signal, as the shell reports a command the signal killed. Nothing
 // is left half-written: AtomicFile's bytes are in a file with no name until they are complete
 // (core/mapped_file.h). Only async-signal-safe calls here: write and _exit.
 void on_stop_signal(int signal) {
-  if (g_signal != 0) {
+  // Only a key pressed again (Ctrl-C, Ctrl-\) means "now": a closed terminal sends SIGHUP twice (the
+  // kernel, then the shell), and a SIGTERM may be repeated by a supervisor; those still save first.
+  if (g_signal != 0 && (signal == SIGINT || signal == SIGQUIT)) {
     constexpr char kNow[] = "\nfrugal: a second stop signal: ending at once\n";
     [[maybe_unused]] const ssize_t written = ::write(STDERR_FILENO, kNow, sizeof kNow - 1);
     ::_exit(128 + signal);

@@ -2,8 +2,8 @@
 // kill (SIGTERM) - turned into a request a long-running command polls, so it can stop
 // at a point of its choosing (pack: between records; train: between optimizer steps, after saving a
 // checkpoint) and report. Its exit code is then 128 + the signal, as a shell reports a command a
-// signal stopped: 130 for Ctrl-C, 143 for SIGTERM. A second stop signal ends the process at once,
-// with the same code: nothing is half-written, since every output is an AtomicFile.
+// signal stopped: 130 for Ctrl-C, 143 for SIGTERM. A second Ctrl-C (or Ctrl-\\) ends the process at
+// once, with the same code: nothing is half-written, since every output is an AtomicFile.
 // Not here: SIGKILL, which nobody can catch; the commands write their files atomically for it.
 #pragma once
 

@@ -45,7 +45,9 @@ int report_error(const std::string& command, const Error& error) {
 std::vector<NamedPath> data_inputs(const std::vector<std::string>& sources, const std::string& test_data) {
   std::vector<NamedPath> inputs;
   for (const std::string& source : sources)
-    inputs.push_back({!test_data.empty() && source.starts_with(test_data) ? "--test-data" : "--data", source});
+    inputs.push_back({!test_data.empty() && (source == test_data || source.starts_with(test_data + "/")) ? "--test-data"
+                                                                                                       : "--data",
+                      source});
   return inputs;
 }
 

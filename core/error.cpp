@@ -42,7 +42,10 @@ namespace {
 std::size_t utf8_sequence(std::string_view text, std::size_t i, char32_t& code) {
   const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
   const unsigned char first = byte(i);
-  const std::size_t length = first >= 0xF0 && first <= 0xF4 ? 4 : first >= 0xE0 ? 3 : first >= 0xC2 && first < 0xE0 ? 2 : 0;
+  const std::size_t length = first >= 0xC2 && first <= 0xDF   ? 2
+                             : first >= 0xE0 && first <= 0xEF ? 3
+                             : first >= 0xF0 && first <= 0xF4 ? 4
+                                                              : 0;  // 0x80-0xC1 and 0xF5-0xFF never lead
   if (length == 0 || i + length > text.size()) return 0;
   code = first & (0x7F >> length);
   for (std::size_t k = 1; k < length; ++k) {

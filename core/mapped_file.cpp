@@ -233,14 +233,14 @@ AtomicFile::AtomicFile(std::string path) : path_(resolve_output_path(path)) {
   // The last line of defence of core/output_paths.h: rename() replaces a device node, a FIFO or a
   // folder's entry as readily as a file, so only a regular file (or a new name) is ever replaced.
   const std::string kind = file_kind(path_);
-  FRUGAL_CHECK_AS(FileError, kind.empty() || kind == "a regular file", path_, ": is ", kind,
+  FRUGAL_CHECK_AS(WriteError, kind.empty() || kind == "a regular file", path_, ": is ", kind,
                   "; frugal writes a new file or replaces a regular one, nothing else");
   remove_stale_temporaries(path_);
   fd_ = open_unnamed_file(folder_of(path_));
   if (fd_ < 0) {
     temp_path_ = temp_prefix(path_) + "XXXXXX";
     fd_ = ::mkostemp(temp_path_.data(), O_CLOEXEC);
-    FRUGAL_CHECK_AS(FileError, fd_ >= 0, path_, ": cannot create a temporary file beside it: ", errno_text(errno));
+    FRUGAL_CHECK_AS(WriteError, fd_ >= 0, path_, ": cannot create a temporary file beside it: ", errno_text(errno));
   }
   // mkstemp and O_TMPFILE under a umask create the file readable by fewer than a dataset's readers;
   // a dataset (or a weights file) is for anyone to read, as a plain open() under the usual umask

@@ -122,8 +122,9 @@ class MappedFile {
 // longer running, so what a killed writer left is gone by the next write of the same file.
 class AtomicFile {
  public:
-  // FileError if the folder does not exist or is not writable, or `path` exists and is not a regular
-  // file (a folder, a device, a FIFO, a socket). A symbolic link is followed (core/output_paths.h):
+  // WriteError (a FileError) if the folder does not exist or is not writable, or `path` exists and is
+  // not a regular file (a folder, a device, a FIFO, a socket): a failure to write, exit 1 in a command,
+  // since every command checks its outputs as bad input (exit 2) before it starts (core/output_paths.h). A symbolic link is followed (core/output_paths.h):
   // the file it names is replaced and path() names that file. Removes the stale temporary files of
   // the target (the Note above).
   explicit AtomicFile(std::string path);

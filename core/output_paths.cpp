@@ -89,8 +89,14 @@ void check_against_input(const CheckedOutput& output, const NamedPath& input) {
   const std::string named = input.flag.empty() ? input.path : input.flag + " " + input.path;
   FRUGAL_CHECK_VALUE(!output.exists || !same_file(*read, *output.exists), where, ": is the input ", named,
                      " (the same file); writing it would destroy what is read");
+  // Canonical and as spelled: ROOT/cat may be a link to a folder elsewhere, which the image folder
+  // follows, so ROOT/cat/1.png is among its images although its canonical path is not under ROOT.
+  const auto lexical = [](const std::string& path) { return fs::absolute(path).lexically_normal().string(); };
   if (S_ISDIR(read->st_mode))
-    FRUGAL_CHECK_VALUE(!in_subfolder(canonical_name(output.target), canonical_name(input.path)), where,
+    FRUGAL_CHECK_VALUE(!in_subfolder(canonical_name(output.target), canonical_name(input.path)) &&
+                           !in_subfolder(lexical(output.given.path), lexical(input.path)) &&
+                           !in_subfolder(lexical(output.target), lexical(input.path)),
+                       where,
                        ": is inside the input folder ", named, " (where its images are); a file there would "
                        "destroy or join what is read");
 }
@@ -102,12 +108,27 @@ std::string file_kind(const std::string& path) {
   return s ? kind_of(s->st_mode) : "";
 }
 
+namespace {
+
+// Linux's fs.protected_symlinks, which a rename onto the link's target would bypass: a link in a
+// sticky, world-writable folder (/tmp) is followed only when its owner is this user or the folder's,
+// so another user's link planted in /tmp cannot aim this process's write at this user's files.
+void check_link_may_be_followed(const std::string& link, const struct stat& link_stat) {
+  const auto folder = stat_of(folder_of(link), /*follow_links=*/true);
+  if (!folder || !(folder->st_mode & S_ISVTX) || !(folder->st_mode & S_IWOTH)) return;
+  FRUGAL_CHECK_VALUE(link_stat.st_uid == ::geteuid() || link_stat.st_uid == folder->st_uid, link,
+                     ": a symbolic link of another user in a shared folder (sticky, writable by all); not followed");
+}
+
+}  // namespace
+
 std::string resolve_output_path(const std::string& path) {
   std::string target = path;
   for (int links = 0;; ++links) {
     const auto s = stat_of(target, /*follow_links=*/false);
     if (!s || !S_ISLNK(s->st_mode)) return target;
     FRUGAL_CHECK_VALUE(links < kMaxLinks, path, ": more than ", kMaxLinks, " symbolic links in a row (a loop?)");
+    check_link_may_be_followed(target, *s);
     std::error_code error;
     const fs::path next = fs::read_symlink(target, error);
     FRUGAL_CHECK_VALUE(!error, path, ": cannot read the symbolic link ", target, ": ", error.message());

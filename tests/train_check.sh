@@ -640,6 +640,16 @@ PY
       done
       ! grep -q "^epoch" "$dir/out" || fail "a step was taken"
     done
+    # The same data on every rank: another --data (another size) is caught before the first step too.
+    mkdir -p "$dir/other" && make_subset "$dir/other" 80 16
+    set +e
+    "${FRUGAL_MPIRUN:-mpirun}" -np 1 --oversubscribe "$frugal" train --ddp "${mini[@]}" --batch-size 32 : \
+      -np 1 "$frugal" train --ddp "${mini[@]}" --batch-size 32 --data "$dir/other" >"$dir/out" 2>&1
+    code=$?
+    set -e
+    [ "$code" -eq 2 ] || fail "ranks on other data exited $code: $(cat "$dir/out")"
+    grep -Eq "^frugal train \(rank 0 of 2\): the ranks were started with different flags: rank 1 has --data \"80 samples" "$dir/out" ||
+      fail "other data on rank 1 not named: $(cat "$dir/out")"
     ;;
   ddp_without_mpi)
     # A build without MPI (FRUGAL_MPI=OFF) trains as one process, and --ddp says what is missing.
@@ -696,6 +706,15 @@ PY
     expect_exit 0 "$frugal" train "${mini[@]}" --save "$dir/link.st"
     [ -L "$dir/link.st" ] || fail "the link was replaced by a file"
     "$frugal" eval --weights "$dir/target.st" --data "$dir" >/dev/null || fail "the link's target is no checkpoint"
+    # Another user's link in a shared folder (sticky, writable by all, as /tmp) is not followed.
+    if [ "$(id -u)" -eq 0 ] && id nobody >/dev/null 2>&1; then
+      mkdir -m 1777 "$dir/shared"
+      ln -s "$dir/victim.txt" "$dir/shared/planted" && chown -h nobody "$dir/shared/planted"
+      echo precious >"$dir/victim.txt"
+      refused "--json $dir/shared/planted: a symbolic link of another user in a shared folder" \
+        --json "$dir/shared/planted"
+      [ "$(cat "$dir/victim.txt")" = precious ] || fail "the planted link's target was written"
+    fi
     # --save may be the --resume file: a run continued in place.
     expect_exit 0 "$frugal" train "${mini[@]}" --steps 2 --resume "$dir/r.st" --save "$dir/r.st"
     # Other commands: the same check.
@@ -789,7 +808,7 @@ PY
     # after the first; two at once would merge into one pending signal) lands while the first waits
     # for the step to end.
     make_subset "$dir" 3200 32
-    long=(--data "$dir" --model mobilenet_v2 --batch-size 64 --epochs 20 --workers 0)
+    long=(--data "$dir" --model mobilenet_v2 --batch-size 64 --epochs 20 --workers 0 --device cpu)
     "$frugal" train "${long[@]}" --save "$dir/c.st" >"$dir/out" 2>"$dir/err" &
     pid=$!
     for _ in $(seq 3000); do grep -q "^epoch 1/20 " "$dir/out" 2>/dev/null && break; sleep 0.02; done
@@ -802,7 +821,8 @@ PY
     # The evaluation itself polls the signal: one training step, then 10000 test images (seconds),
     # interrupted a second after the start; no accuracy of part of the split is reported.
     make_subset "$dir" 64 10000
-    "$frugal" train --data "$dir" --model mobilenet_v2 --batch-size 64 --epochs 1 --workers 0 >"$dir/out" 2>"$dir/err" &
+    "$frugal" train --data "$dir" --model mobilenet_v2 --batch-size 64 --epochs 1 --workers 0 --device cpu \
+      >"$dir/out" 2>"$dir/err" &
     pid=$!
     for _ in $(seq 3000); do grep -q "^mobilenet_v2, " "$dir/out" 2>/dev/null && break; sleep 0.02; done
     sleep 1

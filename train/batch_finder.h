@@ -44,7 +44,7 @@ inline constexpr std::int64_t kLargestAutoBatch = 4096;
 struct RunShape {
   PlanShape plan;                  // input channels and classes (--num-classes wins over the data's)
   std::int64_t train_samples = 0;  // the training split's size
-  std::vector<std::string> sources;  // the files and folders the data is read from (data/open_dataset.h)
+  std::vector<std::string> sources = {};  // the files and folders the data is read from (data/open_dataset.h)
 };
 RunShape run_shape(const TrainOptions& options);
 

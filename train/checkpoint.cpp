@@ -212,8 +212,10 @@ void check_consistent(const Checkpoint& c, const std::string& source) {
                        count_text(taken),
                        " but the position says ", steps, " steps were taken (fields disagree: damaged or edited)");
   }
+  // 0 is a scale a run can reach (--allow-nonfinite under f16: halved at every NaN step until f32
+  // underflows); GradScaler refuses it on resume, with its own message.
   if (const auto scale = scalar(c.scaler, "scale"))
-    FRUGAL_CHECK_VALUE(std::isfinite(*scale) && *scale > 0, source, ": the loss scale is ", *scale);
+    FRUGAL_CHECK_VALUE(std::isfinite(*scale) && *scale >= 0, source, ": the loss scale is ", *scale);
 }
 
 }  // namespace
@@ -310,9 +312,8 @@ void save_checkpoint(const std::string& path, const Checkpoint& c) {
   });
 }
 
-// The sum of
-// anything holding one is not finite (as the GradScaler's probe); only a suspect sum, which could
-// also be a finite overflow, is confirmed element by element.
+// The sum of anything holding a NaN or an infinity is not finite (as the GradScaler's probe); only a
+// suspect sum, which could also be a finite overflow, is confirmed element by element.
 std::string first_nonfinite(const nn::StateDict& dict, const nn::StateDict& more) {
   for (const nn::StateDict* part : {&dict, &more})
     for (const auto& [name, tensor] : *part) {

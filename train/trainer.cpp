@@ -167,12 +167,11 @@ std::string rank_agreement_json(const TrainOptions& o) {
   return j.dump();
 }
 
-// Every rank compares its options with rank 0's before any collective that depends on them: a rank
-// started with another --batch-size would otherwise train (its step silently another batch) or
-// hang at the epoch's end. On a mismatch every rank throws the same ValueError, naming the first
-// rank that differs and the flag.
-void check_ranks_agree(dist::Communicator& host, const TrainOptions& o) {
-  const std::string mine = rank_agreement_json(o);
+// Every rank compares `mine` (a JSON object keyed by flag names) with rank 0's before any collective
+// that depends on it: a rank started with another --batch-size would otherwise train (its step
+// silently another batch) or hang at the epoch's end. On a mismatch every rank throws the same
+// RanksDisagreeError, naming the first rank that differs and the flag.
+void check_ranks_agree(dist::Communicator& host, const std::string& mine) {
   const auto text_of = [&](int root) {  // rank `root`'s text, on every rank
     const Tensor length = from_vector(std::vector<std::int64_t>{static_cast<std::int64_t>(mine.size())});
     host.broadcast(length, root);
@@ -235,7 +234,7 @@ struct Run {
 Run::Run(const TrainOptions& o, const TrainHooks& h) : options(o), hooks(h) {
   if (o.ddp) {
     comms = open_communicators(o);
-    check_ranks_agree(*comms.host, o);
+    check_ranks_agree(*comms.host, rank_agreement_json(o));
   }
   if (o.memory_limit) set_memory_limit(o.device, *o.memory_limit);
   manual_seed(o.seed);  // the initial weights and the dropout draws
@@ -277,6 +276,12 @@ Run::Run(const TrainOptions& o, const TrainHooks& h) : options(o), hooks(h) {
   total_steps = steps_per_epoch * o.epochs;
   schedule = make_schedule(*optimizer, o, total_steps);
   if (!o.resume.empty()) resume_from(o.resume);
+  if (comms.host) {  // the same data, and the same step to start from (--data, --resume), on every rank
+    const nlohmann::ordered_json start = {
+        {"data", std::to_string(data.samples) + " samples, fingerprint " + data.fingerprint},
+        {"resume", o.resume.empty() ? "none" : "at step " + std::to_string(position.global_step)}};
+    check_ranks_agree(*comms.host, start.dump());
+  }
   if (o.leak_check) leaks.emplace(default_caching_allocator(o.device));
 }
 
@@ -477,14 +482,25 @@ void optimizer_step(Run& run, std::int64_t micro_batches) {
   run.trained_samples += static_cast<std::int64_t>(all.samples);
 }
 
-// Whether to stop now (SIGINT): with --ddp every rank stops when any was asked to, at the same step,
-// since a rank that went on would wait alone at its next collective.
-bool stop_requested(const Run& run) {
-  const bool mine = run.hooks.should_stop && run.hooks.should_stop();
+// Whether `mine` holds on any rank (with --ddp, a 1-element all-reduce every rank must enter).
+bool any_rank(const Run& run, bool mine) {
   if (!run.comms.host) return mine;
   const Tensor flag = full({1}, mine ? 1 : 0, {.dtype = DType::i32});
   run.comms.host->all_reduce(flag, dist::ReduceOp::max);
   return flag.item<std::int32_t>() != 0;
+}
+
+// Whether to stop now (SIGINT): with --ddp every rank stops when any was asked to, at the same step,
+// since a rank that went on would wait alone at its next collective.
+bool stop_requested(const Run& run) { return any_rank(run, run.hooks.should_stop && run.hooks.should_stop()); }
+
+// The test evaluation (rank 0's), and whether a stop signal cut it short: with --ddp the ranks that
+// did not evaluate learn it too, so that none goes on to the next epoch alone.
+std::optional<EvalResult> evaluate_test_or_stop(const Run& run, bool& interrupted) {
+  std::optional<EvalResult> test = evaluate_test(run);
+  interrupted = any_rank(run, test && test->interrupted);
+  if (test && test->interrupted) test.reset();  // figures for part of the split only: none reported
+  return test;
 }
 
 StepInfo step_info(const Run& run, double epoch_seconds, std::int64_t epoch_samples) {
@@ -675,10 +691,8 @@ TrainResult run_training(const TrainOptions& options, const TrainHooks& hooks, P
   while (run.position.epoch < options.epochs && !(options.steps && run.position.global_step >= *options.steps)) {
     end = train_epoch(run, last);
     if (end != EpochEnd::finished) break;
-    EpochInfo info{last, evaluate_test(run)};
-    // An evaluation cut short by SIGINT has figures for part of the split only: none are reported.
-    const bool evaluation_interrupted = info.test && info.test->interrupted;
-    if (evaluation_interrupted) info.test.reset();
+    bool evaluation_interrupted = false;
+    EpochInfo info{last, evaluate_test_or_stop(run, evaluation_interrupted)};
     result.test = info.test;
     if (hooks.on_epoch_end) hooks.on_epoch_end(info);
     run.position = {.epoch = run.position.epoch + 1, .global_step = run.position.global_step};
@@ -690,11 +704,9 @@ TrainResult run_training(const TrainOptions& options, const TrainHooks& hooks, P
     }
   }
   if (end == EpochEnd::stopped) {  // --steps: the model as it stopped (after SIGINT, none: it was asked to stop)
-    result.test = evaluate_test(run);
-    if (result.test && result.test->interrupted) {
-      result.test.reset();
-      end = EpochEnd::interrupted;
-    }
+    bool evaluation_interrupted = false;
+    result.test = evaluate_test_or_stop(run, evaluation_interrupted);
+    if (evaluation_interrupted) end = EpochEnd::interrupted;
   }
   result.final_loss = run.epoch_samples > 0 ? run.epoch_loss_sum / static_cast<double>(run.epoch_samples)
                                             : std::numeric_limits<double>::quiet_NaN();

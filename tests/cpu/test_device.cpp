@@ -89,5 +89,6 @@ TEST_CASE("printable: a file's text in a message never drives a terminal nor bre
   CHECK(printable("x\xe2\x80\xaey") == "x\\u{202e}y");      // a right-to-left override
   CHECK(printable("bad\xff\xfe") == "bad\\xff\\xfe");       // not UTF-8
   CHECK(printable("\xc0\xaf") == "\\xc0\\xaf");             // an overlong '/'
+  CHECK(printable("\xf8\x9b\x80z") == "\\xf8\\x9b\\x80z");     // 0xF8 leads nothing: its bytes (0x9B too) escaped
   CHECK(printable(std::string(300, 'a'), 10) == "aaaaaaaaaa...");
 }
