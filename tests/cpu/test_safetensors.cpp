@@ -63,7 +63,7 @@ void check_refused(const Bytes& bytes, const std::string& expected) {
 }  // namespace
 
 TEST_CASE("safetensors: a message never carries the file's raw bytes (invalid UTF-8, escape codes)") {
-  for (const std::string header : {std::string("{\"a\xff\xfe\":1}"), std::string("{\"\x1b[2J\":1}"),
+  for (const std::string& header : {std::string("{\"a\xff\xfe\":1}"), std::string("{\"\x1b[2J\":1}"),
                                    std::string("{\"ok\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},\"b\xc3\x28\":{}}"),
                                    std::string(R"({"\u001b[2J":{"dtype":"X","shape":[],"data_offsets":[0,4]}})")}) {
     Bytes bytes(8);
