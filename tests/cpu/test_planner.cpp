@@ -32,14 +32,33 @@ namespace {
 thread_local std::int64_t* t_heap_allocations = nullptr;
 }  // namespace
 
-void* operator new(std::size_t bytes) {
+// Every form that is not over-aligned is replaced, throwing and nothrow, single and array: a runtime
+// that supplies its own (AddressSanitizer does) must never see one of its blocks freed by ours, or
+// the reverse (ASan: alloc-dealloc-mismatch in std::stable_sort's nothrow temporary buffer).
+namespace {
+void* counted_malloc(std::size_t bytes) noexcept {
   if (t_heap_allocations) ++*t_heap_allocations;
-  if (void* p = std::malloc(bytes == 0 ? 1 : bytes)) return p;
+  return std::malloc(bytes == 0 ? 1 : bytes);
+}
+}  // namespace
+
+void* operator new(std::size_t bytes) {
+  if (void* p = counted_malloc(bytes)) return p;
   throw std::bad_alloc();
 }
+void* operator new[](std::size_t bytes) {
+  if (void* p = counted_malloc(bytes)) return p;
+  throw std::bad_alloc();
+}
+void* operator new(std::size_t bytes, const std::nothrow_t&) noexcept { return counted_malloc(bytes); }
+void* operator new[](std::size_t bytes, const std::nothrow_t&) noexcept { return counted_malloc(bytes); }
 // Not inlined: GCC would then see free() meet a pointer from operator new and warn of a mismatch.
 [[gnu::noinline]] void operator delete(void* p) noexcept { std::free(p); }
 [[gnu::noinline]] void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+[[gnu::noinline]] void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+[[gnu::noinline]] void operator delete[](void* p) noexcept { std::free(p); }
+[[gnu::noinline]] void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+[[gnu::noinline]] void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
 
 namespace {
 std::int64_t meta_allocated() { return default_caching_allocator(Device::meta()).caching_stats().allocated_bytes.current; }
