@@ -45,11 +45,6 @@ int madvise_flag(Access access) {
   return MADV_NORMAL;
 }
 
-std::string folder_of(const std::string& path) {
-  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
-  return parent.empty() ? std::string(".") : parent.string();
-}
-
 // Syncs the folder holding `path`, so a rename into it survives a power cut (POSIX makes a rename
 // durable only once its directory entry is written).
 void sync_folder_of(const std::string& path) {

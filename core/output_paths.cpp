@@ -30,11 +30,6 @@ std::string kind_of(mode_t mode) {
          : S_ISREG(mode) ? "a regular file" : "not a regular file";
 }
 
-std::string folder_of(const std::string& path) {
-  const fs::path parent = fs::path(path).parent_path();
-  return parent.empty() ? std::string(".") : parent.string();
-}
-
 // The absolute, link-free spelling of `path`, whose last part may not exist yet: two spellings of
 // one new file ("x.json", "./x.json") compare equal.
 std::string canonical_name(const std::string& path) {
@@ -74,6 +69,16 @@ CheckedOutput check_one(const NamedPath& output) {
   return checked;
 }
 
+// Linux's fs.protected_symlinks, which a rename onto the link's target would bypass: a link in a
+// sticky, world-writable folder (/tmp) is followed only when its owner is this user or the folder's,
+// so another user's link planted in /tmp cannot aim this process's write at this user's files.
+void check_link_may_be_followed(const std::string& link, const struct stat& link_stat) {
+  const auto folder = stat_of(folder_of(link), /*follow_links=*/true);
+  if (!folder || !(folder->st_mode & S_ISVTX) || !(folder->st_mode & S_IWOTH)) return;
+  FRUGAL_CHECK_VALUE(link_stat.st_uid == ::geteuid() || link_stat.st_uid == folder->st_uid, link,
+                     ": a symbolic link of another user in a shared folder (sticky, writable by all); not followed");
+}
+
 // Whether the file `output` lies in a subfolder of the folder `input` (both canonical): where an
 // image folder keeps its images (ROOT/CLASS/IMAGE). A file directly in the folder (a checkpoint kept
 // beside the data) is not the data's.
@@ -103,24 +108,15 @@ void check_against_input(const CheckedOutput& output, const NamedPath& input) {
 
 }  // namespace
 
+std::string folder_of(const std::string& path) {
+  const fs::path parent = fs::path(path).parent_path();
+  return parent.empty() ? std::string(".") : parent.string();
+}
+
 std::string file_kind(const std::string& path) {
   const auto s = stat_of(path, /*follow_links=*/false);
   return s ? kind_of(s->st_mode) : "";
 }
-
-namespace {
-
-// Linux's fs.protected_symlinks, which a rename onto the link's target would bypass: a link in a
-// sticky, world-writable folder (/tmp) is followed only when its owner is this user or the folder's,
-// so another user's link planted in /tmp cannot aim this process's write at this user's files.
-void check_link_may_be_followed(const std::string& link, const struct stat& link_stat) {
-  const auto folder = stat_of(folder_of(link), /*follow_links=*/true);
-  if (!folder || !(folder->st_mode & S_ISVTX) || !(folder->st_mode & S_IWOTH)) return;
-  FRUGAL_CHECK_VALUE(link_stat.st_uid == ::geteuid() || link_stat.st_uid == folder->st_uid, link,
-                     ": a symbolic link of another user in a shared folder (sticky, writable by all); not followed");
-}
-
-}  // namespace
 
 std::string resolve_output_path(const std::string& path) {
   std::string target = path;

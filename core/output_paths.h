@@ -39,6 +39,9 @@ void check_output_paths(const std::vector<NamedPath>& outputs, const std::vector
 // more than 40 links (a loop).
 std::string resolve_output_path(const std::string& path);
 
+// The folder a write to `path` creates its file in: its parent, "." for a bare name.
+std::string folder_of(const std::string& path);
+
 // "a folder", "a device", "a FIFO", "a socket", "a symbolic link", "a regular file": what `path`
 // is, for an error; "" when it does not exist.
 std::string file_kind(const std::string& path);

@@ -228,13 +228,12 @@ std::vector<std::string> format_sources(const std::string& path, Format format) 
       add((fs::path(path) / "test_batch.bin").string());
       break;
     case Format::shard:
+    case Format::image_folder:  // the test split is a sibling (see the top of data/open_dataset.h)
       files.push_back(path);
       add(sibling_test_split(path));
       break;
     case Format::split_folders:
-    case Format::image_folder:
       files.push_back(path);
-      if (format == Format::image_folder) add(sibling_test_split(path));
       break;
   }
   return files;

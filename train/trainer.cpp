@@ -337,11 +337,6 @@ std::string last_good_checkpoint(const Run& run) {
   return "the last good checkpoint is " + run.last_checkpoint + " (step " + std::to_string(run.last_checkpoint_step) + ")";
 }
 
-std::string exact_number(double value) {
-  if (std::isnan(value)) return "nan";
-  return std::isinf(value) ? (value > 0 ? "inf" : "-inf") : std::to_string(value);
-}
-
 [[noreturn]] void diverged(const Run& run, const std::string& what) {
   FRUGAL_THROW(TrainingDivergedError, what, " at step ", run.position.global_step, " (epoch ", run.position.epoch + 1,
                "); ", last_good_checkpoint(run),
@@ -473,7 +468,8 @@ void optimizer_step(Run& run, std::int64_t micro_batches) {
   ++run.position.global_step;
   ++run.steps_taken;
   // Every rank holds the same totals, so every rank stops here together.
-  if (!std::isfinite(all.loss_sum) && !o.allow_nonfinite) diverged(run, "the loss became " + exact_number(all.loss_sum));
+  if (!std::isfinite(all.loss_sum) && !o.allow_nonfinite)
+    diverged(run, std::string("the loss became ") + (std::isnan(all.loss_sum) ? "nan" : all.loss_sum > 0 ? "inf" : "-inf"));
   run.epoch_loss_sum += all.loss_sum;
   run.epoch_samples += static_cast<std::int64_t>(all.samples);
   run.position.loss_sum += all.loss_sum;

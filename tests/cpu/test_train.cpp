@@ -147,6 +147,14 @@ train::Checkpoint small_checkpoint() {
   return c;
 }
 
+// small_checkpoint's position as its metadata holds it, with the global step written as `step` (a
+// JSON number's text: "2.5" is no count) and `correct` samples right.
+std::string small_position(const std::string& step, int correct) {
+  return R"({"epoch":0,"batch":2,"global_step":)" + step +
+         R"(,"generator_seed":"1","generator_offset":"2","loss_sum":"3.5","correct":)" + std::to_string(correct) +
+         R"(,"samples":8})";
+}
+
 // The file at `path` with metadata `key` set to `value`: its tensors (and so their CRC-32s) as they
 // were, and with `record_crc` the metadata's CRC-32 recorded anew (an edit made on purpose).
 void rewrite_metadata(const std::string& path, const std::string& key, const std::string& value, bool record_crc = true) {
@@ -214,26 +222,21 @@ TEST_CASE("checkpoints: fields that disagree are refused when saved and when loa
 
   // Edited on disk, with the tensors' CRC-32s intact: the position no longer matches the schedule.
   train::save_checkpoint(path, small_checkpoint());
-  rewrite_metadata(path, "position",
-                   R"({"epoch":0,"batch":2,"global_step":3,"generator_seed":"1","generator_offset":"2","loss_sum":"3.5","correct":3,"samples":8})");
+  rewrite_metadata(path, "position", small_position("3", 3));
   CHECK_THROWS_WITH_AS(train::load_checkpoint(path), doctest::Contains("the schedule has taken 2 steps but the position says 3"),
                        ValueError);
   train::save_checkpoint(path, small_checkpoint());
-  rewrite_metadata(path, "position",
-                   R"({"epoch":0,"batch":2,"global_step":2,"generator_seed":"1","generator_offset":"2","loss_sum":"3.5","correct":9,"samples":8})");
+  rewrite_metadata(path, "position", small_position("2", 9));
   CHECK_THROWS_WITH_AS(train::load_checkpoint(path), doctest::Contains("9 correct of 8 samples"), ValueError);
 
   // The same edit without recording the metadata's CRC-32 anew: a flipped count is caught as damage.
   train::save_checkpoint(path, small_checkpoint());
-  rewrite_metadata(path, "position",
-                   R"({"epoch":0,"batch":2,"global_step":2,"generator_seed":"1","generator_offset":"2","loss_sum":"3.5","correct":2,"samples":8})",
-                   /*record_crc=*/false);
+  rewrite_metadata(path, "position", small_position("2", 2), /*record_crc=*/false);
   CHECK_THROWS_WITH_AS(train::load_checkpoint(path), doctest::Contains("the checkpoint's metadata is damaged: its CRC-32 is"),
                        ValueError);
   // A count that is no whole number.
   train::save_checkpoint(path, small_checkpoint());
-  rewrite_metadata(path, "position",
-                   R"({"epoch":0,"batch":2,"global_step":2.5,"generator_seed":"1","generator_offset":"2","loss_sum":"3.5","correct":2,"samples":8})");
+  rewrite_metadata(path, "position", small_position("2.5", 2));
   CHECK_THROWS_WITH_AS(train::load_checkpoint(path), doctest::Contains("checkpoint position has a bad number"), ValueError);
 }
 
