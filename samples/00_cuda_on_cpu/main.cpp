@@ -4,13 +4,15 @@
 // __syncthreads left out: the emulator's hazard checker stops the launch and prints which threads
 // raced on which word of shared memory. Then the correct kernel, which logs which thread loads which
 // tile element in each phase; the sample prints the log in execution order, for two schedules, and
-// checks C against a CPU reference. The kernel source is ordinary CUDA: with nvcc, FRUGAL_LAUNCH
-// would be <<<grid, block, shared, stream>>> and the same code would run on a GPU.
+// checks C against a CPU reference. It exits 1 when the checker misses the race, a load is missing
+// from the log or C is wrong (samples/checks.h). The kernel source is ordinary CUDA: with nvcc,
+// FRUGAL_LAUNCH would be <<<grid, block, shared, stream>>> and the same code would run on a GPU.
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "core/cuda/kernel_support.h"
+#include "samples/checks.h"
 
 namespace {
 
@@ -59,7 +61,7 @@ std::vector<float> reference(const std::vector<float>& a, const std::vector<floa
 constexpr std::size_t kSharedBytes = 2 * kTile * kTile * sizeof(float);
 
 // The kernel without its first barrier: the hazard checker names the race instead of a wrong C.
-void run_without_barrier(const std::vector<float>& a, const std::vector<float>& b) {
+void run_without_barrier(const std::vector<float>& a, const std::vector<float>& b, frugal::samples::Checks& checks) {
   std::vector<float> c(kN * kN, 0.0f);
   std::vector<Load> log(2 * kN * kN * (kN / kTile));
   int log_size = 0;
@@ -67,13 +69,15 @@ void run_without_barrier(const std::vector<float>& a, const std::vector<float>& 
   try {
     FRUGAL_LAUNCH(dim3(kN / kTile, kN / kTile), dim3(kTile, kTile), kSharedBytes, nullptr, tiled_matmul<false>)(
         a.data(), b.data(), c.data(), kN, log.data(), &log_size);
-    std::printf("  the launch finished: the hazard checker missed the race\n\n");
+    checks.expect(false, "the hazard checker stops the launch without the first __syncthreads (it finished)");
+    std::printf("\n");
   } catch (const frugal::emu::KernelError& error) {
     std::printf("  %s\n\n", error.message().c_str());
   }
 }
 
-void run(frugal::emu::Schedule schedule, const std::vector<float>& a, const std::vector<float>& b, bool print_log) {
+void run(frugal::emu::Schedule schedule, const std::vector<float>& a, const std::vector<float>& b, bool print_log,
+         frugal::samples::Checks& checks) {
   frugal::emu::OptionsScope scope({.schedule = schedule, .seed = 1});
   std::vector<float> c(kN * kN, 0.0f);
   std::vector<Load> log(2 * kN * kN * (kN / kTile));
@@ -83,6 +87,7 @@ void run(frugal::emu::Schedule schedule, const std::vector<float>& a, const std:
 
   std::printf("schedule %s: %d loads logged (%d threads x %d phases x 2 matrices)\n",
               std::string(frugal::emu::schedule_name(schedule)).c_str(), log_size, kN * kN, kN / kTile);
+  checks.expect(log_size == 2 * kN * kN * (kN / kTile), "every thread logged both loads of every phase");
   if (print_log) {
     int last_block = -1, last_phase = -1;
     for (int i = 0; i < log_size; i += 2) {
@@ -100,8 +105,11 @@ void run(frugal::emu::Schedule schedule, const std::vector<float>& a, const std:
   const auto expected = reference(a, b);
   float worst = 0.0f;
   for (int i = 0; i < kN * kN; ++i) worst = std::max(worst, std::abs(c[i] - expected[i]));
-  std::printf("  C matches the CPU reference: %s (largest difference %g; small integers make it exact)\n\n",
+  std::printf("  C matches the CPU reference: %s (largest difference %g; small integers make it exact)\n",
               worst == 0.0f ? "yes" : "NO", worst);
+  checks.expect(worst == 0.0f, "C equals the CPU reference exactly, schedule " +
+                                   std::string(frugal::emu::schedule_name(schedule)));
+  std::printf("\n");
 }
 
 }  // namespace
@@ -114,11 +122,12 @@ int main() {
   }
   std::printf("tiled matmul: %dx%d matrices, %dx%d tiles, grid (%d,%d) of (%d,%d)-thread blocks, in the CUDA emulator\n\n",
               kN, kN, kTile, kTile, kN / kTile, kN / kTile, kTile, kTile);
-  run_without_barrier(a, b);
+  frugal::samples::Checks checks;
+  run_without_barrier(a, b, checks);
   std::printf("With it:\n");
-  run(frugal::emu::Schedule::forward, a, b, true);
+  run(frugal::emu::Schedule::forward, a, b, true, checks);
   std::printf("The same launch with the threads of each block run in a shuffled order between barriers:\n");
-  run(frugal::emu::Schedule::shuffle, a, b, true);
-  run(frugal::emu::Schedule::reverse, a, b, false);
-  return 0;
+  run(frugal::emu::Schedule::shuffle, a, b, true, checks);
+  run(frugal::emu::Schedule::reverse, a, b, false, checks);
+  return checks.exit_code("00_cuda_on_cpu");
 }

@@ -6,6 +6,8 @@
 //      with expandable segments.
 //   4. Recording: the allocator's history as a Chrome trace for Perfetto.
 // Runs on cuda:0 when a GPU is usable, otherwise on the CPU; part 3 always uses a simulated device.
+// Each part checks what it shows (samples/checks.h) and the sample exits 1 when one is false; under
+// FRUGAL_ALLOC=direct, which bypasses the cache, part 1 has no cache to judge.
 //   02_caching_allocator [TRACE_JSON]   (default: 02_caching_allocator_trace.json in the current folder)
 #include <chrono>
 #include <cstdio>
@@ -20,6 +22,7 @@
 #include "memory/alloc_trace.h"
 #include "models/training_trace.h"
 #include "kernels/cpu_runtime.h"
+#include "samples/checks.h"
 
 using namespace frugal;
 
@@ -36,24 +39,34 @@ constexpr int kTraceBatch = 16, kTraceResolution = 64;
 // are a few percent of the peak, so the device needs that much room on top.
 constexpr int kHeadroomPercent = 10;
 
-void caching_saves_device_calls(Device device) {
+void caching_saves_device_calls(Device device, samples::Checks& checks) {
   std::cout << "1. Caching: the device is asked once, not 1000 times\n";
   CachingAllocator& allocator = default_caching_allocator(device);
-  const CachingStats before = allocator.caching_stats();
+  const auto backing_calls = [&allocator] {
+    const CachingStats s = allocator.caching_stats();
+    return s.backing_allocs + s.backing_maps;
+  };
+  const std::int64_t before = backing_calls();
+  std::int64_t after_first = 0;  // the first allocation may reach the device (one segment, or its chunks)
   const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < 1000; ++i) Tensor t = empty({1024, 1024}, {.device = device});  // 4 MiB, freed at once
+  for (int i = 0; i < 1000; ++i) {
+    Tensor t = empty({1024, 1024}, {.device = device});  // 4 MiB, freed at once
+    if (i == 0) after_first = backing_calls();
+  }
   const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
   const CachingStats after = allocator.caching_stats();
   std::printf("   1000 x empty({1024, 1024}) on %s: %lld backing calls, %.2f us per allocate+free\n",
-              device.str().c_str(),
-              static_cast<long long>(after.backing_allocs + after.backing_maps - before.backing_allocs - before.backing_maps),
-              us / 1000);
+              device.str().c_str(), static_cast<long long>(backing_calls() - before), us / 1000);
   std::printf("   reserved now %s, allocated %s: the cache keeps the block for the next request\n",
               format_size(after.reserved_bytes.current).c_str(), format_size(after.allocated_bytes.current).c_str());
-  std::printf("   empty_cache() gave back %s\n\n", format_size(allocator.empty_cache()).c_str());
+  const std::size_t returned = allocator.empty_cache();
+  std::printf("   empty_cache() gave back %s\n\n", format_size(returned).c_str());
+  if (allocator.name() == "direct") return;  // FRUGAL_ALLOC=direct: every request goes to the device, by design
+  checks.expect(backing_calls() == after_first, "the 999 allocations after the first reach the device 0 times");
+  checks.expect(returned >= (std::size_t{4} << 20), "the freed 4 MiB block stays cached until empty_cache()");
 }
 
-void a_limit_and_an_explained_oom(Device device) {
+void a_limit_and_an_explained_oom(Device device, samples::Checks& checks) {
   std::cout << "2. A memory limit, and an OOM that explains itself\n";
   CachingAllocator& allocator = default_caching_allocator(device);
   const std::size_t limit = allocator.backing().held_bytes() + (64 << 20);
@@ -62,6 +75,7 @@ void a_limit_and_an_explained_oom(Device device) {
   Tensor kept = empty({8, 1024, 1024}, {.device = device});  // 32 MiB
   try {
     Tensor too_big = empty({12, 1024, 1024}, {.device = device});  // 48 MiB more: over the limit
+    checks.expect(false, "48 MiB more than 32 MiB under a 64 MiB limit throws OutOfMemoryError");
   } catch (const OutOfMemoryError& error) {
     std::cout << "   OutOfMemoryError: " << error.message() << "\n";
   }
@@ -73,7 +87,7 @@ void a_limit_and_an_explained_oom(Device device) {
   set_memory_limit(device, kUnlimited);
 }
 
-void fragmentation_on_a_simulated_device() {
+void fragmentation_on_a_simulated_device(samples::Checks& checks) {
   std::cout << "3. Fragmentation: PyTorch's rules against expandable segments, same trace, same device\n";
   const models::TrainingTraceOptions options{.batch_size = kTraceBatch, .steps = 8, .resolution = kTraceResolution};
   const auto start = std::chrono::steady_clock::now();
@@ -95,11 +109,14 @@ void fragmentation_on_a_simulated_device() {
                 static_cast<double>(r.peak_reserved_bytes) / static_cast<double>(r.peak_live_bytes),
                 static_cast<long long>(r.alloc_retries), r.oom ? "OUT OF MEMORY" : "fits");
     if (r.oom) std::cout << "     at trace line " << r.oom->event << ": " << r.oom->message << "\n";
+    // The lesson: the same trace on the same device, out of memory in fixed segments only.
+    checks.expect(r.oom.has_value() != expandable, expandable ? "with expandable segments the trace fits"
+                                                              : "under PyTorch's rules the trace runs out of memory");
   }
   std::cout << "\n";
 }
 
-void record_a_timeline(Device device, const std::string& path) {
+void record_a_timeline(Device device, const std::string& path, samples::Checks& checks) {
   std::cout << "4. Recording: the allocator's history as a timeline\n";
   CachingAllocator& allocator = default_caching_allocator(device);
   allocator.record_history(10000);
@@ -116,6 +133,7 @@ void record_a_timeline(Device device, const std::string& path) {
   allocator.record_history(0);
   std::printf("   %zu events written to %s: open it in https://ui.perfetto.dev or chrome://tracing\n\n", events,
               path.c_str());
+  checks.expect(events >= 2 * 9, "the history holds the 9 allocations and their 9 frees");
 }
 
 }  // namespace
@@ -126,10 +144,11 @@ int main(int argc, char** argv) {
   std::cout << "device: " << device;
   if (device.is_cpu()) std::cout << " (" << cuda_status().reason << ")";
   std::cout << "\n\n";
-  caching_saves_device_calls(device);
-  a_limit_and_an_explained_oom(device);
-  fragmentation_on_a_simulated_device();
-  record_a_timeline(device, argc > 1 ? argv[1] : "02_caching_allocator_trace.json");
+  samples::Checks checks;
+  caching_saves_device_calls(device, checks);
+  a_limit_and_an_explained_oom(device, checks);
+  fragmentation_on_a_simulated_device(checks);
+  record_a_timeline(device, argc > 1 ? argv[1] : "02_caching_allocator_trace.json", checks);
   std::cout << default_caching_allocator(device).memory_summary();
-  return 0;
+  return checks.exit_code("02_caching_allocator");
 }

@@ -4,19 +4,26 @@
 //      with one sample's column matrix borrowed from the allocator.
 //   2. The im2col lesson: that column matrix is KH*KW times the input; frugal builds it one sample
 //      at a time, and the allocator's `workspace` tag shows what that saves against the whole batch.
-//   3. Memory-bound against compute-bound: the depthwise layer does ~1/20 of the dense layer's
-//      arithmetic but is far from 1/20 of its time.
+//   3. Memory-bound against compute-bound: the depthwise layer does 1/28 of the dense layer's
+//      arithmetic but is far from 1/28 of its time.
 //   4. On a GPU: native kernels against cuDNN, and cuDNN's algorithm and workspace under a limit.
 // Runs on cuda:0 when a GPU is usable, otherwise on the CPU (part 4 then says why it is skipped).
+// Parts 1 to 3 check what they show (samples/checks.h): the native path each layer takes and the
+// scratch it borrows (when the device runs the native convolution: cuDNN, a GPU's default, chooses
+// its own), and that the depthwise layer computes at a lower rate than the dense one. The sample
+// exits 1 when one is false.
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <string>
+#include <string_view>
 
 #include "core/caching_allocator.h"
 #include "core/cuda_status.h"
 #include "core/random.h"
 #include "kernels/conv.h"
 #include "kernels/cpu_runtime.h"
+#include "samples/checks.h"
 
 using namespace frugal;
 
@@ -36,18 +43,25 @@ struct Layer {
   const char* name;
   Shape x, w;
   Conv2dOptions options;
+  const char* native_path;  // the path frugal's native convolution must take
 };
+
+// The bytes of one sample's im2col matrix: one row per (input channel, tap), one column per output pixel.
+std::size_t column_bytes(const Shape& x, const Shape& w, const Conv2dOptions& options) {
+  const Shape y = conv2d_output_shape(x, w, options);
+  return static_cast<std::size_t>(w[1] * w[2] * w[3] * y[2] * y[3]) * sizeof(float);
+}
 
 std::int64_t workspace_peak(Device device) {
   return allocator_for(device).stats().tag_bytes[static_cast<int>(MemoryTag::workspace)].peak;
 }
 
-void three_paths(Device device, std::int64_t batch) {
+void three_paths(Device device, std::int64_t batch, samples::Checks& checks) {
   std::printf("1. Three paths, batch %lld at 56x56 on %s\n", static_cast<long long>(batch), device.str().c_str());
   const Layer layers[] = {
-      {"1x1 expand 24->144", {batch, 24, 56, 56}, {144, 24, 1, 1}, {}},
-      {"3x3 depthwise 144", {batch, 144, 56, 56}, {144, 1, 3, 3}, {.padding = {1, 1}, .groups = 144}},
-      {"3x3 dense 64->64", {batch, 64, 56, 56}, {64, 64, 3, 3}, {.padding = {1, 1}}},
+      {"1x1 expand 24->144", {batch, 24, 56, 56}, {144, 24, 1, 1}, {}, "1x1 gemm"},
+      {"3x3 depthwise 144", {batch, 144, 56, 56}, {144, 1, 3, 3}, {.padding = {1, 1}, .groups = 144}, "depthwise"},
+      {"3x3 dense 64->64", {batch, 64, 56, 56}, {64, 64, 3, 3}, {.padding = {1, 1}}, "im2col+gemm"},
   };
   std::printf("   %-20s %-12s %10s %10s %12s\n", "layer", "path", "ms", "GFLOP/s", "workspace");
   for (const Layer& layer : layers) {
@@ -58,11 +72,16 @@ void three_paths(Device device, std::int64_t batch) {
     const double flops = 2.0 * static_cast<double>(shape_numel(y) * layer.w[1] * layer.w[2] * layer.w[3]);
     std::printf("   %-20s %-12s %10.2f %10.1f %12s\n", layer.name, decision.algorithm.c_str(), s * 1e3, flops / s / 1e9,
                 format_size(decision.workspace_bytes).c_str());
+    if (decision.impl != ConvImpl::native) continue;  // cuDNN picks its own algorithm and workspace
+    const bool columns = std::string_view(layer.native_path) == "im2col+gemm";
+    checks.expect(decision.algorithm == layer.native_path, std::string(layer.name) + " takes the " + layer.native_path + " path");
+    checks.expect(decision.workspace_bytes == (columns ? column_bytes(layer.x, layer.w, layer.options) : 0),
+                  std::string(layer.name) + (columns ? " borrows one sample's column matrix" : " borrows no scratch"));
   }
   std::printf("\n");
 }
 
-void im2col_lesson(Device device, std::int64_t batch) {
+void im2col_lesson(Device device, std::int64_t batch, samples::Checks& checks) {
   std::printf("2. im2col's scratch: one sample at a time, not the whole batch\n");
   const Shape xs{batch, 64, 56, 56}, ws{64, 64, 3, 3};
   const Tensor x = uniform(xs, -1.0, 1.0, {.device = device}), w = uniform(ws, -1.0, 1.0, {.device = device});
@@ -70,6 +89,9 @@ void im2col_lesson(Device device, std::int64_t batch) {
   const std::int64_t before = workspace_peak(device);
   const Tensor y = conv2d(x, w, Tensor(), {.padding = {1, 1}});
   const std::size_t per_sample = static_cast<std::size_t>(workspace_peak(device) - before);
+  if (last_conv2d_decision().impl == ConvImpl::native)
+    checks.expect(per_sample == column_bytes(xs, ws, {.padding = {1, 1}}),
+                  "the workspace tag's peak is one sample's column matrix, whatever the batch");
   std::printf("   input %s (%s): the column matrix of one sample is [64*3*3, 56*56] = %s\n", shape_str(xs).c_str(),
               format_size(x.nbytes()).c_str(), format_size(per_sample).c_str());
   std::printf("   peak bytes under the tag 'workspace' during the call: %s; for the whole batch at once it would\n"
@@ -78,7 +100,7 @@ void im2col_lesson(Device device, std::int64_t batch) {
               static_cast<double>(per_sample) * static_cast<double>(batch) / static_cast<double>(x.nbytes()));
 }
 
-void memory_bound(Device device, std::int64_t batch) {
+void memory_bound(Device device, std::int64_t batch, samples::Checks& checks) {
   std::printf("3. Depthwise is memory-bound\n");
   const Tensor xd = uniform({batch, 144, 56, 56}, -1.0, 1.0, {.device = device});
   const Tensor wd = uniform({144, 1, 3, 3}, -1.0, 1.0, {.device = device});
@@ -92,6 +114,9 @@ void memory_bound(Device device, std::int64_t batch) {
   std::printf("   dense 64->64:    %.1f MFLOP in %.2f ms\n", dense_flops / 1e6, dense_s * 1e3);
   std::printf("   %.0fx fewer flops, but only %.1fx less time: the depthwise layer waits on memory\n\n",
               dense_flops / depthwise_flops, dense_s / depthwise_s);
+  // Timings on a shared CPU vary by tens of percent; the claim is an order of magnitude (3.7x against 28x).
+  checks.expect(dense_s / depthwise_s < dense_flops / depthwise_flops,
+                "the depthwise layer computes fewer flops per second than the dense one");
 }
 
 void native_against_cudnn(Device device, std::int64_t batch) {
@@ -129,11 +154,12 @@ int main(int, char** argv) {
   try {
     const Device device = cuda_available() ? Device::cuda(0) : Device::cpu();
     const std::int64_t batch = device.is_cuda() ? 64 : 8;  // the CPU gets a batch it finishes in seconds
-    three_paths(device, batch);
-    im2col_lesson(device, batch);
-    memory_bound(device, batch);
+    samples::Checks checks;
+    three_paths(device, batch, checks);
+    im2col_lesson(device, batch, checks);
+    memory_bound(device, batch, checks);
     native_against_cudnn(device, batch);
-    return 0;
+    return checks.exit_code("03_convolution");
   } catch (const Error& error) {
     std::fprintf(stderr, "03_convolution: %s\n", error.what());
     return 1;

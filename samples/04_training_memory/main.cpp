@@ -6,7 +6,11 @@
 //      of each against the baseline, and the gradients' largest difference from the baseline's.
 //   3. zero_grad() with set_to_none frees the gradients; empty_cache() returns cached blocks.
 // Runs on cuda:0 when a GPU is usable, otherwise on the CPU, where the allocator keeps the same books.
+// Each claim is checked on those books (samples/checks.h: activations dominate the step, each
+// mitigation saves what it promises with the gradients it promises, zero_grad() leaves no gradient
+// bytes, empty_cache() returns some); the sample exits 1 when one is false.
 #include <cmath>
+#include <limits>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -21,6 +25,7 @@
 #include "nn/layers.h"
 #include "nn/optim.h"
 #include "kernels/cpu_runtime.h"
+#include "samples/checks.h"
 
 using namespace frugal;
 namespace F = frugal::functional;
@@ -33,7 +38,24 @@ struct Settings {
   const char* name;
   bool inplace = false, checkpointed = false, autocast = false;
   int micro_batches = 1;
+  // What the sample claims for it: its activation peak below this share of the baseline's, and how
+  // its gradients compare with the baseline's.
+  double activation_share_below = 1.0;
+  enum class Gradients { same, bf16_rounding, differ_by_design } gradients = Gradients::same;
 };
+
+// The largest difference from the baseline's gradients that a claim allows.
+double allowed_difference(Settings::Gradients claim, Device device) {
+  switch (claim) {
+    case Settings::Gradients::same:
+      return samples::same_within(device);
+    case Settings::Gradients::bf16_rounding:
+      return 1e-2;  // 1.8e-3 measured: bf16 keeps 8 significant bits
+    case Settings::Gradients::differ_by_design:
+      break;
+  }
+  return std::numeric_limits<double>::infinity();
+}
 
 // conv 3x3 - BN - ReLU6, four times, then global pooling and a classifier.
 struct Model {
@@ -118,6 +140,7 @@ double largest_difference(const std::vector<Tensor>& a, const std::vector<Tensor
 int main(int, char** argv) {
   frugal::configure_cpu_runtime(argv);  // kernels/cpu_runtime.h
   try {
+    samples::Checks checks;
     const Device device = cuda_available() ? Device::cuda(0) : Device::cpu();
     std::printf("device: %s, batch %lld of %lldx%lld RGB images\n\n", device.str().c_str(), static_cast<long long>(kBatch),
                 static_cast<long long>(kSide), static_cast<long long>(kSide));
@@ -126,19 +149,32 @@ int main(int, char** argv) {
 
     std::printf("1. One training step, peak bytes per tag\n");
     const Measured base = one_step({"baseline"}, device, images, labels, true);
+    for (MemoryTag tag : {MemoryTag::param, MemoryTag::grad, MemoryTag::optimizer})
+      checks.expect(base.activation_peak > peak(device, tag),
+                    "activations dominate: their peak is above " + std::string(memory_tag_name(tag)) + "'s");
 
     std::printf("2. Each mitigation alone: activation peak, and gradients against the baseline's\n");
     std::printf("   %-26s %12s %8s %16s\n", "setting", "activations", "ratio", "max |grad diff|");
     std::printf("   %-26s %12s %8.2f %16s\n", "baseline", format_size(static_cast<std::size_t>(base.activation_peak)).c_str(), 1.0, "-");
-    const Settings mitigations[] = {{"in-place ReLU6", true},
-                                    {"checkpoint each block", false, true},
-                                    {"autocast bf16", false, false, true},
-                                    {"4 micro-batches", false, false, false, 4}};
+    // bf16 keeps about half the bytes and rounds; micro-batches keep a quarter and differ by design.
+    using G = Settings::Gradients;
+    const Settings mitigations[] = {
+        {.name = "in-place ReLU6", .inplace = true},
+        {.name = "checkpoint each block", .checkpointed = true},
+        {.name = "autocast bf16", .autocast = true, .activation_share_below = 0.6, .gradients = G::bf16_rounding},
+        {.name = "4 micro-batches", .micro_batches = 4, .activation_share_below = 0.3, .gradients = G::differ_by_design}};
     for (const Settings& s : mitigations) {
       const Measured m = one_step(s, device, images, labels, false);
+      const double share = static_cast<double>(m.activation_peak) / static_cast<double>(base.activation_peak);
+      const double difference = largest_difference(m.grads, base.grads);
       std::printf("   %-26s %12s %8.2f %16.2e\n", s.name, format_size(static_cast<std::size_t>(m.activation_peak)).c_str(),
-                  static_cast<double>(m.activation_peak) / static_cast<double>(base.activation_peak),
-                  largest_difference(m.grads, base.grads));
+                  share, difference);
+      char claim[160];
+      std::snprintf(claim, sizeof claim, "%s keeps less than %.2f of the baseline's activations", s.name, s.activation_share_below);
+      checks.expect(share < s.activation_share_below, claim);
+      std::snprintf(claim, sizeof claim, "%s gives %s", s.name,
+                    s.gradients == G::same ? "the baseline's gradients" : "gradients within bf16 rounding of the baseline's");
+      if (s.gradients != G::differ_by_design) checks.expect(difference <= allowed_difference(s.gradients, device), claim);
     }
     std::printf("   (in-place and checkpointing give the same gradients; bf16 rounds; micro-batches see\n"
                 "   BatchNorm statistics of 8 images instead of 32, so their gradients differ by design)\n\n");
@@ -152,13 +188,16 @@ int main(int, char** argv) {
     std::printf("   gradients held after backward: %s\n", format_size(static_cast<std::size_t>(grad_bytes())).c_str());
     optimizer.zero_grad();  // set_to_none = true: the tensors are freed, not zeroed
     std::printf("   after zero_grad():             %s\n", format_size(static_cast<std::size_t>(grad_bytes())).c_str());
+    checks.expect(grad_bytes() == 0, "zero_grad() frees every gradient");
     CachingAllocator& caching = default_caching_allocator(device);
     const CachingStats stats = caching.caching_stats();
     const auto cached = static_cast<std::size_t>(stats.reserved_bytes.current - stats.allocated_bytes.current);
     const std::size_t returned = caching.empty_cache();
     std::printf("   reserved but unused (cached) before empty_cache(): %s; empty_cache() returned %s\n",
                 format_size(cached).c_str(), format_size(returned).c_str());
-    return 0;
+    if (caching.name() != "direct")  // FRUGAL_ALLOC=direct caches nothing
+      checks.expect(returned > 0, "empty_cache() returns cached memory");
+    return checks.exit_code("04_training_memory");
   } catch (const Error& error) {
     std::fprintf(stderr, "04_training_memory: %s\n", error.what());
     return 1;

@@ -14,6 +14,9 @@
 // each rank's share by its own statistics, a different function). On the CPU by default, started
 // alone; it needs Debian's dataset-fashion-mnist and OpenMPI's mpirun (it says so and exits 0 when
 // either is missing).
+// Checked (samples/checks.h; the sample exits 1 when one is false): each rank's activations about
+// 1/N of one process's, the parameters replicated, the optimizer state replicated by plain DDP and
+// about 1/N under ZeRO-1, and every run's final parameters within kTolerance of the one process's.
 // Not here: the collectives (dist/), the training loop (train/trainer.h), `frugal train --ddp`.
 #include <spawn.h>
 #include <stdlib.h>  // mkdtemp
@@ -44,6 +47,7 @@
 #include "kernels/cpu_runtime.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
+#include "samples/checks.h"
 
 extern char** environ;
 
@@ -66,6 +70,10 @@ constexpr std::size_t kBucketCap = std::size_t{64} << 10;
 // fraction of the learning rate. The same bound tests/train_check.sh (ddp_matches_single)
 // holds `frugal train --ddp` to.
 constexpr double kTolerance = 1e-4;
+// How far a rank's share of a tag's bytes may be from the share it claims (1/kRanks or 1): the
+// memory is the same on every run, but not every byte divides exactly (a ZeRO-1 chunk of a bucket
+// padded to a multiple of the ranks, the allocator's rounding of each tensor).
+constexpr double kShareSlack = 0.05;
 
 double mib(std::size_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 
@@ -285,7 +293,7 @@ std::string per_rank(const RunReport& run, Value value) {
   return text;
 }
 
-void print_ratios(const RunReport& single, const RunReport& plain, const RunReport& zero1) {
+void print_ratios(const RunReport& single, const RunReport& plain, const RunReport& zero1, samples::Checks& checks) {
   const train::RankReport& one = single.ranks[0];
   const auto ratio = [](std::size_t part, std::size_t whole) {
     return static_cast<double>(part) / static_cast<double>(std::max<std::size_t>(whole, 1));
@@ -299,6 +307,19 @@ void print_ratios(const RunReport& single, const RunReport& plain, const RunRepo
     std::printf("   %-12s %-12s %s\n", std::string(memory_tag_name(t)).c_str(), per_rank(plain, of_tag).c_str(),
                 per_rank(zero1, of_tag).c_str());
   }
+  // What the lesson claims per tag and run: divided by the ranks, or replicated. grad is both at once.
+  const double divided = 1.0 / kRanks, replicated = 1.0;
+  const std::tuple<const char*, const RunReport*, MemoryTag, double> claims[] = {
+      {"DDP", &plain, MemoryTag::activation, divided},   {"ZeRO-1", &zero1, MemoryTag::activation, divided},
+      {"DDP", &plain, MemoryTag::param, replicated},     {"ZeRO-1", &zero1, MemoryTag::param, replicated},
+      {"DDP", &plain, MemoryTag::optimizer, replicated}, {"ZeRO-1", &zero1, MemoryTag::optimizer, divided}};
+  for (const auto& [name, run, t, share] : claims)
+    for (const train::RankReport& r : run->ranks) {
+      const std::string part = share == replicated ? "all" : "1/" + std::to_string(kRanks);
+      checks.expect(std::abs(ratio(tag(r, t), tag(one, t)) - share) <= kShareSlack,
+                    std::string(name) + " rank " + std::to_string(r.rank) + " holds " + part + " of one process's " +
+                        std::string(memory_tag_name(t)) + " bytes");
+    }
   // What backward holds beyond its per-sample part: the replicated gradients and DDP's buckets.
   const auto beyond = [&](const train::RankReport& r) { return mib(tag(r, MemoryTag::grad)) - mib(tag(one, MemoryTag::grad)) / kRanks; };
   std::printf("   grad beyond 1/%d of one process's, MiB: DDP %s, ZeRO-1 %s (the parameters' gradients: %.2f MiB)\n\n", kRanks,
@@ -318,19 +339,18 @@ void print_ratios(const RunReport& single, const RunReport& plain, const RunRepo
 }
 
 // Whether plain DDP and ZeRO-1 ended where the one process did, within kTolerance.
-bool print_agreement(const fs::path& folder, const RunReport& single, const RunReport& plain, const RunReport& zero1) {
+void print_agreement(const fs::path& folder, const RunReport& single, const RunReport& plain, const RunReport& zero1,
+                     samples::Checks& checks) {
   std::printf("5. Do the runs end with the same model? (largest |difference| of any parameter, tolerance %.0e)\n", kTolerance);
-  bool agree = true;
   for (const auto& [name, mode, run] : {std::tuple{"DDP", "plain", &plain}, std::tuple{"ZeRO-1", "zero1", &zero1}}) {
     const double difference = max_difference(folder / (std::string(mode) + ".safetensors"), folder / "single.safetensors");
     std::printf("   %-7s vs 1 process: %.2e, mean training loss %.6f vs %.6f: %s\n", name, difference, run->final_loss, single.final_loss,
                 difference <= kTolerance ? "the same model, to float rounding" : "DIFFERENT beyond float rounding");
-    agree = agree && difference <= kTolerance;
+    checks.expect(difference <= kTolerance, std::string(name) + " ends with one process's parameters, to float rounding");
   }
   std::printf("   Each step the %d ranks see the %lld samples one process sees (each takes one in %d of the shuffled\n"
               "   order), and the averaged gradient is that of the whole batch: the same step, summed in another order.\n",
               kRanks, static_cast<long long>(kGlobalBatch), kRanks);
-  return agree;
 }
 
 int lesson() {
@@ -373,8 +393,10 @@ int lesson() {
   std::printf("\n");
   const RunReport plain = read_report(folder.path() / "plain.txt"), zero1 = read_report(folder.path() / "zero1.txt");
   print_table(single, plain, zero1);
-  print_ratios(single, plain, zero1);
-  return print_agreement(folder.path(), single, plain, zero1) ? 0 : 1;
+  samples::Checks checks;
+  print_ratios(single, plain, zero1, checks);
+  print_agreement(folder.path(), single, plain, zero1, checks);
+  return checks.exit_code("12_data_parallel");
 }
 
 }  // namespace
