@@ -1,79 +1,13 @@
 // The CPU test suite's entry point (doctest). Every case here runs on any machine, or says why it
-// cannot with FRUGAL_SKIP (tests/skip.h); this main turns "every case that ran was skipped" into the
-// exit code CTest reports as Skipped, and a filter that selects no case into a failure: CTest runs
-// each case by name, and a name CTest cannot pass whole (one with a ';', which CMake splits into two
-// tests) would otherwise "pass" by running nothing.
+// cannot with FRUGAL_SKIP (tests/skip.h); run_cases (tests/run_cases.cpp) reports a run of skipped
+// cases as Skipped and a filter that selects nothing as a failure.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
-#include <cstdlib>
-#include <iostream>
-#include <set>
-#include <string>
-
-#include "tests/skip.h"
 #include "kernels/cpu_runtime.h"
-
-namespace {
-
-std::set<std::string> g_skipped;   // names of the cases that skipped themselves
-int g_cases_run = 0;
-
-// Counts the cases that start; doctest reports the rest as usual.
-struct CaseCounter : doctest::IReporter {
-  explicit CaseCounter(const doctest::ContextOptions&) {}
-  void report_query(const doctest::QueryData&) override {}
-  void test_run_start() override {}
-  void test_run_end(const doctest::TestRunStats&) override {}
-  void test_case_start(const doctest::TestCaseData&) override { ++g_cases_run; }
-  void test_case_reenter(const doctest::TestCaseData&) override {}
-  void test_case_end(const doctest::CurrentTestCaseStats&) override {}
-  void test_case_exception(const doctest::TestCaseException&) override {}
-  void subcase_start(const doctest::SubcaseSignature&) override {}
-  void subcase_end() override {}
-  void log_assert(const doctest::AssertData&) override {}
-  void log_message(const doctest::MessageData&) override {}
-  void test_case_skipped(const doctest::TestCaseData&) override {}
-};
-REGISTER_LISTENER("case_counter", 1, CaseCounter);
-
-}  // namespace
-
-namespace frugal::test {
-
-void mark_skipped(const char* reason) {
-  const std::string name = doctest::getContextOptions()->currentTest ? doctest::getContextOptions()->currentTest->m_name : "";
-  g_skipped.insert(name);
-  std::cerr << "SKIPPED: " << name << ": " << reason << "\n";
-}
-
-int skipped_cases() { return static_cast<int>(g_skipped.size()); }
-
-}  // namespace frugal::test
-
-namespace {
-
-bool selects_cases_by_name(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg.starts_with("-tc=") || arg.starts_with("--test-case=")) return true;
-  }
-  return false;
-}
-
-}  // namespace
+#include "tests/skip.h"
 
 int main(int argc, char** argv) {
   frugal::configure_cpu_runtime(argv);  // kernels/cpu_runtime.h
-  doctest::Context context(argc, argv);
-  const int result = context.run();
-  if (context.shouldExit()) return result;  // --help, --list-test-cases, ...
-  if (g_cases_run == 0 && selects_cases_by_name(argc, argv)) {
-    std::cerr << "[frugal] no test case has the name asked for (a ';' in a case's name splits it in CTest)\n";
-    return EXIT_FAILURE;
-  }
-  const int skipped = frugal::test::skipped_cases();
-  if (skipped > 0) std::cerr << "[frugal] " << skipped << " of " << g_cases_run << " case(s) skipped themselves\n";
-  if (result == EXIT_SUCCESS && g_cases_run > 0 && skipped == g_cases_run) return frugal::test::kSkipCode;
-  return result;
+  return frugal::test::run_cases(argc, argv);
 }

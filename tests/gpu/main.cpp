@@ -1,6 +1,7 @@
 // The GPU test suite's entry point. Without a usable CUDA device the suite does not pretend: it
 // prints why and exits with kSkipCode, which CTest reports as "Skipped" (never "Passed"). With
-// FRUGAL_REQUIRE_GPU=1 (scripts/gpu-check.sh sets it) a missing device is a failure instead.
+// FRUGAL_REQUIRE_GPU=1 (scripts/gpu-check.sh sets it) a missing device is a failure instead. With a
+// device, run_cases (tests/run_cases.cpp) counts a case that cannot run on it (FRUGAL_SKIP) as skipped.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
@@ -35,6 +36,5 @@ int main(int argc, char** argv) {
               << frugal::cuda_status().reason << (required ? " (FRUGAL_REQUIRE_GPU=1)" : "") << "\n";
     return required ? EXIT_FAILURE : kSkipCode;
   }
-  doctest::Context context(argc, argv);
-  return context.run();
+  return frugal::test::run_cases(argc, argv);
 }

@@ -42,6 +42,5 @@ int main(int argc, char** argv) {
     std::cerr << "frugal_mpi_tests: " << e.what() << "\n";
     return 1;
   }
-  doctest::Context context(static_cast<int>(args.size()), args.data());
-  return context.run();
+  return frugal::test::run_cases(static_cast<int>(args.size()), args.data());
 }
