@@ -29,6 +29,8 @@ struct Options {
   Device device;
   bool quick = false;  // small sizes and few repeats: for tests of the harness, not for numbers
   int threads = 1;     // the CPU threads frugal runs on (already set), and that a peer process gets
+  // Python interpreters that `bench train` runs its PyTorch peers in (--peer-python); empty: its defaults.
+  std::vector<std::string> peer_pythons;
 };
 
 // What a benchmark returns: its results, and one line for each peer or row it had to leave out.

@@ -2,10 +2,16 @@
 # The PyTorch peer of `frugal bench train` (bench/train_bench.cpp): torchvision's MobileNetV2, built as
 # frugal's models/mobilenet_v2.h builds it for one grey channel, loaded with frugal's own weights and
 # batch, timed step by step on request. frugal never imports PyTorch: the benchmark runs this file
-# with Debian's /usr/bin/python3 and talks to it over stdin and stdout, one line each way:
+# with each peer's interpreter (Debian's /usr/bin/python3 with its torch 1.13, the virtual environment
+# scripts/peers.sh makes with today's torch from PyPI, any --peer-python) and talks to it over stdin
+# and stdout, one line each way:
 #   (started)                          -> "ready torch VERSION threads N", or "unavailable REASON" and exit
-#   load KEY CIFAR WEIGHTS BATCH       -> "ok"       CIFAR 0/1; WEIGHTS and BATCH: safetensors files,
-#                                                    BATCH with "images" [N, 1, H, W] f32 and "labels" [N] i64
+#   load KEY CIFAR WEIGHTS BATCH LAYOUT COMPILE
+#                                      -> "ok"       CIFAR 0/1; WEIGHTS and BATCH: safetensors files,
+#                                                    BATCH with "images" [N, 1, H, W] f32 and "labels" [N] i64;
+#                                                    LAYOUT nchw or channels_last (model and batch);
+#                                                    COMPILE 1: eval runs torch.compile's model, compiled
+#                                                    here by one forward, so the timed ones are warm
 #   train KEY                          -> SECONDS    one step: forward (train mode), mean cross-entropy,
 #                                                    backward, SGD step (momentum 0.9), zero_grad to none
 #   eval KEY                           -> SECONDS    one forward in eval mode under torch.no_grad()
@@ -66,7 +72,8 @@ def saved_bytes(model, images, labels):
     storages = {}
 
     def pack(t):
-        storage = t.storage()
+        # untyped_storage: torch 2's name; torch 1.13 has only storage(), which torch 2 deprecates
+        storage = t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
         if storage.data_ptr() not in owned:
             storages[storage.data_ptr()] = storage.nbytes()
         return t
@@ -77,13 +84,24 @@ def saved_bytes(model, images, labels):
 
 
 class Case:
-    def __init__(self, cifar, weights, batch):
+    def __init__(self, cifar, weights, batch, layout, compile_eval):
         state = read_safetensors(weights)
         self.model = build_model(state["classifier.1.bias"].shape[0], cifar)
         self.model.load_state_dict(state)
         tensors = read_safetensors(batch)
         self.images, self.labels = tensors["images"], tensors["labels"]
+        if layout == "channels_last":  # PyTorch's recommended layout for CNNs on the CPU
+            self.model = self.model.to(memory_format=torch.channels_last)
+            self.images = self.images.contiguous(memory_format=torch.channels_last)
+        elif layout != "nchw":
+            raise ValueError(f"unknown layout {layout!r}")
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
+        self.eval_model = self.model
+        if compile_eval:
+            if not hasattr(torch, "compile"):
+                raise RuntimeError(f"torch {torch.__version__} has no torch.compile")
+            self.eval_model = torch.compile(self.model)
+            self.eval()  # compiles: the timed calls find it done
 
     def train(self):
         self.model.train()
@@ -97,14 +115,14 @@ class Case:
         self.model.eval()
         start = time.perf_counter()
         with torch.no_grad():
-            self.model(self.images)
+            self.eval_model(self.images)
         return time.perf_counter() - start
 
 
 def answer(cases, words):
     if words[0] == "load":
-        key, cifar, weights, batch = words[1:]
-        cases[key] = Case(cifar == "1", weights, batch)
+        key, cifar, weights, batch, layout, compile_eval = words[1:]
+        cases[key] = Case(cifar == "1", weights, batch, layout, compile_eval == "1")
         return "ok"
     case = cases[words[1]]
     if words[0] == "train":

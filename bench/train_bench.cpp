@@ -1,11 +1,12 @@
 // `frugal bench train`: MobileNetV2 (models/registry.h, 10 classes, one input channel) on a batch of
 // 64 1x32x32 f32 images, with the standard stem and the CIFAR stem, frugal beside PyTorch.
 //   case                                impls            unit        what
-//   mobilenet_v2[_cifar]_b64            frugal, pytorch  img/s       training steps: forward (train mode),
-//                                                                    mean cross-entropy, backward, SGD with
-//                                                                    momentum 0.9, zero_grad
+//   mobilenet_v2[_cifar]_b64            frugal, pytorch, img/s       training steps: forward (train mode),
+//                                       pytorch_nchw,                mean cross-entropy, backward, SGD with
+//                                       pytorch_VERSION              momentum 0.9, zero_grad
 //   mobilenet_v2[_cifar]_b64_peak       frugal           MiB         the most bytes alive during a step
-//   mobilenet_v2[_cifar]_b64_eval       frugal, pytorch  img/s       forwards in eval mode, no autograd
+//   mobilenet_v2[_cifar]_b64_eval       the same and     img/s       forwards in eval mode, no autograd
+//                                       pytorch_compile
 //   mobilenet_v2[_cifar]_b64_eval_peak  frugal           MiB         the most bytes alive during one
 //   activation_bytes_per_sample[_cifar] frugal, pytorch  MiB/sample  what a training forward keeps for
 //                                                                    backward, per sample
@@ -19,19 +20,27 @@
 // PyTorch gets no peak rows: its CPU allocator keeps no statistics (torch.cuda.max_memory_allocated is
 // for CUDA only), and the process's RSS counts the interpreter and the libraries, not tensors.
 //
-// The PyTorch peer is one long-lived /usr/bin/python3 process running bench/pytorch_train_peer.py,
-// started once and asked for one timed step at a time, so that frugal's and PyTorch's steps alternate
-// (alternating_median_seconds) under the same load. It gets frugal's weights and batch through
-// safetensors files in a temporary folder and frugal's thread count (torch.set_num_threads). Without
-// python3 or torch, or on a device other than the CPU (Debian's torch has no CUDA), the pytorch rows
-// are absent and a note says why.
+// Each PyTorch peer is one long-lived process of one Python interpreter running
+// bench/pytorch_train_peer.py, started once and asked for one timed step at a time, so that frugal's
+// and PyTorch's steps alternate (alternating_median_seconds) under the same load. It gets frugal's
+// weights and batch through safetensors files in a temporary folder and frugal's thread count
+// (torch.set_num_threads). The interpreters: each --peer-python, or by default the virtual
+// environment scripts/peers.sh makes in the build tree (today's torch from PyPI) and Debian's
+// /usr/bin/python3 (python3-torch 1.13), those that exist. The newest torch found is `pytorch`, in
+// its fastest setting for CNNs on the CPU (channels_last), beside `pytorch_nchw` (its default layout)
+// and, for eval, `pytorch_compile` (torch.compile, channels_last); each older one is
+// `pytorch_VERSION`, channels_last. Without an interpreter that imports torch, or on a device other
+// than the CPU, the pytorch rows are absent and a note says why.
 // Not here: the model (models/mobilenet_v2.h), speed targets (docs/benchmarks.md).
+#include <fcntl.h>
 #include <omp.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -74,7 +83,7 @@ constexpr Sizes kQuickSizes{4, 1, 0.0};
 constexpr std::int64_t kSide = 32, kClasses = 10;
 constexpr std::uint64_t kSeed = 6;  // the weights and the batch
 constexpr double kMiB = 1024.0 * 1024.0;
-constexpr const char* kPython = "/usr/bin/python3";  // Debian's, where python3-torch installs
+constexpr const char* kDebianPython = "/usr/bin/python3";  // where Debian's python3-torch installs
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
@@ -85,29 +94,35 @@ double seconds_since(Clock::time_point start) { return std::chrono::duration<dou
 // the next read reports the peer gone.
 class Peer {
  public:
-  // Starts the peer; nullptr with `why` filled in when it cannot run here.
-  static std::unique_ptr<Peer> start(int threads, std::string& why) {
-    if (::access(kPython, X_OK) != 0) {
-      why = std::string(kPython) + " not found";
+  // Starts the peer in `python`; nullptr with `why` filled in when it cannot run here.
+  static std::unique_ptr<Peer> start(const std::string& python, int threads, std::string& why) {
+    if (::access(python.c_str(), X_OK) != 0) {
+      why = python + " not found";
       return nullptr;
     }
-    auto peer = std::unique_ptr<Peer>(new Peer(threads));
-    const std::string hello = peer->read_line();
-    if (hello.rfind("ready ", 0) == 0) return peer;
+    auto peer = std::unique_ptr<Peer>(new Peer(python, threads));
+    const std::string hello = peer->read_line();  // "ready torch VERSION threads N"
+    if (hello.rfind("ready torch ", 0) == 0) {
+      peer->version_ = hello.substr(12, hello.find(' ', 12) - 12);
+      return peer;
+    }
     if (hello.rfind("unavailable ", 0) == 0)
-      why = kPython + (" cannot import torch: " + hello.substr(12));
+      why = python + " cannot import torch: " + hello.substr(12);
     else
-      why = std::string(FRUGAL_TRAIN_PEER) + (hello.empty() ? " ended before it was ready" : " said '" + hello + "'");
+      why = python + " " + FRUGAL_TRAIN_PEER + (hello.empty() ? " ended before it was ready" : " said '" + hello + "'");
     return nullptr;
   }
+
+  const std::string& python() const { return python_; }
+  const std::string& version() const { return version_; }  // torch.__version__, e.g. 2.15.0+cu132
 
   // One request line, one reply line; an Error for a reply "error ..." or a peer that ended.
   std::string ask(const std::string& request) {
     const std::string line = request + "\n";
     const bool sent = ::write(to_peer_, line.data(), line.size()) == static_cast<ssize_t>(line.size());
     const std::string reply = read_line();
-    FRUGAL_CHECK(sent && !reply.empty() && reply.rfind("error ", 0) != 0, "bench train: the PyTorch peer failed on '",
-                 request, "': ", reply.empty() ? "it ended" : reply);
+    FRUGAL_CHECK(sent && !reply.empty() && reply.rfind("error ", 0) != 0, "bench train: the PyTorch peer in ", python_,
+                 " failed on '", request, "': ", reply.empty() ? "it ended" : reply);
     return reply;
   }
 
@@ -122,24 +137,28 @@ class Peer {
   Peer& operator=(const Peer&) = delete;
 
  private:
-  explicit Peer(int threads) {
+  Peer(std::string interpreter, int threads) : python_(std::move(interpreter)) {
     int in[2], out[2];
-    FRUGAL_CHECK(::pipe(in) == 0 && ::pipe(out) == 0, "bench train: pipe failed: ", std::strerror(errno));
+    // Close-on-exec: a peer started later must not inherit this one's pipe ends, or this peer would
+    // never see the end of its input and ~Peer would wait for it forever. (dup2 onto stdin and
+    // stdout clears the flag for the two ends this peer itself gets.)
+    FRUGAL_CHECK(::pipe2(in, O_CLOEXEC) == 0 && ::pipe2(out, O_CLOEXEC) == 0, "bench train: pipe failed: ",
+                 std::strerror(errno));
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_adddup2(&actions, in[0], STDIN_FILENO);
     posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
     for (int fd : {in[0], in[1], out[0], out[1]}) posix_spawn_file_actions_addclose(&actions, fd);
-    std::string script = FRUGAL_TRAIN_PEER, python = kPython, flag = "--threads", count = std::to_string(threads);
+    std::string script = FRUGAL_TRAIN_PEER, python = python_, flag = "--threads", count = std::to_string(threads);
     char* argv[] = {python.data(), script.data(), flag.data(), count.data(), nullptr};
-    const int failed = ::posix_spawn(&pid_, kPython, &actions, nullptr, argv, environ);
+    const int failed = ::posix_spawn(&pid_, python_.c_str(), &actions, nullptr, argv, environ);
     posix_spawn_file_actions_destroy(&actions);
     ::close(in[0]);
     ::close(out[1]);
     if (failed != 0) {
       ::close(in[1]);
       ::close(out[0]);
-      FRUGAL_THROW(Error, "bench train: cannot start ", kPython, ": ", std::strerror(failed));
+      FRUGAL_THROW(Error, "bench train: cannot start ", python_, ": ", std::strerror(failed));
     }
     to_peer_ = in[1];
     from_peer_ = out[0];
@@ -156,28 +175,125 @@ class Peer {
     return line;
   }
 
+  std::string python_, version_;
   pid_t pid_ = -1;
   int to_peer_ = -1, from_peer_ = -1;
   struct sigaction old_sigpipe_ {};
 };
 
+// ---- which peers, in which settings
+
+// One PyTorch row: a peer process, the setting its model runs in, the impl name it reports.
+struct PeerSetting {
+  Peer* peer;
+  std::string impl;          // pytorch, pytorch_nchw, pytorch_compile, pytorch_1.13.0a0
+  std::string layout;        // nchw or channels_last, of the model and the batch
+  bool compile = false;      // eval through torch.compile; no training rows
+  bool saved_bytes = false;  // also reports what a training forward saves (the newest torch's row)
+};
+
+struct Peers {
+  std::vector<std::unique_ptr<Peer>> processes;
+  std::vector<PeerSetting> settings;
+};
+
+// The numbers of a version, in order: 2.15.0+cu132 -> {2, 15, 0}; 1.13.0a0 -> {1, 13, 0}.
+std::vector<int> version_numbers(const std::string& version) {
+  std::vector<int> numbers;
+  for (std::size_t at = 0; at < version.size() && std::isdigit(static_cast<unsigned char>(version[at]));) {
+    std::size_t end = at;
+    while (end < version.size() && std::isdigit(static_cast<unsigned char>(version[end]))) ++end;
+    numbers.push_back(std::stoi(version.substr(at, end - at)));
+    if (end >= version.size() || version[end] != '.') break;
+    at = end + 1;
+  }
+  return numbers;
+}
+
+// The interpreters to try: the --peer-python ones, else the peers.sh environment and Debian's python3.
+std::vector<std::string> peer_pythons(const Options& options) {
+  if (!options.peer_pythons.empty()) return options.peer_pythons;
+  return {FRUGAL_PEERS_PYTHON, kDebianPython};
+}
+
+// Starts every interpreter that imports torch and gives each its rows; a note for each left out.
+Peers start_peers(const Options& options, std::vector<std::string>& notes) {
+  Peers peers;
+  if (!options.device.is_cpu()) {
+    notes.push_back("pytorch left out: its peers run on the CPU here, and these rows are " + options.device.str());
+    return peers;
+  }
+  for (const std::string& python : peer_pythons(options)) {
+    std::string why;
+    if (auto peer = Peer::start(python, options.threads, why))
+      peers.processes.push_back(std::move(peer));
+    else
+      notes.push_back("pytorch left out from " + why);
+  }
+  if (peers.processes.empty()) return peers;
+  std::stable_sort(peers.processes.begin(), peers.processes.end(), [](const auto& a, const auto& b) {
+    return version_numbers(a->version()) > version_numbers(b->version());
+  });
+  Peer* newest = peers.processes.front().get();
+  peers.settings.push_back({newest, "pytorch", "channels_last", false, true});
+  peers.settings.push_back({newest, "pytorch_nchw", "nchw", false, false});
+  if (!options.quick)  // compiling takes a minute or more; --quick only checks the harness
+    peers.settings.push_back({newest, "pytorch_compile", "channels_last", true, false});
+  for (std::size_t i = 1; i < peers.processes.size(); ++i) {
+    Peer* older = peers.processes[i].get();
+    peers.settings.push_back({older, "pytorch_" + older->version().substr(0, older->version().find('+')), "channels_last"});
+  }
+  for (const PeerSetting& setting : peers.settings)
+    notes.push_back(setting.impl + ": torch " + setting.peer->version() + " (" + setting.peer->python() + "), " +
+                    setting.layout + (setting.compile ? ", torch.compile, eval rows only" : ", eager"));
+  notes.push_back("pytorch has no peak MiB rows: its CPU allocator keeps no statistics of live bytes (only CUDA's does)");
+  return peers;
+}
+
 // ---- the cases
 
 struct Stem {
-  std::string name;  // the cases' prefix, and the peer's key for its model
+  std::string name;  // the cases' prefix, and the peers' key for its model
   bool cifar;
 };
 
 double per_second(const Sizes& sizes, double seconds) { return static_cast<double>(sizes.batch) / seconds; }
 
-// Timed rounds of `frugal_run` and, with a peer, of the peer's `request`; the rows of `case_name`.
+// Timed rounds of `frugal_run` and of each peer setting's `verb` ("train" or "eval") on this stem's
+// model, in turn; the rows of `case_name`.
 void speed_case(const std::string& case_name, const Sizes& sizes, const std::function<double()>& frugal_run,
-                Peer* peer, const std::string& request, std::vector<Result>& results) {
+                const std::vector<PeerSetting>& peers, const std::string& verb, const Stem& stem,
+                std::vector<Result>& results) {
   std::vector<std::function<double()>> runs = {frugal_run};
-  if (peer) runs.push_back([&] { return std::stod(peer->ask(request)); });
+  std::vector<std::string> impls = {"frugal"};
+  for (const PeerSetting& setting : peers) {
+    if (setting.compile && verb == "train") continue;
+    const std::string request = verb + " " + stem.name + "/" + setting.impl;
+    runs.push_back([peer = setting.peer, request] { return std::stod(peer->ask(request)); });
+    impls.push_back(setting.impl);
+  }
   const std::vector<double> seconds = alternating_median_seconds(runs, sizes.min_runs, sizes.min_seconds);
-  results.push_back({case_name, "frugal", per_second(sizes, seconds[0]), "img/s", true});
-  if (peer) results.push_back({case_name, "pytorch", per_second(sizes, seconds[1]), "img/s", true});
+  for (std::size_t i = 0; i < runs.size(); ++i)
+    results.push_back({case_name, impls[i], per_second(sizes, seconds[i]), "img/s", true});
+}
+
+// Loads this stem's weights and batch into every peer setting; a setting that cannot load (an old
+// torch without torch.compile, a compiler missing) is left out of this stem with a note.
+std::vector<PeerSetting> load_peers(const std::vector<PeerSetting>& settings, const Stem& stem,
+                                    const std::string& weights, const std::string& batch,
+                                    std::vector<std::string>& notes) {
+  std::vector<PeerSetting> loaded;
+  for (const PeerSetting& setting : settings) {
+    try {
+      setting.peer->ask("load " + stem.name + "/" + setting.impl + (stem.cifar ? " 1 " : " 0 ") + weights + " " +
+                        batch + " " + setting.layout + (setting.compile ? " 1" : " 0"));
+      loaded.push_back(setting);
+    } catch (const Error& e) {
+      if (!setting.compile) throw;  // an eager model that cannot load is a broken peer, not a missing feature
+      notes.push_back(setting.impl + " left out of " + stem.name + ": " + e.message());
+    }
+  }
+  return loaded;
 }
 
 // Note [Scaling in one run]
@@ -212,20 +328,22 @@ void scaling_case(const std::string& case_name, const Sizes& sizes, int threads,
 }
 
 // Every case of one stem: frugal's model, batch and optimizer, and the same in the peer.
-void stem_cases(const Stem& stem, const Options& options, const Sizes& sizes, Peer* peer, const TempDir& temp,
-                std::vector<Result>& results) {
+void stem_cases(const Stem& stem, const Options& options, const Sizes& sizes, const Peers& all_peers,
+                const TempDir& temp, Report& report) {
+  std::vector<Result>& results = report.results;
   const Device device = options.device;
   Generator generator(kSeed);
   const auto model = models::make_model(
       "mobilenet_v2", {.num_classes = kClasses, .in_channels = 1, .cifar_stem = stem.cifar, .generator = &generator});
   const Tensor images = normal({sizes.batch, 1, kSide, kSide}, 0.0, 1.0, {}, &generator);
   const Tensor labels = randint(0, kClasses, {sizes.batch}, {.dtype = DType::i64}, &generator);
-  if (peer) {  // the same weights and batch, before frugal's steps change them
+  std::vector<PeerSetting> peers;
+  if (!all_peers.settings.empty()) {  // the same weights and batch, before frugal's steps change them
     const std::string weights = (temp.path / (stem.name + ".weights.safetensors")).string();
     const std::string batch = (temp.path / (stem.name + ".batch.safetensors")).string();
     nn::write_safetensors(weights, model->state_dict());
     nn::write_safetensors(batch, {{"images", images}, {"labels", labels}});
-    peer->ask("load " + stem.name + " " + (stem.cifar ? "1 " : "0 ") + weights + " " + batch);
+    peers = load_peers(all_peers.settings, stem, weights, batch, report.notes);
   }
   model->to(device);
   const Tensor x = images.to(device), y = labels.to(device);
@@ -242,7 +360,7 @@ void stem_cases(const Stem& stem, const Options& options, const Sizes& sizes, Pe
     step = models::training_step(*model, optimizer, x, y);
     sync();
     return seconds_since(start);
-  }, peer, "train " + stem.name, results);
+  }, peers, "train", stem, results);
   results.push_back({stem.name + "_b64_peak", "frugal", static_cast<double>(step.peak_bytes) / kMiB, "MiB", false});
   if (device.is_cpu() && options.threads > 1)
     scaling_case(stem.name + "_b64_scaling", sizes, options.threads,
@@ -260,15 +378,18 @@ void stem_cases(const Stem& stem, const Options& options, const Sizes& sizes, Pe
     sync();
     eval_peak = allocator.stats().requested_bytes.peak;
     return seconds_since(start);
-  }, peer, "eval " + stem.name, results);
+  }, peers, "eval", stem, results);
   results.push_back({stem.name + "_b64_eval_peak", "frugal", static_cast<double>(eval_peak) / kMiB, "MiB", false});
 
   // The saved bytes of the last training step above; PyTorch's from one more forward of its own.
   const std::string saved_case = stem.cifar ? "activation_bytes_per_sample_cifar" : "activation_bytes_per_sample";
   const auto per_sample = [&](double bytes) { return bytes / static_cast<double>(sizes.batch) / kMiB; };
   results.push_back({saved_case, "frugal", per_sample(static_cast<double>(step.activation_bytes)), "MiB/sample", false});
-  if (peer)
-    results.push_back({saved_case, "pytorch", per_sample(std::stod(peer->ask("saved " + stem.name))), "MiB/sample", false});
+  for (const PeerSetting& setting : peers)
+    if (setting.saved_bytes)
+      results.push_back({saved_case, setting.impl,
+                         per_sample(std::stod(setting.peer->ask("saved " + stem.name + "/" + setting.impl))),
+                         "MiB/sample", false});
 }
 
 }  // namespace
@@ -276,20 +397,10 @@ void stem_cases(const Stem& stem, const Options& options, const Sizes& sizes, Pe
 Report train_benchmark(const Options& options) {
   const Sizes& sizes = options.quick ? kQuickSizes : kFullSizes;
   Report report;
-  std::string why;
-  std::unique_ptr<Peer> peer;
-  if (options.device.is_cpu())
-    peer = Peer::start(options.threads, why);
-  else
-    why = "Debian's torch runs on the CPU only, and these rows are " + options.device.str();
-  if (peer)
-    report.notes.push_back(
-        "pytorch has no peak MiB rows: its CPU allocator keeps no statistics of live bytes (only CUDA's does)");
-  else
-    report.notes.push_back("pytorch left out: " + why);
+  const Peers peers = start_peers(options, report.notes);
   const TempDir temp("frugal-train-bench");
   for (const Stem& stem : {Stem{"mobilenet_v2", false}, Stem{"mobilenet_v2_cifar", true}})
-    stem_cases(stem, options, sizes, peer.get(), temp, report.results);
+    stem_cases(stem, options, sizes, peers, temp, report);
   return report;
 }
 

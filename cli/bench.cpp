@@ -64,6 +64,11 @@ BenchCommand::BenchCommand(CLI::App& app)
   command_
       ->add_option("--threads", threads_, "CPU threads for frugal and for a peer process (default: the current count)")
       ->check(between(1, kMaxThreads));
+  command_
+      ->add_option("--peer-python", peer_pythons_,
+                   "bench train: a Python whose torch is a peer (repeatable; default: scripts/peers.sh's "
+                   "environment and /usr/bin/python3, those present)")
+      ->check(CLI::ExistingFile);
   command_->add_flag("--quick", quick_, "Tiny sizes and few repeats: checks the harness, numbers mean nothing");
   command_->add_flag("--list", list_, "List the benchmarks");
 }
@@ -85,8 +90,13 @@ int BenchCommand::run() const {
     std::cerr << "frugal bench: unknown benchmark '" << name_ << "' (known: " << known << ")\n";
     return kExitUsage;
   }
+  if (!peer_pythons_.empty() && name_ != "train") {
+    std::cerr << "frugal bench: --peer-python is for `frugal bench train` only\n";
+    return kExitUsage;
+  }
   bench::Options options;
   options.quick = quick_;
+  options.peer_pythons = peer_pythons_;
   if (threads_ > 0) omp_set_num_threads(threads_);
   options.threads = cpu_threads();
   try {  // a device that is not there is bad input, said before anything runs

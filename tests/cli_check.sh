@@ -163,16 +163,23 @@ assert len(cases) == 6, sorted(cases)
 PY
     ;;
   bench_train_json)
-    # PyTorch's rows are there exactly when /usr/bin/python3 can import torch, and a note says why not.
-    expect_exit 0 "$frugal" bench train --json --quick --device cpu --threads 1
-    if [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import torch, torchvision' 2>/dev/null; then torch=1; else torch=0; fi
+    # PyTorch's rows are there exactly when the peer's interpreter can import torch, and a note says
+    # which torch each row ran, or why a peer is missing. Debian's /usr/bin/python3 is the peer here
+    # (--peer-python), with python3-torch where it is installed.
+    expect_exit 0 "$frugal" bench train --json --quick --device cpu --threads 1 --peer-python /usr/bin/python3
+    if /usr/bin/python3 -c 'import torch, torchvision' 2>/dev/null; then torch=1; else torch=0; fi
     check_bench_report train <<PY
 assert report["threads"] == 1, report
 with_torch = $torch == 1
 notes = report.get("notes", [])
-assert all(isinstance(n, str) for n in notes) and len(notes) == 1, notes
-assert notes[0].startswith("pytorch has no peak" if with_torch else "pytorch left out: "), notes
-speed_impls = {"frugal", "pytorch"} if with_torch else {"frugal"}
+assert all(isinstance(n, str) for n in notes), notes
+if with_torch:  # --quick leaves torch.compile out (it takes a minute): the newest torch eager, both layouts
+    assert notes[0].startswith("pytorch: torch ") and notes[0].endswith("(/usr/bin/python3), channels_last, eager"), notes
+    assert notes[1].startswith("pytorch_nchw: torch ") and notes[1].endswith(", nchw, eager"), notes
+    assert notes[2].startswith("pytorch has no peak") and len(notes) == 3, notes
+else:
+    assert len(notes) == 1 and notes[0].startswith("pytorch left out from /usr/bin/python3"), notes
+speed_impls = {"frugal", "pytorch", "pytorch_nchw"} if with_torch else {"frugal"}
 for stem in ("mobilenet_v2", "mobilenet_v2_cifar"):
     for kind in ("_b64", "_b64_eval"):
         assert set(cases[stem + kind]) == speed_impls, (stem + kind, cases[stem + kind])
@@ -181,12 +188,24 @@ for stem in ("mobilenet_v2", "mobilenet_v2_cifar"):
         assert set(peak) == {"frugal"} and peak["frugal"]["unit"] == "MiB" and not peak["frugal"]["higher_is_better"], peak
 for suffix in ("", "_cifar"):
     saved = cases["activation_bytes_per_sample" + suffix]
-    assert set(saved) == speed_impls and all(r["unit"] == "MiB/sample" for r in saved.values()), saved
+    assert set(saved) == ({"frugal", "pytorch"} if with_torch else {"frugal"}), saved
+    assert all(r["unit"] == "MiB/sample" for r in saved.values()), saved
 assert len(cases) == 10, sorted(cases)  # --threads 1: no _scaling rows
 PY
-    grep -q "^frugal bench train: pytorch " <<<"$err" || fail "the note is not on stderr: $err"
+    grep -q "^frugal bench train: pytorch" <<<"$err" || fail "the notes are not on stderr: $err"
+    if [ "$torch" -eq 1 ]; then
+      # The same interpreter twice: the first is the newest (a tie keeps the order), the second is an
+      # older peer, named by its version, channels_last.
+      expect_exit 0 "$frugal" bench train --json --quick --device cpu --threads 1 \
+        --peer-python /usr/bin/python3 --peer-python /usr/bin/python3
+      version=$(/usr/bin/python3 -c 'import torch; print(torch.__version__.split("+")[0])')
+      check_bench_report train <<PY
+assert set(cases["mobilenet_v2_b64"]) == {"frugal", "pytorch", "pytorch_nchw", "pytorch_$version"}, cases["mobilenet_v2_b64"]
+assert set(cases["activation_bytes_per_sample"]) == {"frugal", "pytorch"}, cases["activation_bytes_per_sample"]
+PY
+    fi
     # With two threads: each stem's 1-thread over 2-thread ratio, and the GEMM's from the same rounds.
-    expect_exit 0 "$frugal" bench train --json --quick --device cpu --threads 2
+    expect_exit 0 "$frugal" bench train --json --quick --device cpu --threads 2 --peer-python /usr/bin/python3
     check_bench_report train <<PY
 assert report["threads"] == 2, report
 for stem in ("mobilenet_v2", "mobilenet_v2_cifar"):
@@ -195,7 +214,8 @@ for stem in ("mobilenet_v2", "mobilenet_v2_cifar"):
     assert all(r["unit"] == "x" and r["higher_is_better"] for r in scaling.values()), scaling
 assert len(cases) == 12, sorted(cases)
 PY
-    # Without torch (an import that fails, as on a machine without python3-torch): frugal's rows and one note.
+    # Without torch (an import that fails, as on a machine without python3-torch), and with the
+    # default interpreters (scripts/peers.sh's environment, Debian's): frugal's rows and a note for each.
     dir=$(mktemp -d)
     trap 'rm -rf "$dir"' EXIT
     echo 'raise ImportError("no torch here")' >"$dir/torch.py"
@@ -203,9 +223,17 @@ PY
     python3 - "$out" <<'PY' || fail "bench train without torch: $out"
 import json, sys
 report = json.loads(sys.argv[1])
-assert report["notes"] == ["pytorch left out: /usr/bin/python3 cannot import torch: no torch here"], report["notes"]
+notes = report["notes"]
+assert len(notes) == 2 and all(n.startswith("pytorch left out from ") for n in notes), notes
+assert notes[0].endswith("/peers-venv/bin/python not found") or notes[0].endswith("cannot import torch: no torch here"), notes
+assert notes[1] == "pytorch left out from /usr/bin/python3 cannot import torch: no torch here", notes
 assert {r["impl"] for r in report["results"]} == {"frugal"} and len(report["results"]) == 10, report["results"]
 PY
+    # --peer-python is a file, and for this benchmark only.
+    expect_exit 2 "$frugal" bench train --quick --peer-python "$dir/no-such-python"
+    grep -q -- "--peer-python" <<<"$err" || fail "--peer-python not named: $err"
+    expect_exit 2 "$frugal" bench ops --quick --peer-python /usr/bin/python3
+    [ "$err" = "frugal bench: --peer-python is for \`frugal bench train\` only" ] || fail "--peer-python on bench ops: $err"
     for threads in 0 -3 many 100000; do
       expect_exit 2 "$frugal" bench train --quick --device cpu --threads "$threads"
       [ "$(wc -l <<<"$err")" -eq 1 ] || fail "--threads $threads: expected a one-line error, got: $err"
