@@ -352,8 +352,12 @@ PY
   plan_matches_train)
     # The planner's predicted peak against the peak a short run measures, for each model and the
     # mitigations that change what the forward saves (docs/memory-guide.md has the larger table).
+    # Within 0.01% when the loader's worker has its two batches ahead at the peak; a worker that is
+    # behind (a busy machine) leaves one or two batches fewer than the plan counts (a plan 0.78% over
+    # the CNN's measured peak at batch 16, once in six runs). Two batches are at most 1.74% of a peak
+    # here (the CNN at batch 64), so the check allows 2%.
     make_subset "$dir" 320 32
-    python3 "$(dirname "$0")/../scripts/plan-vs-train.py" "$frugal" "$dir" \
+    python3 "$(dirname "$0")/../scripts/plan-vs-train.py" "$frugal" "$dir" --tolerance 0.02 \
       "--model cnn --batch-size 16" "--model cnn --batch-size 64" \
       "--model mobilenet_v2 --width 0.5 --batch-size 32" "--model mobilenet_v2 --width 0.5 --batch-size 32 --checkpoint-activations" \
       "--model mobilenet_v2 --width 0.5 --batch-size 32 --amp bf16" "--model mobilenet_v2 --width 0.5 --cifar-stem --batch-size 8" \
