@@ -72,6 +72,7 @@ const std::vector<FixtureCase>& fixture_cases() {
        {.num_classes = 10, .in_channels = 3, .width_mult = 1.0, .dropout = 0.0, .cifar_stem = true},
        {"--num-classes", "10", "--in-channels", "3", "--width", "1.0", "--dropout", "0", "--cifar-stem"}},
       {"resnet18_c3", "resnet18", {.num_classes = 10, .in_channels = 3}, {"--num-classes", "10", "--in-channels", "3"}},
+      {"resnet50_c3", "resnet50", {.num_classes = 10, .in_channels = 3}, {"--num-classes", "10", "--in-channels", "3"}},
   };
   return cases;
 }

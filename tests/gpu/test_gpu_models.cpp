@@ -29,7 +29,7 @@ const Tensor& named(const nn::StateDict& tensors, const std::string& name) {
 }
 }  // namespace
 
-TEST_CASE("models: MobileNetV2 and ResNet-18 on cuda:0 match torchvision's float64 values within the f32 tolerances") {
+TEST_CASE("models: MobileNetV2, ResNet-18 and ResNet-50 on cuda:0 match torchvision's float64 values within the f32 tolerances") {
   for (const FixtureCase& c : fixture_cases()) {
     CAPTURE(c.folder);
     const auto model = models::make_model(c.model, c.options);
