@@ -51,10 +51,12 @@ tiny=(--model mobilenet_v2 --width 0.25 --batch-size 32 --steps 3 --workers 0)
 # Data parallelism: mpirun (FRUGAL_MPIRUN, set by tests/CMakeLists.txt) starting 2 ranks on 2 cores.
 ranks() { "${FRUGAL_MPIRUN:-mpirun}" -np "$1" --oversubscribe "${@:2}"; }
 
-# max_difference A B: the largest absolute difference between two checkpoints' f32 tensors (every
-# one: the weights and the optimizer's state), and a failure when their tensors differ in names.
+# max_difference A B [relative [PREFIX]]: the largest absolute difference between two checkpoints' f32
+# tensors (every one: the weights and the optimizer's state), and a failure when their tensors differ
+# in names. With `relative`, each tensor's difference is divided by B's largest magnitude in it, over
+# the tensors whose names start with PREFIX (`model.`: the weights alone).
 max_difference() {
-  python3 - "$1" "$2" <<'PY'
+  python3 - "$1" "$2" "${3:-absolute}" "${4:-}" <<'PY'
 import array, json, struct, sys
 def tensors(path):
     data = open(path, "rb").read()
@@ -72,7 +74,11 @@ def tensors(path):
 a, b = tensors(sys.argv[1]), tensors(sys.argv[2])
 if a.keys() != b.keys():
     sys.exit("the checkpoints hold different tensors: " + str(sorted(a.keys() ^ b.keys())))
-print(max(max(abs(x - y) for x, y in zip(a[k], b[k])) for k in a))
+def difference(k):
+    d = max(abs(x - y) for x, y in zip(a[k], b[k]))
+    scale = max(abs(y) for y in b[k]) if sys.argv[3] == "relative" else 0.0
+    return d / scale if scale > 0 else d
+print(max(difference(k) for k in a if k.startswith(sys.argv[4])))
 PY
 }
 
@@ -542,18 +548,23 @@ PY
   ddp_matches_single)
     # Two ranks of 32 see, at every step, exactly the samples one process of 64 sees (the
     # DistributedSampler's interleaved share of the same shuffled order), and average their gradients:
-    # after 20 steps (4 epochs of 320 samples) the weights and AdamW's state agree within float
-    # rounding (the two ranks' sums are added in another order), and each rank's activations are
-    # half the single process's.
+    # after 20 steps (4 epochs of 320 samples) the weights agree within float rounding (the two
+    # ranks' sums are added in another order), and each rank's activations are half the single
+    # process's. SGD, not the default AdamW: AdamW divides each step by the root of the gradient's
+    # second moment, so a last-bit difference in a gradient near zero becomes a step of the learning
+    # rate's size: on the whole of Fashion-MNIST the weights end 6e-2 apart (docs/distributed.md), more
+    # than gradients summed instead of averaged move them here (3e-2), so no AdamW bound tells the two
+    # apart. SGD's step is proportional to the gradient: each weight tensor agrees within 2.1e-5 of
+    # its largest value (measured; 1e-3 allowed), where summing instead of averaging ends them 0.4 apart.
     make_subset "$dir" 320 64
-    cnn=(--model cnn --epochs 4 --steps 20 --seed 7 --workers 0)
+    cnn=(--model cnn --epochs 4 --steps 20 --seed 7 --workers 0 --optimizer sgd --lr 0.1)
     ranks 2 "$frugal" train --ddp "${cnn[@]}" --batch-size 32 --save "$dir/ddp.safetensors" --json "$dir/ddp.json" \
       --data "$dir" >"$dir/out" 2>&1 || fail "the 2-rank run failed: $(cat "$dir/out")"
     "$frugal" train "${cnn[@]}" --batch-size 64 --save "$dir/one.safetensors" --json "$dir/one.json" --data "$dir" >/dev/null
-    difference=$(max_difference "$dir/ddp.safetensors" "$dir/one.safetensors")
-    echo "largest difference after 20 steps: $difference"
-    python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) <= 1e-4 else 1)" "$difference" ||
-      fail "2 ranks of 32 end $difference away from 1 process of 64 (tolerance 1e-4)"
+    difference=$(max_difference "$dir/ddp.safetensors" "$dir/one.safetensors" relative model.)
+    echo "largest difference of the weights after 20 steps, relative to each tensor's largest value: $difference"
+    python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) <= 1e-3 else 1)" "$difference" ||
+      fail "2 ranks of 32 end $difference away from 1 process of 64 (tolerance 1e-3 of each weight tensor's largest value)"
     [ "$(json_field "$dir/ddp.json" ranks)" = 2 ] || fail "the JSON does not say 2 ranks"
     [ "$(grep -c "^epoch 1/4" "$dir/out")" -ge 1 ] && [ "$(grep -c "checkpoint saved" "$dir/out")" -le 5 ] ||
       fail "rank 0 alone should print progress and checkpoints: $(cat "$dir/out")"
