@@ -59,6 +59,7 @@ json collect_info() {
   info["cpu"] = {{"threads", cpu_threads()},
                  {"hardware_threads", std::thread::hardware_concurrency()},
                  {"openblas_core", blas_core()},
+                 {"blas_threads", blas_threads()},  // 0: OpenMP's count (FRUGAL_BLAS_THREADS)
                  {"omp_wait_policy", std::getenv("OMP_WAIT_POLICY") ? std::getenv("OMP_WAIT_POLICY") : "default"}};
   const CachingOptions allocator = CachingOptions::from_environment();
   info["allocator"] = {{"mode", allocator.bypass ? "direct" : "caching"},
@@ -108,8 +109,11 @@ void print_info(const json& info) {
   std::cout << "CPU:        " << info["cpu"]["threads"].get<int>() << " threads for kernels ("
             << info["cpu"]["hardware_threads"].get<unsigned>() << " hardware threads)";
   const std::string core = info["cpu"]["openblas_core"].get<std::string>();
-  std::cout << (core.empty() ? std::string(", no OpenBLAS") : ", OpenBLAS kernels " + core) << ", OpenMP waits "
-            << info["cpu"]["omp_wait_policy"].get<std::string>() << "\n";
+  const int blas = info["cpu"]["blas_threads"].get<int>();
+  const std::string blas_text = blas == 0 ? "OpenMP's" : std::to_string(blas);
+  std::cout << (core.empty() ? std::string(", no OpenBLAS")
+                             : ", OpenBLAS kernels " + core + ", threads per GEMM " + blas_text + " (FRUGAL_BLAS_THREADS)")
+            << ", OpenMP waits " << info["cpu"]["omp_wait_policy"].get<std::string>() << "\n";
   const json& allocator = info["allocator"];
   std::cout << "allocator:  " << allocator["mode"].get<std::string>() << ", expandable segments "
             << (allocator["expandable_segments"].get<bool>() ? "on" : "off") << ", max_split "

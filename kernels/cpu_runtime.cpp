@@ -1,9 +1,10 @@
-// blas_core, better_blas_core, use_best_blas_core: see Note [OpenBLAS core fallback] in blas_core.h.
+// blas_core, better_blas_core, blas_threads, configure_cpu_runtime: see the notes in cpu_runtime.h.
 #include "kernels/cpu_runtime.h"
 
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdlib>
 
 #include "core/error.h"
@@ -24,14 +25,30 @@ std::string blas_core() {
 }
 
 namespace {
-std::atomic<int> g_blas_threads{0};  // read by kernels/cpu/gemm.cpp at every call
+// 0, or FRUGAL_BLAS_THREADS for the whole run.
+int default_blas_threads() {
+  const char* text = std::getenv("FRUGAL_BLAS_THREADS");
+  if (text == nullptr) return 0;
+  char* end = nullptr;
+  errno = 0;
+  const long threads = std::strtol(text, &end, 10);
+  FRUGAL_CHECK_VALUE(end != text && *end == '\0' && errno == 0 && threads >= 0 && threads <= 65536, "FRUGAL_BLAS_THREADS='",
+                     text, "' is not a number of threads (0 for OpenMP's count, or 1 to 65536)");
+  return static_cast<int>(threads);
 }
+// Read by kernels/cpu/gemm.cpp at every call. A function-local static, so the environment is read at
+// the first call, where a bad value can be thrown to a caller, rather than during static initialisation.
+std::atomic<int>& blas_thread_cap() {
+  static std::atomic<int> threads{default_blas_threads()};
+  return threads;
+}
+}  // namespace
 
-int blas_threads() { return g_blas_threads.load(std::memory_order_relaxed); }
+int blas_threads() { return blas_thread_cap().load(std::memory_order_relaxed); }
 
 void set_blas_threads(int threads) {
   FRUGAL_CHECK_VALUE(threads >= 0, "set_blas_threads: ", threads, " threads (0 for OpenMP's count, or at least 1)");
-  g_blas_threads.store(threads, std::memory_order_relaxed);
+  blas_thread_cap().store(threads, std::memory_order_relaxed);
 }
 
 std::optional<std::string> better_blas_core() {

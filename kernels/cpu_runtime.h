@@ -24,7 +24,8 @@
 // their work by shape alone, so on such a CPU a training step depends on the thread count only
 // through OpenBLAS, and set_blas_threads(1) makes it the same bits on any thread count, with GEMMs
 // on one core. (openblas_set_num_threads cannot: Debian's OpenMP build of OpenBLAS takes OpenMP's
-// thread count at every call, so frugal's GEMM lowers that count around the call instead.)
+// thread count at every call, so frugal's GEMM lowers that count around the call instead.) A whole
+// run sets it with the environment variable FRUGAL_BLAS_THREADS=1, which `frugal info` shows.
 //
 // Not here: the GEMM calls (kernels/cpu/gemm.cpp), the parallel loops (core/cpu/parallel.h).
 #pragma once
@@ -43,8 +44,10 @@ std::string blas_core();
 std::optional<std::string> better_blas_core();
 
 // At most how many threads OpenBLAS may take for one GEMM frugal calls outside its own parallel
-// regions: 0 (the default) for OpenMP's thread count, as OpenBLAS chooses itself. For every thread
-// of the process; ValueError below 0.
+// regions: 0 for OpenMP's thread count, as OpenBLAS chooses itself. For every thread of the process.
+// The default is FRUGAL_BLAS_THREADS for a whole run, else 0; the variable is read at the first call
+// (the first GEMM), where a value that is not a whole number of threads is a ValueError, not a silent
+// default. set_blas_threads: ValueError below 0.
 int blas_threads();
 void set_blas_threads(int threads);
 

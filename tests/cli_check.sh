@@ -16,11 +16,21 @@ case $check in
     grep -q '^CPU: .* threads' <<<"$out" || fail "no CPU line in: $out"
     # Either devices are listed, or the reason none is usable is given.
     grep -Eq '^devices: +([0-9]+ usable|none usable \(.+\))$' <<<"$out" || fail "no device line in: $out"
+    # FRUGAL_BLAS_THREADS caps OpenBLAS's threads per GEMM for the run (kernels/cpu_runtime.h); a value
+    # that is not a number of threads is refused, not ignored.
+    expect_exit 0 env FRUGAL_BLAS_THREADS=1 "$frugal" info
+    if ! grep -q '^CPU: .*, no OpenBLAS' <<<"$out"; then
+      grep -q '^CPU: .*, threads per GEMM 1 (FRUGAL_BLAS_THREADS)' <<<"$out" || fail "the cap is not on the CPU line: $out"
+    fi
+    expect_exit 2 env FRUGAL_BLAS_THREADS=two "$frugal" info
+    expect_one_line_error "^frugal: FRUGAL_BLAS_THREADS='two' is not a number of threads"
     ;;
   info_json)
     expect_exit 0 "$frugal" info --json
     python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["version"]; assert "usable" in d["cuda"]; assert d["cpu"]["threads"] >= 1' <<<"$out" \
       || fail "info --json is not the expected JSON: $out"
+    expect_exit 0 env FRUGAL_BLAS_THREADS=1 "$frugal" info --json
+    python3 -c 'import json,sys; assert json.load(sys.stdin)["cpu"]["blas_threads"] == 1' <<<"$out" || fail "no blas_threads 1 in: $out"
     ;;
   bad_args)
     expect_exit 2 "$frugal" --no-such-flag

@@ -149,6 +149,26 @@ PY
     "$frugal" train --data "$dir" "${acc[@]}" --resume "$dir/acc_part.safetensors" --save "$dir/acc2.safetensors" >/dev/null
     cmp "$dir/acc1.safetensors" "$dir/acc2.safetensors" || fail "a resumed accumulating run differs"
     ;;
+  train_blas_threads)
+    # FRUGAL_BLAS_THREADS=1 keeps OpenBLAS's GEMMs on one thread, so a run is the same bytes on 1 and
+    # 2 OpenMP threads whatever kernels OpenBLAS runs (Note [OpenBLAS threads and bits],
+    # kernels/cpu_runtime.h). On a CPU with AVX2 the runs take OpenBLAS's AVX2 ("Haswell") kernels,
+    # whose threaded products are not the one-thread bits, so the cap is what is being tested; on
+    # 2026-12-04 on the 2-core Xeon the uncapped runs differed there.
+    make_subset "$dir" 320 32
+    core=() kernels="the kernels OpenBLAS chose"
+    grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo && core=(OPENBLAS_CORETYPE=Haswell) kernels="AVX2 kernels"
+    for cap in 1 0; do
+      for threads in 1 2; do
+        env "${core[@]}" FRUGAL_BLAS_THREADS=$cap OMP_NUM_THREADS=$threads "$frugal" train --data "$dir" --model cnn \
+          --batch-size 32 --steps 3 --workers 0 --save "$dir/cap$cap-threads$threads.safetensors" >/dev/null
+      done
+    done
+    cmp "$dir/cap1-threads1.safetensors" "$dir/cap1-threads2.safetensors" ||
+      fail "with FRUGAL_BLAS_THREADS=1 a run on 2 threads differs from one on 1 thread ($kernels)"
+    if cmp -s "$dir/cap0-threads1.safetensors" "$dir/cap0-threads2.safetensors"; then how="the same bytes"; else how="different bytes"; fi
+    echo "$kernels: 1 and 2 threads give the same bytes with FRUGAL_BLAS_THREADS=1, $how without"
+    ;;
   train_killed_saving)
     # SIGKILL while a checkpoint is being written leaves the previous one whole and resumable.
     make_subset "$dir" 320 32

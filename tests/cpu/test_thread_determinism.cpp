@@ -3,18 +3,24 @@
 // stem and the CIFAR stem. Every CPU kernel splits its work in ways fixed by the shapes, never by
 // the thread count (kernels/README.md); this is the test that holds them all to it at once, with the
 // shapes where each kernel's fast paths and batching (1x1 chunks, small weight gradients) kick in;
-// OpenBLAS's GEMMs on one thread of their own (kernels/cpu_runtime.h says why).
+// OpenBLAS's GEMMs on one thread of their own (kernels/cpu_runtime.h says why). Then OpenBLAS's own
+// threading where its kernels are AVX-512 ones, which give the same bits on any thread count: GEMMs
+// of MobileNetV2's shapes and the training step, uncapped, on 1 and 2 threads; on another CPU that
+// case reports itself skipped (tests/skip.h).
 #include <doctest/doctest.h>
 #include <omp.h>
 
+#include <string>
 #include <vector>
 
 #include "core/random.h"
 #include "kernels/cpu_runtime.h"
+#include "kernels/gemm.h"
 #include "models/registry.h"
 #include "nn/autograd.h"
 #include "nn/functional.h"
 #include "nn/module.h"
+#include "tests/skip.h"
 
 namespace frugal {
 namespace {
@@ -62,30 +68,71 @@ void check_same(const StepBits& a, const StepBits& b) {
   CHECK(a.buffers == b.buffers);  // the running statistics
 }
 
-// OpenBLAS's own threading is outside what this holds: with its AVX2 kernels a GEMM's bits depend
-// on its thread count (Note [OpenBLAS threads and bits], kernels/cpu_runtime.h). So its calls run on
-// one thread here, and every kernel of frugal's on 1, 2 and 3.
-class OneBlasThread {
+// set_blas_threads(threads) for one case, whatever FRUGAL_BLAS_THREADS set for the run.
+class BlasThreadsScope {
  public:
-  OneBlasThread() { set_blas_threads(1); }
-  ~OneBlasThread() { set_blas_threads(saved_); }
-  OneBlasThread(const OneBlasThread&) = delete;
-  OneBlasThread& operator=(const OneBlasThread&) = delete;
+  explicit BlasThreadsScope(int threads) { set_blas_threads(threads); }
+  ~BlasThreadsScope() { set_blas_threads(saved_); }
+  BlasThreadsScope(const BlasThreadsScope&) = delete;
+  BlasThreadsScope& operator=(const BlasThreadsScope&) = delete;
 
  private:
   int saved_ = blas_threads();
 };
 
+// OpenBLAS's kernels for AVX-512: Skylake-X's, and those of the later Xeons that use them.
+bool blas_runs_avx512_kernels() {
+  const std::string core = blas_core();
+  return __builtin_cpu_supports("avx512f") && (core == "SkylakeX" || core == "Cooperlake" || core == "SapphireRapids");
+}
+
+std::vector<float> product(const Tensor& a, const Tensor& b, int threads) {
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  std::vector<float> c = matmul(a, b).to_vector<float>();
+  omp_set_num_threads(saved);
+  return c;
+}
+
 }  // namespace
 
+// OpenBLAS's own threading is outside what this holds: with its AVX2 kernels a GEMM's bits depend
+// on its thread count (Note [OpenBLAS threads and bits], kernels/cpu_runtime.h). So its calls run on
+// one thread here, and every kernel of frugal's on 1, 2 and 3.
 TEST_CASE("MobileNetV2's training step and eval forward are the same bits whatever the thread count (1 to 3)") {
-  const OneBlasThread one_blas_thread;
+  const BlasThreadsScope one_blas_thread(1);
   for (const bool cifar_stem : {false, true}) {
     CAPTURE(cifar_stem);
     const StepBits one = train_step(cifar_stem, 1);
     check_same(one, train_step(cifar_stem, 2));
     check_same(one, train_step(cifar_stem, 3));
   }
+}
+
+// The other half of the claim: with its AVX-512 kernels OpenBLAS needs no cap. Each shape is large
+// enough for OpenBLAS to split it over both threads (its threshold is 4 x 65536 multiply-adds; each
+// product started OpenMP's second thread, counted in /proc/self/task, on 2026-12-04), and the same
+// products on its AVX2 kernels (OPENBLAS_CORETYPE=Haswell on the same Xeon) differed on 2 threads.
+TEST_CASE("OpenBLAS's AVX-512 kernels: GEMMs and the training step are the same bits on 1 and 2 threads, uncapped") {
+  if (blas_core().empty()) FRUGAL_SKIP("built without OpenBLAS");
+  if (!blas_runs_avx512_kernels())
+    FRUGAL_SKIP(("OpenBLAS runs its " + blas_core() + " kernels on this CPU, not AVX-512 ones").c_str());
+  const BlasThreadsScope uncapped(0);
+  Generator generator(5);
+  const auto random = [&](Shape shape) { return uniform(shape, -1.0, 1.0, {}, &generator); };
+  // A 1x1 expansion over a 56x56 plane, an im2col 3x3 convolution, its weight gradient (a transposed
+  // operand), a classifier's batch, and a square product.
+  const std::pair<Tensor, Tensor> products[] = {{random({144, 24}), random({24, 3136})},
+                                                {random({64, 576}), random({576, 3136})},
+                                                {random({64, 3136}), random({576, 3136}).t()},
+                                                {random({256, 1280}), random({1280, 1000})},
+                                                {random({512, 512}), random({512, 512})}};
+  for (const auto& [a, b] : products) {
+    CAPTURE(shape_str(a.shape()));
+    CAPTURE(shape_str(b.shape()));
+    CHECK(product(a, b, 1) == product(a, b, 2));
+  }
+  check_same(train_step(false, 1), train_step(false, 2));
 }
 
 }  // namespace frugal
