@@ -82,6 +82,16 @@ print(max(difference(k) for k in a if k.startswith(sys.argv[4])))
 PY
 }
 
+# only_train_flags TEXT: fails unless every --flag TEXT names is one `frugal train --help` lists
+# (a refusal that names a flag the command does not have sends its reader nowhere).
+only_train_flags() {
+  local help flag
+  help=$("$frugal" train --help)
+  for flag in $(grep -oE -- '--[a-z0-9-]+' <<<"$1" | sort -u); do
+    grep -qE -- "(^|[ ,])$flag([ ,{]|$)" <<<"$help" || fail "'$flag' is not a flag of frugal train: $1"
+  done
+}
+
 # json_rank_tag FILE RANK TAG: a rank's peak bytes of one memory tag in a --ddp run's JSON.
 json_rank_tag() {
   python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["per_rank"][int(sys.argv[2])]["peak_bytes_by_tag"][sys.argv[3]])' "$@"
@@ -112,6 +122,11 @@ case $check in
       fail "resuming with another --lr was accepted"
     grep -q "^frugal train: $dir/c.safetensors: not the same run: --lr 0.5 but the checkpoint has 0.01$" "$dir/err" ||
       fail "mismatched resume: $(cat "$dir/err")"
+    # Saving activations otherwise changes the numbers: refused, in the flags that set it.
+    saving=(--bn-from-output --bit-masks --compress-activations int8)
+    expect_exit 2 "$frugal" train --data "$dir" --model cnn --steps 1 "${saving[@]}" --resume "$dir/c.safetensors"
+    expect_one_line_error "not the same run: ${saving[*]} but the checkpoint has none$"
+    only_train_flags "$err"
     # Which blocks are checkpointed changes no number, so a run resumes with other ones.
     "$frugal" train --data "$dir" --model cnn --steps 2 --checkpoint-blocks 2-3 --resume "$dir/c.safetensors" >/dev/null ||
       fail "resuming with --checkpoint-blocks was refused"
@@ -634,7 +649,8 @@ PY
     ranks 2 "$frugal" train --ddp "${cnn[@]}" --resume "$dir/part.safetensors" --save "$dir/again.safetensors" >/dev/null
     cmp "$dir/straight.safetensors" "$dir/again.safetensors" || fail "a resumed 2-rank run differs from an uninterrupted one"
     expect_exit 2 "$frugal" train "${cnn[@]}" --resume "$dir/part.safetensors"
-    grep -q "the checkpoint has --ddp-ranks 2, this run has none" <<<"$err" || fail "no reason given: $err"
+    grep -q "the checkpoint has --ddp on 2 ranks, this run has none" <<<"$err" || fail "no reason given: $err"
+    only_train_flags "$err"
     ;;
   ddp_killed_rank)
     # A rank killed mid-run ends the other: mpirun notices and names it, the survivor says which

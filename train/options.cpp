@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "core/error.h"
 #include "models/registry.h"
@@ -68,7 +69,8 @@ void validate(const TrainOptions& o) {
                      "seconds, got ", o.ddp_timeout);
 }
 
-// Keys are the flags' names, so a difference reads as the flag to change.
+// Keys are the flags' names, so a difference reads as the flag to change; the two that no one flag
+// sets (ddp-ranks, activation-saving) identity_difference words as the flags that set them.
 std::string run_identity_json(const TrainOptions& o) {
   nlohmann::ordered_json j;
   j["model"] = o.model;
@@ -99,6 +101,30 @@ std::string run_identity_json(const TrainOptions& o) {
   return j.dump();
 }
 
+namespace {
+
+// The two run identity keys that are not a flag's name: the number of ranks, which mpirun starts for
+// a --ddp run, and the activation saving, which up to three flags set.
+bool names_a_flag(const std::string& key) { return key != "ddp-ranks" && key != "activation-saving"; }
+
+// How `key` = `value` reads on frugal train's command line: "--lr 0.5", "--ddp on 2 ranks",
+// "--bn-from-output --compress-activations bf16" (for the saving "bn-from-output+bf16",
+// ActivationSaving::str: its bn-from-output and bit-masks parts are flags, the compression is a value).
+std::string as_flags(const std::string& key, const nlohmann::ordered_json& value) {
+  if (key == "ddp-ranks") return "--ddp on " + value.dump() + " ranks";
+  if (key == "activation-saving" && value.is_string()) {
+    std::string flags;
+    std::istringstream parts(value.get<std::string>());
+    for (std::string part; std::getline(parts, part, '+');)
+      flags += (flags.empty() ? "--" : " --") +
+               (part == "bn-from-output" || part == "bit-masks" ? part : "compress-activations " + part);
+    return flags;
+  }
+  return "--" + key + " " + value.dump();
+}
+
+}  // namespace
+
 std::string identity_difference(const std::string& ours, const std::string& theirs, const std::string& them) {
   const auto a = nlohmann::ordered_json::parse(ours);
   nlohmann::ordered_json b;
@@ -108,11 +134,12 @@ std::string identity_difference(const std::string& ours, const std::string& thei
     return them + "'s run options are not valid JSON";
   }
   for (const auto& [key, value] : a.items()) {
-    if (!b.contains(key)) return "--" + key + " " + value.dump() + " but " + them + " has none";
-    if (b[key] != value) return "--" + key + " " + value.dump() + " but " + them + " has " + b[key].dump();
+    if (!b.contains(key)) return as_flags(key, value) + " but " + them + " has none";
+    if (b[key] != value)
+      return as_flags(key, value) + " but " + them + " has " + (names_a_flag(key) ? b[key].dump() : as_flags(key, b[key]));
   }
   for (const auto& [key, value] : b.items())
-    if (!a.contains(key)) return them + " has --" + key + " " + value.dump() + ", this run has none";
+    if (!a.contains(key)) return them + " has " + as_flags(key, value) + ", this run has none";
   return "";
 }
 

@@ -96,7 +96,8 @@ void validate(const TrainOptions& options);
 // masks: bit-identical gradients, tests/cpu/test_model_memory_options.cpp) and in-place activations.
 std::string run_identity_json(const TrainOptions& options);
 // The first difference between two run_identity_json texts, as "--lr 0.001 but the checkpoint has
-// 0.002" (`them` names the other side: "rank 0"); "" when they agree.
+// 0.002" (`them` names the other side: "rank 0"), in the flags that set it ("the checkpoint has --ddp
+// on 2 ranks, this run has none"); "" when they agree.
 std::string identity_difference(const std::string& ours, const std::string& theirs,
                                 const std::string& them = "the checkpoint");
 

@@ -82,12 +82,26 @@ TEST_CASE("train options: a resumed run must be the same run, and the difference
   b = a;
   b.ddp = true;
   b.ranks = 2;  // two ranks of the same batch size are twice the batch
+  // The two keys no one flag sets are worded as the flags that set them.
   CHECK(train::identity_difference(train::run_identity_json(b), train::run_identity_json(a)) ==
-        "--ddp-ranks 2 but the checkpoint has none");
+        "--ddp on 2 ranks but the checkpoint has none");
   CHECK(train::identity_difference(train::run_identity_json(a), train::run_identity_json(b)) ==
-        "the checkpoint has --ddp-ranks 2, this run has none");
+        "the checkpoint has --ddp on 2 ranks, this run has none");
+  train::TrainOptions c = b;
+  c.ranks = 3;
+  CHECK(train::identity_difference(train::run_identity_json(c), train::run_identity_json(b), "rank 0") ==
+        "--ddp on 3 ranks but rank 0 has --ddp on 2 ranks");
   b.ranks = 1;
   CHECK(train::identity_difference(train::run_identity_json(b), train::run_identity_json(a)).empty());
+  b.saving = {.bn_from_output = true, .bit_masks = true, .compress = nn::SavedCompression::int8};
+  CHECK(train::identity_difference(train::run_identity_json(b), train::run_identity_json(a)) ==
+        "--bn-from-output --bit-masks --compress-activations int8 but the checkpoint has none");
+  c = a;
+  c.saving = {.compress = nn::SavedCompression::bf16};
+  CHECK(train::identity_difference(train::run_identity_json(c), train::run_identity_json(b)) ==
+        "--compress-activations bf16 but the checkpoint has --bn-from-output --bit-masks --compress-activations int8");
+  CHECK(train::identity_difference(train::run_identity_json(a), train::run_identity_json(c)) ==
+        "the checkpoint has --compress-activations bf16, this run has none");
 }
 
 TEST_CASE("checkpoints: every part and the position come back as saved, other files are refused") {
