@@ -25,7 +25,12 @@ Report saving_benchmark(const Options& options);               // bench/saving_b
 
 const std::vector<Benchmark>& all_benchmarks() {
   static const std::vector<Benchmark> benchmarks = {
-      {"ops", "GEMM (hand-written against OpenBLAS / cuBLAS), relu and sum", ops_benchmark},
+      {"ops",
+       "kernels, hand-written beside the libraries: a 1024x1024 GEMM (blocked against OpenBLAS; naive, tiled and "
+       "register-blocked against cuBLAS), relu and sum of 16M floats, fused cross-entropy forward and backward, "
+       "a 3x3 stride-2 max pool, dense and depthwise 3x3 convolutions and batch norm's training forward (native, "
+       "against cuDNN on a GPU)",
+       ops_benchmark},
       {"tensor",
        "copies (contiguous, transposed, f32->f16 cast) and Philox random fill, against memcpy, naive loops and "
        "std::mt19937",
