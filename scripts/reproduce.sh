@@ -1,0 +1,241 @@
+#!/usr/bin/env bash
+# Re-makes the measurements that README.md and docs/*.md quote, one file per command, so that a
+# figure in the docs can point at the file that holds it.
+#
+#   scripts/reproduce.sh                 the quick ones (under 10 minutes on a 2-core machine): `frugal
+#                                        info`, the `frugal plan` commands the docs quote, short
+#                                        `frugal train` runs (planned against measured peaks), the
+#                                        samples, the quick benchmarks
+#   scripts/reproduce.sh --long          also the training runs (hours): the default run, the recipe's
+#                                        one-epoch runs, the accuracy sweeps over seeds, the 15-epoch run
+#   --out DIR                            where the results go (default build/results/YYYY-MM-DD/)
+#   --only REGEX                         only the entries whose name matches (grep -E)
+#   --bin DIR                            run the binaries in DIR as they are, without building
+#                                        (default: build, through scripts/common.sh, then build/bin)
+#
+# In DIR: NAME.txt holds what the command printed (stdout and stderr), NAME.json its JSON where it has
+# --json (bench: the JSON is its output); index.tsv one line per entry (name, exit code, expected
+# exit code, seconds, start time, load average at the start, command); machine.txt the date, the CPU
+# and `frugal info`. Timings (img/s, seconds, speed ratios) are only as good as the machine was quiet:
+# index.tsv's load average says how quiet it was. Memory, byte counts, planner figures and accuracies
+# are deterministic for one build and thread count (but for the loader's batches in flight:
+# docs/memory-guide.md).
+#
+# Every entry runs even when an earlier one failed; the script then lists the failures and exits 1.
+# Exit 2 on bad arguments.
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+
+usage() { sed -n '2,/^# Exit 2/s/^# \{0,1\}//p' "$0"; }
+long=0 out="" only="" bin=""
+while [ $# -gt 0 ]; do
+  case $1 in
+    --long) long=1 ;;
+    --out) [ $# -ge 2 ] || { echo "reproduce.sh: --out needs a folder" >&2; exit 2; }; out=$2; shift ;;
+    --only) [ $# -ge 2 ] || { echo "reproduce.sh: --only needs a pattern" >&2; exit 2; }; only=$2; shift ;;
+    --bin) [ $# -ge 2 ] || { echo "reproduce.sh: --bin needs a folder" >&2; exit 2; }; bin=$2; shift ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "reproduce.sh: unknown argument '$1' (--help lists them)" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+if [ -z "$bin" ]; then
+  frugal_install_packages
+  frugal_build "$FRUGAL_ROOT/build"
+  bin=$FRUGAL_ROOT/build/bin
+fi
+[ -d "$bin" ] || { echo "reproduce.sh: --bin $bin: no such folder" >&2; exit 2; }
+bin=$(cd "$bin" && pwd)
+frugal=$bin/frugal
+out=${out:-$FRUGAL_ROOT/build/results/$(date +%F)}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+data=$out/data   # the Fashion-MNIST subsets the short runs train on, kept beside their results
+fashion=/usr/share/datasets/fashion-mnist
+# OpenMPI refuses to run as root without these (tests/CMakeLists.txt sets them for the tests too).
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+
+printf 'name\texit\texpected\tseconds\tstarted\tload average\tcommand\n' >"$out/index.tsv"
+{
+  echo "date:    $(date -Iseconds)"
+  echo "host:    $(uname -srm)"
+  echo "CPU:     $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p'), $(nproc) cores usable; $(grep -m1 -ow 'avx512f' /proc/cpuinfo || grep -m1 -ow 'avx2' /proc/cpuinfo || echo 'no AVX2')"
+  echo "load:    $(cut -d' ' -f1-3 /proc/loadavg) at the start"
+  echo "commit:  $(git -C "$FRUGAL_ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$FRUGAL_ROOT" diff --quiet HEAD 2>/dev/null || echo ' (with uncommitted changes)')"
+  echo "binary:  $frugal"
+  echo
+  "$frugal" info 2>&1 || true
+} >"$out/machine.txt"
+
+failed=()
+ran=0
+# run_expect CODE NAME COMMAND...: runs COMMAND when NAME is selected, what it prints in $out/NAME.txt,
+# and records it in index.tsv; an exit code other than CODE is a failure.
+run_expect() {
+  local want=$1 name=$2
+  shift 2
+  [ -z "$only" ] || grep -qE -- "$only" <<<"$name" || return 0
+  local start=$SECONDS started load cmdline code=0
+  started=$(date +%T)
+  load=$(cut -d' ' -f1 /proc/loadavg)
+  cmdline=$(printf '%q ' "$@")
+  echo "reproduce: $name: ${cmdline% }"
+  "$@" >"$out/$name.txt" 2>&1 </dev/null || code=$?
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$code" "$want" "$((SECONDS - start))" "$started" "$load" "${cmdline% }" >>"$out/index.tsv"
+  ran=$((ran + 1))
+  if [ "$code" != "$want" ]; then
+    failed+=("$name: exit $code, expected $want ($out/$name.txt)")
+    echo "reproduce: $name FAILED: exit $code, expected $want; its output: $out/$name.txt" >&2
+  fi
+}
+run() { run_expect 0 "$@"; }
+# with_json NAME COMMAND...: the same, with --json $out/NAME.json added (plan, train, eval).
+with_json() { local name=$1; shift; run "$name" "$@" --json "$out/$name.json"; }
+# stdout_json NAME COMMAND...: a command whose --json prints the JSON (info, bench): NAME.json.
+stdout_json() { local name=$1; shift; run "$name" bash -c '"$@" --json >"$0"' "$out/$name.json" "$@"; }
+# timed NAME COMMAND...: the command's output, then its wall time and maximum resident set size.
+timed() { local name=$1; shift; run "$name" /usr/bin/time -f "wall %e s, maximum RSS %M KB" "$@"; }
+# subset DIR TRAIN TEST: the first TRAIN training and TEST test samples of Fashion-MNIST as IDX files,
+# as tests/train_check.sh's make_subset writes them.
+subset() {
+  mkdir -p "$1"
+  [ -e "$1/t10k-labels-idx1-ubyte" ] && return 0
+  python3 - "$fashion" "$@" <<'PY'
+import gzip, struct, sys
+source, d, n_train, n_test = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+for split, n in (("train", n_train), ("t10k", n_test)):
+    images = gzip.open(f"{source}/{split}-images-idx3-ubyte.gz").read()
+    labels = gzip.open(f"{source}/{split}-labels-idx1-ubyte.gz").read()
+    open(f"{d}/{split}-images-idx3-ubyte", "wb").write(struct.pack(">IIII", 0x803, n, 28, 28) + images[16:16 + n * 784])
+    open(f"{d}/{split}-labels-idx1-ubyte", "wb").write(struct.pack(">II", 0x801, n) + labels[8:8 + n])
+PY
+}
+# mpi NAME COMMAND...: COMMAND on 2 ranks under mpirun (as tests/train_check.sh's cli.ddp_* run it).
+mpi() { local name=$1; shift; run "$name" mpirun -np 2 --oversubscribe "$@"; }
+
+[ -e "$fashion/train-images-idx3-ubyte.gz" ] || { echo "reproduce.sh: $fashion is missing (package dataset-fashion-mnist)" >&2; exit 1; }
+subset "$data/fmnist-320" 320 32   # tests/train_check.sh plan_matches_train's subset
+subset "$data/fmnist-512" 512 32   # tests/train_check.sh train_out_of_memory's subset
+cd "$out"   # the samples write their files (traces, timelines, snapshots) where they run
+
+# ---- the quick entries ------------------------------------------------------------------------
+
+# README.md: what the machine and the build are.
+run info "$frugal" info
+stdout_json info-json "$frugal" info
+
+# docs/memory-guide.md, "Predicting the peak": the plan of the default run, and what planning costs
+# (seconds and RSS, measured with /usr/bin/time; docs/training.md quotes batches 64 and 1024).
+with_json plan-depth1 "$frugal" plan --depth 1
+timed plan-cost-default "$frugal" plan
+timed plan-cost-batch1024 "$frugal" plan --batch-size 1024
+timed plan-cost-classes1000000 "$frugal" plan --num-classes 1000000
+timed plan-cost-batch1048576-image4096 "$frugal" plan --batch-size 1048576 --image-size 4096
+# docs/memory-guide.md: the options under a budget; docs/training.md: the out-of-memory example's budget.
+with_json plan-budget64MiB "$frugal" plan --budget 64MiB
+with_json plan-batch32-budget56MiB "$frugal" plan --batch-size 32 --budget 56MiB
+with_json plan-batch256-budget24MiB "$frugal" plan --batch-size 256 --budget 24MiB
+# docs/memory-guide.md and docs/distributed.md: one of 4 data-parallel ranks.
+with_json plan-ddp4-batch16 "$frugal" plan --ddp 4 --batch-size 16
+with_json plan-ddp4-batch16-zero1-views "$frugal" plan --ddp 4 --batch-size 16 --zero1 --bucket-views
+
+# README.md: the planned peak beside the measured one, `frugal train --steps 3 --no-eval`.
+with_json train-steps3 "$frugal" train --steps 3 --no-eval
+# docs/memory-guide.md, "Held to account": planned against measured for every model at three batch
+# sizes, plain, checkpointed and under bf16 autocast, on the whole of Fashion-MNIST.
+configs=()
+for model in "mobilenet_v2" "mobilenet_v2 --cifar-stem" "resnet18" "cnn"; do
+  for batch in 16 32 64; do
+    for way in "" " --checkpoint-activations" " --amp bf16"; do configs+=("--model $model --batch-size $batch$way"); done
+  done
+done
+run plan-vs-train-models python3 "$FRUGAL_ROOT/scripts/plan-vs-train.py" "$frugal" "$fashion" "${configs[@]}"
+# The same, for tests/train_check.sh plan_matches_train's configurations on its 320-sample subset
+# (docs/memory-guide.md quotes the partial checkpointing rows).
+run plan-vs-train-check python3 "$FRUGAL_ROOT/scripts/plan-vs-train.py" "$frugal" "$data/fmnist-320" \
+  "--model cnn --batch-size 16" "--model cnn --batch-size 64" \
+  "--model mobilenet_v2 --width 0.5 --batch-size 32" "--model mobilenet_v2 --width 0.5 --batch-size 32 --checkpoint-activations" \
+  "--model mobilenet_v2 --width 0.5 --batch-size 32 --amp bf16" "--model mobilenet_v2 --width 0.5 --cifar-stem --batch-size 8" \
+  "--model resnet18 --batch-size 8 --optimizer sgd" \
+  "--model mobilenet_v2 --width 0.5 --batch-size 32 --checkpoint-blocks 1-4" "--model resnet18 --batch-size 8 --optimizer sgd --checkpoint-blocks 2,5-6" \
+  "--model mobilenet_v2 --width 0.5 --batch-size 32 --bn-from-output" \
+  "--model mobilenet_v2 --width 0.5 --batch-size 32 --bn-from-output --bit-masks --compress-activations bf16" \
+  "--model mobilenet_v2 --width 0.5 --batch-size 32 --bit-masks --compress-activations int8"
+
+# docs/training.md: --memory-report on the 320-sample subset; the out-of-memory explanation (exit 3);
+# --batch-size auto under 512 MiB.
+with_json train-width0.25-memory-report "$frugal" train --data "$data/fmnist-320" --model mobilenet_v2 --width 0.25 \
+  --batch-size 32 --steps 4 --memory-report
+run_expect 3 train-oom-batch256-24MiB "$frugal" train --data "$data/fmnist-512" --model mobilenet_v2 --batch-size 256 \
+  --memory-limit 24MiB --no-plan-check
+with_json train-batch-auto-512MiB "$frugal" train --batch-size auto --memory-limit 512MiB --steps 3 --no-eval
+
+# docs/memory-guide.md and docs/distributed.md, "What it saves": 64 samples per step on 2 ranks, 3 steps
+# (one process: train-steps3 above; each rank's peaks are in the JSON's per_rank).
+mpi train-ddp2-batch32 "$frugal" train --ddp --batch-size 32 --steps 3 --no-eval --json "$out/train-ddp2-batch32.json"
+mpi train-ddp2-batch32-zero1 "$frugal" train --ddp --zero1 --batch-size 32 --steps 3 --no-eval \
+  --json "$out/train-ddp2-batch32-zero1.json"
+
+# The samples whose figures docs/memory-guide.md and docs/tensor.md quote (each prints what it measured).
+for sample in 01_tensor_tour 02_caching_allocator 04_training_memory 05_streaming_data 06_small_model \
+  08_batch_size 09_checkpointing 11_memory_monitoring 12_data_parallel; do
+  run "sample-$sample" "$bin/$sample"
+done
+
+# Benchmarks (docs/allocator.md, docs/benchmarks.md): `frugal bench NAME --json`.
+stdout_json bench-alloc "$frugal" bench alloc
+stdout_json bench-tensor "$frugal" bench tensor
+stdout_json bench-ops "$frugal" bench ops
+# >>> `frugal bench train --json`: MobileNetV2's training beside PyTorch (docs/benchmarks.md). The peer
+# >>> arguments (--peer-python PYTHON ..., --threads N) go in bench_train_args.
+bench_train_args=()
+stdout_json bench-train "$frugal" bench train "${bench_train_args[@]}"
+# <<< end of `frugal bench train`
+
+# ---- the long entries (--long) ------------------------------------------------------------------
+if [ "$long" = 1 ]; then
+  # README.md: what scripts/run.sh trains, `frugal train` with its defaults (one epoch).
+  with_json train-default "$frugal" train
+  # docs/training.md, "The default recipe": one epoch at each learning rate tried (seed 0 unless said).
+  with_json recipe-lr2e-3 "$frugal" train --lr 2e-3
+  with_json recipe-lr2e-3-smoothing0.1 "$frugal" train --lr 2e-3 --label-smoothing 0.1
+  with_json recipe-lr4e-3 "$frugal" train --lr 4e-3
+  with_json recipe-lr4e-3-dropout0 "$frugal" train --lr 4e-3 --dropout 0
+  with_json recipe-lr8e-3 "$frugal" train --lr 8e-3
+  with_json recipe-lr8e-3-seed1 "$frugal" train --lr 8e-3 --seed 1
+  with_json recipe-lr1.2e-2 "$frugal" train --lr 1.2e-2
+  # docs/memory-guide.md, "Saving less than the minimum": the samples that train (minutes each), and
+  # `frugal bench saving` (saved bytes per sample, and each way's speed).
+  run sample-10_mixed_precision "$bin/10_mixed_precision"
+  run sample-13_below_the_minimum "$bin/13_below_the_minimum"
+  stdout_json bench-saving "$frugal" bench saving --threads 2
+  # docs/benchmarks.md: the longer benchmarks (bench loader writes a multi-GB shard in a temporary folder).
+  stdout_json bench-roofline "$frugal" bench roofline
+  stdout_json bench-loader "$frugal" bench loader
+  mpi bench-allreduce "$frugal" bench allreduce --json   # rank 0 prints the JSON: bench-allreduce.txt
+  # docs/memory-guide.md, "Accuracy": two epochs per way and seed at lr 0.001 (about 15 minutes a run on
+  # one core, two at a time: hours), then the default lr 0.01, standard against bf16 with bit masks.
+  # The runs' JSON and logs stay in the sweep's folder; a sweep stopped half-way resumes there.
+  run accuracy-by-way-lr1e-3 python3 "$FRUGAL_ROOT/scripts/accuracy-by-way.py" "$frugal" "$out/accuracy-by-way-lr1e-3" \
+    --seeds 1-6 --seeds-of bn-bits=1-3 --seeds-of int8=1-3 \
+    standard= "bn-bits=--bn-from-output --bit-masks" "bf16=--bn-from-output --bit-masks --compress-activations bf16" \
+    "int8=--bn-from-output --bit-masks --compress-activations int8"
+  run accuracy-by-way-lr1e-2 python3 "$FRUGAL_ROOT/scripts/accuracy-by-way.py" "$frugal" "$out/accuracy-by-way-lr1e-2" \
+    --seeds 1-5 --train "--epochs 2 --lr 0.01 --workers 1" \
+    standard= "bf16=--bn-from-output --bit-masks --compress-activations bf16"
+  # >>> The 15-epoch recipe run (docs/training.md, "The default recipe": the run the Fashion-MNIST
+  # >>> benchmark compares with). Its flags go in recipe_15_epochs_args.
+  recipe_15_epochs_args=(--epochs 15 --cifar-stem --augment)   # >>> the 15-epoch run's flags
+  with_json recipe-15-epochs "$frugal" train "${recipe_15_epochs_args[@]}"
+  # <<< end of the 15-epoch run
+fi
+
+echo "load:    $(cut -d' ' -f1-3 /proc/loadavg) at the end" >>"$out/machine.txt"
+echo "reproduce: $ran entries in $SECONDS s; results in $out (index.tsv lists them)"
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "reproduce: ${#failed[@]} failed:" >&2
+  printf '  %s\n' "${failed[@]}" >&2
+  exit 1
+fi
