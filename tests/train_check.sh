@@ -485,12 +485,19 @@ PY
   train_run_report)
     # --report: a Markdown report with the options, mermaid charts of the real phases, the memory tables.
     make_subset "$dir" 96 32
-    "$frugal" train --data "$dir" "${tiny[@]}" --epochs 2 --steps 5 --report "$dir/run.md" --json "$dir/run.json" >/dev/null
-    python3 - "$dir/run.md" "$dir/run.json" <<'PY' || fail "the report: $(cat "$dir/run.md")"
+    # (--bit-masks: the activation saving's row names the flags that set it.)
+    "$frugal" train --data "$dir" "${tiny[@]}" --epochs 2 --steps 5 --bit-masks --report "$dir/run.md" --json "$dir/run.json" >/dev/null
+    "$frugal" train --help >"$dir/help.txt"
+    python3 - "$dir/run.md" "$dir/run.json" "$dir/help.txt" <<'PY' || fail "the report: $(cat "$dir/run.md")"
 import json, re, sys
-md, run = open(sys.argv[1]).read(), json.load(open(sys.argv[2]))
+md, run, help_text = open(sys.argv[1]).read(), json.load(open(sys.argv[2])), open(sys.argv[3]).read()
 assert md.startswith("# frugal train: mobilenet_v2 on cpu\n"), md[:80]
 assert "| --batch-size | 32 |" in md and "| --steps | 5 |" in md and f"{run['parameters']} parameters" in md
+# Every option row names flags frugal train has.
+rows = re.findall(r"^\| (--[^|]*) \|", md, re.M)
+flags = {f.split(" (")[0] for row in rows for f in row.split(", ")}
+assert "--bit-masks" in flags and all(re.search(rf"[ ,]{re.escape(f)}[ ,=\[]", help_text) for f in flags), \
+    [f for f in flags if not re.search(rf"[ ,]{re.escape(f)}[ ,=\[]", help_text)]
 assert "```mermaid\nflowchart LR\n" in md and "```mermaid\ngantt\n  dateFormat x\n" in md
 tasks = re.findall(r"^  (setup \(data, model\)|epoch \d|evaluation after epoch \d) :(\d+), (\d+)$", md, re.M)
 # Epoch 2 stops at step 5, and the run evaluates the model it stopped with.

@@ -345,7 +345,7 @@ std::string run_report_markdown(const RunReport& r) {
   out << "## Configuration\n\n| option | value |\n|---|---|\n";
   const nlohmann::ordered_json identity = nlohmann::ordered_json::parse(run_identity_json(o));
   for (const auto& [key, value] : identity.items())
-    out << markdown_row({"--" + key, value.is_string() ? value.get<std::string>() : value.dump()});
+    out << markdown_row({identity_key_flags(key), value.is_string() ? value.get<std::string>() : value.dump()});
   out << markdown_row({"--data", o.data.empty() ? "Debian's Fashion-MNIST" : o.data});
   out << markdown_row({"--steps", o.steps ? std::to_string(*o.steps) : "all"});
   out << markdown_row({"--checkpoint-activations", o.checkpoint_activations ? "true" : "false"});

@@ -125,6 +125,12 @@ std::string as_flags(const std::string& key, const nlohmann::ordered_json& value
 
 }  // namespace
 
+std::string identity_key_flags(const std::string& key) {
+  if (key == "ddp-ranks") return "--ddp (ranks)";
+  if (key == "activation-saving") return "--bn-from-output, --bit-masks, --compress-activations";
+  return "--" + key;
+}
+
 std::string identity_difference(const std::string& ours, const std::string& theirs, const std::string& them) {
   const auto a = nlohmann::ordered_json::parse(ours);
   nlohmann::ordered_json b;

@@ -95,6 +95,9 @@ void validate(const TrainOptions& options);
 // which blocks are checkpointed (recomputation replays the same kernels on the same inputs and dropout
 // masks: bit-identical gradients, tests/cpu/test_model_memory_options.cpp) and in-place activations.
 std::string run_identity_json(const TrainOptions& options);
+// The flag(s) that set a run_identity_json key, for a person: "--lr" for lr, "--ddp (ranks)" for
+// the ranks mpirun started, "--bn-from-output, --bit-masks, --compress-activations" for the saving.
+std::string identity_key_flags(const std::string& key);
 // The first difference between two run_identity_json texts, as "--lr 0.001 but the checkpoint has
 // 0.002" (`them` names the other side: "rank 0"), in the flags that set it ("the checkpoint has --ddp
 // on 2 ranks, this run has none"); "" when they agree.
