@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes the committed seed corpus of the fuzz targets: fuzz/corpus/<target>/, a few tiny valid files
 and a few invalid ones per format, each named for what it is. It is a second implementation of the
-formats (data/idx.h, data/cifar.h, data/shard.h, nn/safetensors.h), written from their documentation.
+formats (data/idx.h, data/cifar.h, data/shard.h, nn/safetensors.h, train/checkpoint.h,
+memory/alloc_trace.h), written from their documentation.
 Run from anywhere: python3 fuzz/make_corpus.py"""
 import base64
 import json
@@ -211,3 +212,27 @@ write("fuzz_checkpoint", "bad_position", checkpoint(ckpt_tensors, position={"epo
 flipped = bytearray(checkpoint(ckpt_tensors))
 flipped[flipped.index(b'correct') + 11] ^= 1  # a digit of the position's count: only metadata_crc32 sees it
 write("fuzz_checkpoint", "bad_metadata_bit", bytes(flipped))
+
+
+# Allocation traces (memory/alloc_trace.h): frugal's text, one event per line (`+ ID BYTES [STREAM]
+# [TAG]`, `- ID`, `#` comments), or RMM's logging CSV, told apart by its header line.
+RMM_HEADER = "Thread,Time,Action,Pointer,Size,Stream\n"
+write("fuzz_alloc_trace", "frugal_small", b"# three blocks: c takes a's slot once a is freed\n"
+      b"+ a 1024\n+ b 2KiB 3 grad   # a trailing comment\n\n- a\r\n+ c 1MiB 0x10 workspace\n- b\n")
+write("fuzz_alloc_trace", "frugal_every_tag", "".join(
+    f"+ {tag} {512 << i} {i} {tag}\n" for i, tag in enumerate(
+        ["param", "grad", "optimizer", "activation", "workspace", "data", "other"])).encode())
+write("fuzz_alloc_trace", "frugal_units", b"\xef\xbb\xbf+ a 1.5KiB\n+ b 2MB 0\n+ c 1G activation\n- c\n+ d 1T\n")
+write("fuzz_alloc_trace", "rmm_small", (RMM_HEADER +
+      "140,10.5,allocate,0x7f0000,4096,0x0\n"
+      "140,10.6,allocate failure,0x0,1099511627776,0x0\n"
+      "141,10.7,allocate,0x7f1000,256,0x5a\n"
+      "140,10.8,free,0x7f0000,4096,0x0\n"
+      "141,10.9,free,0x7f1000,256,90\n").encode())
+write("fuzz_alloc_trace", "bad_double_free", b"+ a 1\n- a\n- a\n")
+write("fuzz_alloc_trace", "bad_over_1pib", b"+ a 600TiB\n+ b 600TiB\n")
+write("fuzz_alloc_trace", "bad_tag_before_stream", b"+ a 1 param 0\n")
+write("fuzz_alloc_trace", "bad_rmm_fields", (RMM_HEADER + "1,0,allocate,0x1,10\n").encode())
+# Lines of 4096 bytes are read, longer ones refused where they start: a comment line of each length.
+write("fuzz_alloc_trace", "long_comment", b"+ a 1\n#" + b"c" * 4095 + b"\n- a\n")
+write("fuzz_alloc_trace", "bad_long_line", b"+ a 1\n#" + b"c" * 4096 + b"\n- a\n")

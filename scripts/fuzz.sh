@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Fuzzes frugal's file parsers: builds every fuzz/fuzz_*.cpp target with clang (libFuzzer, ASan +
-# UBSan, coverage-instrumented frugal_core and frugal_data, nothing else) in build-fuzz/, then runs
-# each for SECONDS (default 10) from its committed seeds in fuzz/corpus/<target>/. Inputs that reach
-# new code go to build-fuzz/corpus/<target>/, never into the committed corpus; an input that
-# crashes is saved in build-fuzz/crashes/<target>/ and fails the script.
+# Fuzzes frugal's file parsers: builds every fuzz/fuzz_*.cpp target (fuzz/CMakeLists.txt lists them)
+# with clang (libFuzzer, ASan + UBSan, coverage-instrumented frugal_core, frugal_data, frugal_nn and
+# frugal_memory, nothing else) in build-fuzz/, then runs each for SECONDS (default 10) from its
+# committed seeds in fuzz/corpus/<target>/. Inputs that reach new code go to build-fuzz/corpus/<target>/,
+# never into the committed corpus; an input that crashes is saved in build-fuzz/crashes/<target>/ and
+# fails the script.
 #   scripts/fuzz.sh [SECONDS]          FRUGAL_FUZZ_BUILD=DIR builds in DIR instead
 set -euo pipefail
 source "$(dirname "$0")/common.sh"

@@ -11,6 +11,7 @@
 
 #include "memory/alloc_trace.h"
 #include "core/error.h"
+#include "tests/skip.h"
 
 using namespace frugal;
 
@@ -173,6 +174,41 @@ TEST_CASE("garbage and binary input never crash: it parses (and replays) or thro
     }
   }
   CHECK(parsed > 0);  // the fuzz reached the replay, not only the errors
+}
+
+TEST_CASE("the fuzz seeds, written by fuzz/make_corpus.py from the formats' description, parse as expected") {
+  const std::filesystem::path corpus = std::filesystem::path(FRUGAL_SOURCE_DIR) / "fuzz/corpus/fuzz_alloc_trace";
+  if (!std::filesystem::exists(corpus)) FRUGAL_SKIP("fuzz/corpus/fuzz_alloc_trace not found beside the tests' sources");
+  const auto read = [&](const char* name) { return read_trace_file((corpus / name).string()); };
+
+  const Trace small = read("frugal_small");  // a, b, free a, c in a's slot, free b
+  CHECK((small.format == Trace::Format::frugal && small.events.size() == 5 && small.slots == 2));
+  CHECK(small.events[3].slot == small.events[0].slot);
+  const Trace tags = read("frugal_every_tag");
+  REQUIRE(tags.events.size() == static_cast<std::size_t>(kNumMemoryTags));
+  for (std::size_t i = 0; i < tags.events.size(); ++i) {
+    CHECK(tags.events[i].tag == static_cast<MemoryTag>(i));
+    CHECK((tags.events[i].bytes == std::size_t{512} << i && tags.events[i].stream == i));
+  }
+  const Trace units = read("frugal_units");  // after a byte order mark: 1.5KiB, 2MB, 1G, free, 1T
+  REQUIRE(units.events.size() == 5);
+  CHECK((units.events[0].bytes == 1536 && units.events[1].bytes == 2'000'000 && units.events[2].bytes == 1024 * MiB));
+  CHECK((units.events[4].bytes == std::size_t{1} << 40 && units.slots == 3));
+  const Trace rmm = read("rmm_small");
+  CHECK((rmm.format == Trace::Format::rmm_csv && rmm.events.size() == 4 && rmm.allocate_failures == 1));
+  CHECK(read("long_comment").events.size() == 2);
+
+  const std::pair<const char*, const char*> bad[] = {
+      {"bad_double_free", ":3: free of unknown id 'a'"},
+      {"bad_over_1pib", ":2: more than 1 PiB alive at once"},
+      {"bad_tag_before_stream", ":1: expected the tag last, got '0'"},
+      {"bad_rmm_fields", ":2: expected 6 comma-separated fields"},
+      {"bad_long_line", ":2: line longer than 4096 bytes"},
+  };
+  for (const auto& [name, expected] : bad) {
+    const std::string message = std::string(name) + expected;  // the file's path, then FILE:LINE's rest
+    CHECK_THROWS_WITH_AS(read(name), doctest::Contains(message.c_str()), ValueError);
+  }
 }
 
 // ---- replay
