@@ -54,14 +54,13 @@
 #include "core/cuda_status.h"
 #include "core/error.h"
 #include "core/random.h"
+#include "kernels/cpu_runtime.h"
 #include "kernels/gemm.h"
 #include "models/registry.h"
 #include "models/step_memory.h"
 #include "nn/autograd.h"
 #include "nn/optim.h"
 #include "nn/safetensors.h"
-
-extern char** environ;
 
 namespace frugal::bench {
 
@@ -151,7 +150,12 @@ class Peer {
     for (int fd : {in[0], in[1], out[0], out[1]}) posix_spawn_file_actions_addclose(&actions, fd);
     std::string script = FRUGAL_TRAIN_PEER, python = python_, flag = "--threads", count = std::to_string(threads);
     char* argv[] = {python.data(), script.data(), flag.data(), count.data(), nullptr};
-    const int failed = ::posix_spawn(&pid_, python_.c_str(), &actions, nullptr, argv, environ);
+    // The peer runs as PyTorch's users run it, without the settings frugal made for itself.
+    std::vector<std::string> environment = user_environment();
+    std::vector<char*> envp;
+    for (std::string& variable : environment) envp.push_back(variable.data());
+    envp.push_back(nullptr);
+    const int failed = ::posix_spawn(&pid_, python_.c_str(), &actions, nullptr, argv, envp.data());
     posix_spawn_file_actions_destroy(&actions);
     ::close(in[0]);
     ::close(out[1]);

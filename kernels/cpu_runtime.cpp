@@ -61,17 +61,41 @@ std::optional<std::string> better_blas_core() {
   return std::nullopt;
 }
 
+namespace {
+// Names the variables configure_cpu_runtime set (comma-separated), for the re-executed process and
+// for user_environment: frugal's own choices, not the user's.
+constexpr const char* kSetByFrugal = "FRUGAL_RUNTIME_SET";
+
+bool set_for_frugal(const char* name, const std::string& value, std::string& names) {
+  if (::setenv(name, value.c_str(), 1) != 0) return false;
+  names += (names.empty() ? "" : ",") + std::string(name);
+  return true;
+}
+}  // namespace
+
 void configure_cpu_runtime(char** argv) {
+  std::string names = std::getenv(kSetByFrugal) ? std::getenv(kSetByFrugal) : "";
   bool changed = false;
-  if (std::getenv("OMP_WAIT_POLICY") == nullptr) {  // Note [OpenMP threads wait passively]
-    changed = ::setenv("OMP_WAIT_POLICY", "passive", 1) == 0;
-  }
+  if (std::getenv("OMP_WAIT_POLICY") == nullptr)  // Note [OpenMP threads wait passively]
+    changed = set_for_frugal("OMP_WAIT_POLICY", "passive", names);
   if (std::getenv("OPENBLAS_CORETYPE") == nullptr) {  // Note [OpenBLAS core fallback]
     const std::optional<std::string> core = better_blas_core();
-    if (core && ::setenv("OPENBLAS_CORETYPE", core->c_str(), 1) == 0) changed = true;
+    if (core && set_for_frugal("OPENBLAS_CORETYPE", *core, names)) changed = true;
   }
   // The re-executed process finds both variables set and goes on; exec returns only on failure.
-  if (changed) ::execv("/proc/self/exe", argv);
+  if (changed && ::setenv(kSetByFrugal, names.c_str(), 1) == 0) ::execv("/proc/self/exe", argv);
+}
+
+std::vector<std::string> user_environment() {
+  std::string set_by_frugal = std::string(",") + (std::getenv(kSetByFrugal) ? std::getenv(kSetByFrugal) : "") + ",";
+  set_by_frugal += std::string(kSetByFrugal) + ",";
+  std::vector<std::string> variables;
+  for (char** entry = environ; *entry; ++entry) {
+    const std::string variable = *entry;
+    const std::string name = variable.substr(0, variable.find('='));
+    if (set_by_frugal.find("," + name + ",") == std::string::npos) variables.push_back(variable);
+  }
+  return variables;
 }
 
 }  // namespace frugal

@@ -32,6 +32,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace frugal {
 
@@ -57,5 +58,12 @@ void set_blas_threads(int threads);
 // do, or if the exec fails (the program then runs with the libraries' own choices, correctly).
 // A variable you set yourself is left alone.
 void configure_cpu_runtime(char** argv);
+
+// The environment ("NAME=value" each) for a program frugal starts that is not frugal, such as a
+// benchmark's PyTorch peer: the process's own, without the variables configure_cpu_runtime set for
+// frugal. Passive waiting is frugal's choice for sharing cores (Note [OpenMP threads wait
+// passively]); it halved PyTorch 2.15's training speed (384 against 733 images/s for MobileNetV2,
+// batch 64, 2 threads, 2026-12-04), so a peer runs as its users run it.
+std::vector<std::string> user_environment();
 
 }  // namespace frugal
