@@ -8,6 +8,7 @@ frugal=$2
 source "$(dirname "$0")/cli_lib.sh"
 
 fashion=/usr/share/datasets/fashion-mnist
+fashion_subset=$(cd "$(dirname "$0")/../scripts" && pwd)/fashion-subset.py
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 
@@ -15,15 +16,7 @@ trap 'rm -rf "$dir"' EXIT
 # files in DIR, named as the originals so the test split is found beside the training split.
 make_subset() {
   [ -e "$fashion/train-images-idx3-ubyte.gz" ] || { echo "skipped: $fashion not installed (dataset-fashion-mnist)"; exit 77; }
-  python3 - "$fashion" "$@" <<'PY'
-import gzip, struct, sys
-source, d, n_train, n_test = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-for split, n in (("train", n_train), ("t10k", n_test)):
-    images = gzip.open(f"{source}/{split}-images-idx3-ubyte.gz").read()
-    labels = gzip.open(f"{source}/{split}-labels-idx1-ubyte.gz").read()
-    open(f"{d}/{split}-images-idx3-ubyte", "wb").write(struct.pack(">IIII", 0x803, n, 28, 28) + images[16:16 + n * 784])
-    open(f"{d}/{split}-labels-idx1-ubyte", "wb").write(struct.pack(">II", 0x801, n) + labels[8:8 + n])
-PY
+  python3 "$fashion_subset" "$fashion" "$@"
 }
 
 # signal_after_progress SIGNAL ARGS...: runs `frugal train ARGS` (stdout in $dir/out, stderr in
