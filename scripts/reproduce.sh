@@ -5,7 +5,8 @@
 #   scripts/reproduce.sh                 the quick ones (under 10 minutes on a 2-core machine): `frugal
 #                                        info`, the `frugal plan` commands the docs quote, short
 #                                        `frugal train` runs (planned against measured peaks), the
-#                                        samples, the quick benchmarks
+#                                        samples, the quick benchmarks (`frugal bench train` beside
+#                                        today's PyTorch: run scripts/peers.sh once first)
 #   scripts/reproduce.sh --long          also the training runs (hours): the default run, the recipe's
 #                                        one-epoch runs, the accuracy sweeps over seeds, the 15-epoch run
 #   --out DIR                            where the results go (default build/results/YYYY-MM-DD/)
@@ -55,7 +56,6 @@ data=$out/data   # the Fashion-MNIST subsets the short runs train on, kept besid
 fashion=/usr/share/datasets/fashion-mnist
 # OpenMPI refuses to run as root without these (tests/CMakeLists.txt sets them for the tests too).
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 
 printf 'name\texit\texpected\tseconds\tstarted\tload average\tcommand\n' >"$out/index.tsv"
 {
@@ -97,20 +97,12 @@ with_json() { local name=$1; shift; run "$name" "$@" --json "$out/$name.json"; }
 stdout_json() { local name=$1; shift; run "$name" bash -c '"$@" --json >"$0"' "$out/$name.json" "$@"; }
 # timed NAME COMMAND...: the command's output, then its wall time and maximum resident set size.
 timed() { local name=$1; shift; run "$name" /usr/bin/time -f "wall %e s, maximum RSS %M KB" "$@"; }
-# subset DIR TRAIN TEST: the first TRAIN training and TEST test samples of Fashion-MNIST as IDX files,
-# as tests/train_check.sh's make_subset writes them.
+# subset DIR TRAIN TEST: the first TRAIN training and TEST test samples of Fashion-MNIST as IDX files
+# (scripts/fashion-subset.py, as tests/train_check.sh's make_subset writes them), once per folder.
 subset() {
   mkdir -p "$1"
   [ -e "$1/t10k-labels-idx1-ubyte" ] && return 0
-  python3 - "$fashion" "$@" <<'PY'
-import gzip, struct, sys
-source, d, n_train, n_test = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-for split, n in (("train", n_train), ("t10k", n_test)):
-    images = gzip.open(f"{source}/{split}-images-idx3-ubyte.gz").read()
-    labels = gzip.open(f"{source}/{split}-labels-idx1-ubyte.gz").read()
-    open(f"{d}/{split}-images-idx3-ubyte", "wb").write(struct.pack(">IIII", 0x803, n, 28, 28) + images[16:16 + n * 784])
-    open(f"{d}/{split}-labels-idx1-ubyte", "wb").write(struct.pack(">II", 0x801, n) + labels[8:8 + n])
-PY
+  python3 "$FRUGAL_ROOT/scripts/fashion-subset.py" "$fashion" "$@"
 }
 # mpi NAME COMMAND...: COMMAND on 2 ranks under mpirun (as tests/train_check.sh's cli.ddp_* run it).
 mpi() { local name=$1; shift; run "$name" mpirun -np 2 --oversubscribe "$@"; }
@@ -188,11 +180,11 @@ done
 stdout_json bench-alloc "$frugal" bench alloc
 stdout_json bench-tensor "$frugal" bench tensor
 stdout_json bench-ops "$frugal" bench ops
-# >>> `frugal bench train --json`: MobileNetV2's training beside PyTorch (docs/benchmarks.md). The peer
-# >>> arguments (--peer-python PYTHON ..., --threads N) go in bench_train_args.
-bench_train_args=()
-stdout_json bench-train "$frugal" bench train "${bench_train_args[@]}"
-# <<< end of `frugal bench train`
+# `frugal bench train --json`: MobileNetV2's training beside PyTorch (docs/benchmarks.md, README.md),
+# on 2 threads and on 1. The peers: scripts/peers.sh's today's PyTorch (installed once beforehand;
+# this script downloads nothing) and Debian's python3-torch, those present; the JSON's notes say which.
+stdout_json bench-train "$frugal" bench train --device cpu --threads 2
+stdout_json bench-train-threads1 "$frugal" bench train --device cpu --threads 1
 
 # ---- the long entries (--long) ------------------------------------------------------------------
 if [ "$long" = 1 ]; then
