@@ -218,9 +218,10 @@ if [ "$long" = 1 ]; then
     --seeds 1-5 --train "--epochs 2 --lr 0.01 --workers 1" \
     standard= "bf16=--bn-from-output --bit-masks --compress-activations bf16"
   # docs/training.md, "Fifteen epochs on the CPU" (about half an hour each on 2 cores): the defaults,
-  # the best recipe reached (recipe-15-epochs), and crop and flip with label smoothing.
+  # the best recipe reached (recipe-15-epochs), more weight decay, crop and flip with label smoothing.
   with_json recipe-15-epochs-defaults "$frugal" train --epochs 15
   with_json recipe-15-epochs "$frugal" train --epochs 15 --label-smoothing 0.1
+  with_json recipe-15-epochs-wd0.1 "$frugal" train --epochs 15 --label-smoothing 0.1 --wd 0.1
   with_json recipe-15-epochs-augment "$frugal" train --epochs 15 --augment --label-smoothing 0.1
 fi
 
