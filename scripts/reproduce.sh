@@ -146,15 +146,8 @@ done
 run plan-vs-train-models python3 "$FRUGAL_ROOT/scripts/plan-vs-train.py" "$frugal" "$fashion" "${configs[@]}"
 # The same, for tests/train_check.sh plan_matches_train's configurations on its 320-sample subset
 # (docs/memory-guide.md quotes the partial checkpointing rows).
-run plan-vs-train-check python3 "$FRUGAL_ROOT/scripts/plan-vs-train.py" "$frugal" "$data/fmnist-320" \
-  "--model cnn --batch-size 16" "--model cnn --batch-size 64" \
-  "--model mobilenet_v2 --width 0.5 --batch-size 32" "--model mobilenet_v2 --width 0.5 --batch-size 32 --checkpoint-activations" \
-  "--model mobilenet_v2 --width 0.5 --batch-size 32 --amp bf16" "--model mobilenet_v2 --width 0.5 --cifar-stem --batch-size 8" \
-  "--model resnet18 --batch-size 8 --optimizer sgd" \
-  "--model mobilenet_v2 --width 0.5 --batch-size 32 --checkpoint-blocks 1-4" "--model resnet18 --batch-size 8 --optimizer sgd --checkpoint-blocks 2,5-6" \
-  "--model mobilenet_v2 --width 0.5 --batch-size 32 --bn-from-output" \
-  "--model mobilenet_v2 --width 0.5 --batch-size 32 --bn-from-output --bit-masks --compress-activations bf16" \
-  "--model mobilenet_v2 --width 0.5 --batch-size 32 --bit-masks --compress-activations int8"
+mapfile -t check_configs <"$FRUGAL_ROOT/tests/plan_check_configs.txt"
+run plan-vs-train-check python3 "$FRUGAL_ROOT/scripts/plan-vs-train.py" "$frugal" "$data/fmnist-320" "${check_configs[@]}"
 
 # docs/training.md: --memory-report on the 320-sample subset; the out-of-memory explanation (exit 3);
 # --batch-size auto under 512 MiB.

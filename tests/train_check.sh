@@ -391,15 +391,9 @@ PY
     # the CNN's measured peak at batch 16, once in six runs). Two batches are at most 1.74% of a peak
     # here (the CNN at batch 64), so the check allows 2%.
     make_subset "$dir" 320 32
-    python3 "$(dirname "$0")/../scripts/plan-vs-train.py" "$frugal" "$dir" --tolerance 0.02 \
-      "--model cnn --batch-size 16" "--model cnn --batch-size 64" \
-      "--model mobilenet_v2 --width 0.5 --batch-size 32" "--model mobilenet_v2 --width 0.5 --batch-size 32 --checkpoint-activations" \
-      "--model mobilenet_v2 --width 0.5 --batch-size 32 --amp bf16" "--model mobilenet_v2 --width 0.5 --cifar-stem --batch-size 8" \
-      "--model resnet18 --batch-size 8 --optimizer sgd" \
-      "--model mobilenet_v2 --width 0.5 --batch-size 32 --checkpoint-blocks 1-4" "--model resnet18 --batch-size 8 --optimizer sgd --checkpoint-blocks 2,5-6" \
-      "--model mobilenet_v2 --width 0.5 --batch-size 32 --bn-from-output" \
-      "--model mobilenet_v2 --width 0.5 --batch-size 32 --bn-from-output --bit-masks --compress-activations bf16" \
-      "--model mobilenet_v2 --width 0.5 --batch-size 32 --bit-masks --compress-activations int8"
+    # One configuration per line in plan_check_configs.txt (scripts/reproduce.sh runs the same list).
+    mapfile -t configs <"$(dirname "$0")/plan_check_configs.txt"
+    python3 "$(dirname "$0")/../scripts/plan-vs-train.py" "$frugal" "$dir" --tolerance 0.02 "${configs[@]}"
     ;;
   eval_checkpoint)
     make_subset "$dir" 640 200
