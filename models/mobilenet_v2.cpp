@@ -9,6 +9,7 @@
 #include "models/torchvision_init.h"
 #include "nn/functional.h"
 #include "nn/init.h"
+#include "nn/saved_activations.h"
 
 namespace frugal::models {
 
@@ -51,9 +52,13 @@ InvertedResidual::InvertedResidual(std::int64_t in_channels, std::int64_t out_ch
 }
 
 Tensor InvertedResidual::forward(const Tensor& x) {
+  if (!use_residual_) return (*conv_)(x);
   // The sum saves nothing for backward; the projection's BN output dies here, and the sum is what the
-  // next block's first convolution keeps.
-  return use_residual_ ? F::add(x, (*conv_)(x)) : (*conv_)(x);
+  // next block's first convolution keeps. With bn_from_output (nn::activation_saving(), set by the
+  // training step's ActivationSavingGuard in train/) that convolution keeps neither: the sum is made
+  // again from the input and the BN output, both rebuilt from what their BatchNorms saved.
+  const Tensor branch = (*conv_)(x);
+  return nn::activation_saving().bn_from_output ? F::add_rebuilt(x, branch) : F::add(x, branch);
 }
 
 namespace {

@@ -6,6 +6,7 @@
 #include "models/torchvision_init.h"
 #include "nn/functional.h"
 #include "nn/init.h"
+#include "nn/saved_activations.h"
 
 namespace frugal::models {
 
@@ -24,10 +25,14 @@ std::shared_ptr<nn::Conv2d> conv1x1(std::int64_t in, std::int64_t out, std::int6
 Tensor relu(Tensor x, bool inplace) { return inplace ? F::relu_(x) : F::relu(x); }
 
 // The block's output: the residual branch plus the shortcut, then ReLU on the sum (in place, the sum
-// is a fresh tensor, so nothing the branch saved is overwritten).
+// is a fresh tensor, so nothing the branch saved is overwritten). With bn_from_output
+// (nn::activation_saving(), set by the training step's ActivationSavingGuard in train/) the sum is
+// made again from its addends in backward, as MobileNetV2's.
 Tensor add_shortcut_and_relu(const Tensor& branch, const Tensor& x, const std::shared_ptr<nn::Sequential>& downsample,
                              bool inplace) {
-  return relu(F::add(branch, downsample ? (*downsample)(x) : x), inplace);
+  const Tensor shortcut = downsample ? (*downsample)(x) : x;
+  const bool rebuilt = nn::activation_saving().bn_from_output;
+  return relu(rebuilt ? F::add_rebuilt(branch, shortcut) : F::add(branch, shortcut), inplace);
 }
 
 }  // namespace

@@ -86,9 +86,9 @@ Tensor autocast_f32(const Tensor& t) {
 
 namespace {
 
-// A sum made again from its addends (nn/saved_activations.h): MobileNetV2's residual sum of a block's
-// input and its projection's BatchNorm output, both of which can be rebuilt, so the next block's
-// first convolution need not keep the sum.
+// A sum made again from its addends (add_rebuilt): a residual sum of a block's input and its last
+// BatchNorm's output, both of which can be rebuilt, so the next block's first convolution need not
+// keep the sum.
 class SumRebuild final : public autograd::Rebuild {
  public:
   SumRebuild(const Tensor& a, const Tensor& b) : a_(a), b_(b) {}
@@ -100,17 +100,22 @@ class SumRebuild final : public autograd::Rebuild {
 
 }  // namespace
 
-Tensor add(const Tensor& a, const Tensor& b) {
+namespace {
+Tensor add_impl(const Tensor& a, const Tensor& b, bool rebuilt) {
   Recorder op("add", {a, b});
   Tensor sum = frugal::add(a, b);
   // Only where an addend is itself rebuilt: otherwise keeping the addends would cost what the sum does.
-  if (op.recording() && nn::activation_saving().bn_from_output && a.shape() == b.shape() &&
-      (autograd::has_rebuild(a) || autograd::has_rebuild(b)))
+  if (rebuilt && op.recording() && a.shape() == b.shape() && (autograd::has_rebuild(a) || autograd::has_rebuild(b)))
     autograd::set_rebuild(sum, std::make_shared<SumRebuild>(a, b));
   return op.finish(sum, {}, [sa = a.shape(), sb = b.shape()](const Grads& g, const Saved&) {
     return Grads{sum_to(g[0], sa), sum_to(g[0], sb)};
   });
 }
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b) { return add_impl(a, b, false); }
+
+Tensor add_rebuilt(const Tensor& a, const Tensor& b) { return add_impl(a, b, true); }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
   Recorder op("sub", {a, b});
@@ -392,13 +397,12 @@ class AffineRebuild final : public autograd::Rebuild {
   DType dtype_;  // the output's: an x-hat kept in bf16 still rebuilds an f32 output
 };
 
-// How BatchNorm keeps x-hat under this thread's ActivationSaving. With bf16 compression of an f32
+// How BatchNorm keeps x-hat under the caller's ActivationSaving. With bf16 compression of an f32
 // input the kernel writes x-hat in bf16 itself (kernels/batch_norm.h's NormalizedForm), in the same
 // pass where it can, instead of the graph casting an f32 x-hat afterwards. A fused ReLU6 keeps its
 // mask as bits only when x-hat is kept compressed, whose rounding would move values next to 0 and 6
 // across the edge; an exact x-hat gives the mask exactly for free.
-NormalizedForm normalized_form(const Tensor& x, bool fuse_relu6) {
-  const nn::ActivationSaving& saving = nn::activation_saving();
+NormalizedForm normalized_form(const Tensor& x, bool fuse_relu6, const nn::ActivationSaving& saving) {
   return {.bf16 = saving.compress == nn::SavedCompression::bf16 && x.dtype() == DType::f32,
           .relu6_mask = fuse_relu6 && saving.bit_masks && saving.compress != nn::SavedCompression::none};
 }
@@ -406,8 +410,8 @@ NormalizedForm normalized_form(const Tensor& x, bool fuse_relu6) {
 // Saves x-hat alone (and the per-channel invstd), and attaches to the output how to rebuild it.
 Tensor batch_norm_from_normalized(Recorder& op, const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                                   const Tensor& weight, const Tensor& bias, bool training, double momentum, double eps,
-                                  bool fuse_relu6) {
-  const NormalizedForm form = normalized_form(x, fuse_relu6);
+                                  bool fuse_relu6, const nn::ActivationSaving& saving) {
+  const NormalizedForm form = normalized_form(x, fuse_relu6, saving);
   const BatchNormNormalizedOutput r =
       training ? batch_norm_train_normalized(x, weight, bias, running_mean, running_var, momentum, eps, fuse_relu6, form)
                : batch_norm_eval_normalized(x, weight, bias, running_mean, running_var, eps, fuse_relu6, form);
@@ -425,11 +429,12 @@ Tensor batch_norm_from_normalized(Recorder& op, const Tensor& x, const Tensor& r
 }  // namespace
 
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
-                  const Tensor& bias, bool training, double momentum, double eps, bool fuse_relu6) {
+                  const Tensor& bias, bool training, double momentum, double eps, bool fuse_relu6,
+                  const nn::ActivationSaving& saving) {
   Recorder op(fuse_relu6 ? "batch_norm_relu6" : "batch_norm", {x, weight, bias});
-  if (op.recording() && nn::activation_saving().bn_from_output)
+  if (op.recording() && saving.bn_from_output)
     return batch_norm_from_normalized(op, x, running_mean, running_var, weight, bias, training, momentum, eps,
-                                      fuse_relu6);
+                                      fuse_relu6, saving);
   Tensor y, mean, invstd;
   if (training) {
     BatchNormOutput r = batch_norm_train(x, weight, bias, running_mean, running_var, momentum, eps, fuse_relu6);
@@ -445,7 +450,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   }
   // The ReLU6 mask is read from the output, which the next layer usually keeps anyway; with bit masks
   // it is kept as bits, so the output lives only as long as someone else needs it.
-  const bool bits = op.recording() && fuse_relu6 && nn::activation_saving().bit_masks;
+  const bool bits = op.recording() && fuse_relu6 && saving.bit_masks;
   const Tensor mask_source = bits ? pack_mask_between(y, 0.0, kReLU6Top) : fuse_relu6 ? y : Tensor();
   return op.finish(y, {x, weight, mean, invstd, mask_source}, [training, bits](const Grads& g, const Saved& s) {
     const Tensor grad = bits ? apply_packed_mask(g[0], s[4]) : g[0];

@@ -9,11 +9,16 @@
 #include "kernels/conv.h"
 #include "kernels/loss.h"
 #include "kernels/pool.h"
+#include "nn/saved_activations.h"
 
 namespace frugal::functional {
 
 // ---- elementwise (broadcasting)
 Tensor add(const Tensor& a, const Tensor& b);
+// a + b, whose result backward makes again from a and b instead of keeping it, when an addend is
+// itself rebuilt (a BatchNorm output saved as x-hat, nn/saved_activations.h) and the shapes match;
+// otherwise add. For a residual block's sum under bn_from_output.
+Tensor add_rebuilt(const Tensor& a, const Tensor& b);
 Tensor sub(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);  // saves a and b
 Tensor div(const Tensor& a, const Tensor& b);  // saves a and b
@@ -60,9 +65,12 @@ Tensor adaptive_avg_pool2d(const Tensor& x, std::array<std::int64_t, 2> output_s
 // ---- normalisation, dropout, softmax (softmax and the losses: in f32 under autocast)
 // Batch norm as torch.nn.functional.batch_norm; in training, running statistics (if given) are
 // updated in place and the batch statistics saved for backward. fuse_relu6 applies ReLU6 in the
-// same pass and saves the output instead of a separate activation.
+// same pass and saves the output instead of a separate activation. `saving` says what is kept for
+// backward (nn/saved_activations.h): standard by default; with bn_from_output, x-hat alone, and the
+// output carries how to rebuild it; with bit_masks, a fused ReLU6's mask as bits.
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
-                  const Tensor& bias, bool training, double momentum, double eps, bool fuse_relu6 = false);
+                  const Tensor& bias, bool training, double momentum, double eps, bool fuse_relu6 = false,
+                  const nn::ActivationSaving& saving = {});
 // Dropout saves no tensor for backward, only its draw's (seed, offset): the backward recomputes the mask.
 Tensor dropout(const Tensor& x, double p, bool training = true, Generator* generator = nullptr);
 Tensor log_softmax(const Tensor& x, std::int64_t dim);  // saves its output

@@ -7,6 +7,7 @@
 #include "nn/checkpoint.h"
 #include "nn/functional.h"
 #include "nn/init.h"
+#include "nn/saved_activations.h"
 
 namespace frugal::nn {
 
@@ -108,8 +109,10 @@ Tensor BatchNorm2d::normalize(const Tensor& x, bool fuse_relu6) {
   // Batch statistics in training, and in eval mode too when there are no running statistics.
   const bool batch_statistics = is_training() || !running_mean_.defined();
   const bool pass_running = update_running || !is_training();
+  // What backward keeps (x-hat alone, masks as bits, compressed) is the run's ActivationSaving, set
+  // around forward and backward by the training step's ActivationSavingGuard (train/).
   return F::batch_norm(x, pass_running ? running_mean_ : Tensor(), pass_running ? running_var_ : Tensor(), weight_, bias_,
-                       batch_statistics, momentum, eps_, fuse_relu6);
+                       batch_statistics, momentum, eps_, fuse_relu6, activation_saving());
 }
 
 // ---- activations, dropout

@@ -244,7 +244,8 @@ struct BatchNormCase {
   Tensor x = leaf({4, 3, 5, 5}, -2.0, 2.0), weight = leaf({3}, 0.5, 1.5), bias = leaf({3}, -0.5, 0.5);
   Tensor running_mean = zeros({3}, {.dtype = DType::f64}), running_var = ones({3}, {.dtype = DType::f64});
   Tensor forward(bool relu6 = true) const {
-    return F::batch_norm(F::mul(x, 3.0), running_mean, running_var, weight, bias, true, 0.1, 1e-5, relu6);
+    return F::batch_norm(F::mul(x, 3.0), running_mean, running_var, weight, bias, true, 0.1, 1e-5, relu6,
+                         nn::activation_saving());
   }
 };
 
