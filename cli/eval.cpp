@@ -8,7 +8,6 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/train_output.h"
-#include "core/cuda_status.h"
 #include "core/error.h"
 #include "core/output_paths.h"
 #include "core/mapped_file.h"
@@ -49,24 +48,16 @@ EvalCommand::EvalCommand(CLI::App& app)
   c->add_option("--weights", weights_, "A checkpoint of frugal train, or a state dict (safetensors)")
       ->required()
       ->check(not_empty());
-  c->add_option("--model", model_, "Model: " + models::model_names() + " (default: the checkpoint's, else mobilenet_v2)");
-  c->add_option("--width", width_, "MobileNetV2's width multiplier");
-  c->add_flag("--cifar-stem", cifar_stem_, "MobileNetV2's stem for 32x32 inputs");
-  c->add_option("--num-classes", num_classes_, "Classes of the classifier (default: the dataset's)")->check(between(2, 1'000'000));
-  c->add_option("--data", data_, "Data whose test split is evaluated (default: Debian's Fashion-MNIST)");
-  c->add_option("--test-data", test_data_, "The test split itself");
-  c->add_option("--image-size", image_size_, "Side of the square images (default: the checkpoint's, else 32)")
-      ->check(between(8, 4096));
-  c->add_option("--batch-size", batch_size_, "Images per forward (default 256)")->check(between(1, 1 << 20));
-  c->add_option("--workers", workers_, "Loader threads (default 1)")->check(between(0, 64));
-  c->add_option("--device", device_, "cpu, cuda or cuda:N (default: cuda:0 when usable, else cpu)");
+  model_.add_to(*c, FlagsFor::eval);
+  data_.add_to(*c, FlagsFor::eval);
+  step_.add_to(*c, FlagsFor::eval);
+  device_.add_to(*c);
   c->add_option("--json", json_, "Write accuracy, loss and per-class accuracy as JSON to this file")->check(not_empty());
 }
 
 int EvalCommand::run() const {
   try {
-    const Device device = device_ == "auto" ? (cuda_available() ? Device::cuda(0) : Device::cpu()) : Device::parse(device_);
-    check_device_usable(device);
+    const Device device = device_.resolve();
     check_output_paths({{"--json", json_}}, {{"--weights", weights_}});  // before reading anything
     const bool checkpoint = train::is_checkpoint(weights_);
     nn::StateDict weights;
@@ -78,29 +69,31 @@ int EvalCommand::run() const {
     } else {
       weights = nn::read_safetensors(weights_).tensors;
     }
-    const std::string model_name = model_.value_or(t.model.value_or("mobilenet_v2"));
-    const std::int64_t image_size = image_size_.value_or(t.image_size.value_or(32));
-    const train::RunData inputs = train::open_run_data(data_, test_data_, image_size, false);
-    check_output_paths({{"--json", json_}}, data_inputs(inputs.splits.sources, test_data_));  // the data's own files
+    const train::TrainOptions defaults;  // what train would have used where neither flag nor checkpoint says
+    const std::string model_name = model_.model.value_or(t.model.value_or(defaults.model));
+    const std::int64_t image_size = step_.image_size.value_or(t.image_size.value_or(defaults.image_size));
+    const train::RunData inputs = train::open_run_data(data_.data, data_.test_data, image_size, false);
+    check_output_paths({{"--json", json_}}, data_inputs(inputs.splits.sources, data_.test_data));  // the data's own files
     const std::string nonfinite = train::first_nonfinite(weights);
     FRUGAL_CHECK_VALUE(nonfinite.empty(), weights_, ": tensor '", printable(nonfinite),
                        "' holds a NaN or an infinity: a diverged run's weights, nothing to evaluate");
     FRUGAL_CHECK_VALUE(inputs.splits.test != nullptr, "no test split found for ",
-                       data_.empty() ? "Debian's Fashion-MNIST" : data_, ": give --test-data");
-    const std::int64_t classes = num_classes_.value_or(t.num_classes.value_or(inputs.splits.train->num_classes()));
+                       data_.data.empty() ? "Debian's Fashion-MNIST" : data_.data, ": give --test-data");
+    const std::int64_t classes = step_.num_classes.value_or(t.num_classes.value_or(inputs.splits.train->num_classes()));
     const auto model = models::make_model(
         model_name, {.num_classes = classes,
                      .in_channels = inputs.splits.train->sample_shape()[0],
-                     .width_mult = width_ ? width_ : t.width,
-                     .cifar_stem = cifar_stem_ || t.cifar_stem});
+                     .width_mult = model_.width ? model_.width : t.width,
+                     .cifar_stem = model_.cifar_stem || t.cifar_stem});
     try {
       model->load_state_dict(weights);
     } catch (const Error& e) {
       FRUGAL_THROW(ValueError, weights_, ": does not fit ", model_name, ": ", e.message());
     }
     model->to(device);
-    const train::EvalResult result =
-        train::evaluate(*model, inputs.splits.test, inputs.test_transforms, batch_size_, device, workers_, classes);
+    const std::int64_t batch_size = step_.batch_size.empty() ? StepFlags::kEvalBatchSize : step_.batch_size_number();
+    const train::EvalResult result = train::evaluate(*model, inputs.splits.test, inputs.test_transforms, batch_size, device,
+                                                     step_.workers.value_or(defaults.workers), classes);
     std::printf("%s on %s: test accuracy %.2f%%, loss %.4f (%lld images)\n", model_name.c_str(), device.str().c_str(),
                 100.0 * result.accuracy, result.loss, static_cast<long long>(result.samples));
     if (!json_.empty()) write_json_file(json_, eval_json(result));

@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 
+#include "cli/shared_flags.h"
 #include "cli/subcommand.h"
 
 namespace frugal::cli {
@@ -24,13 +25,11 @@ class EvalCommand final : public Subcommand {
   int run() const override;
 
  private:
-  std::optional<std::string> model_;
-  std::string weights_, data_, test_data_, device_ = "auto", json_;
-  std::optional<double> width_;
-  std::optional<std::int64_t> num_classes_, image_size_;
-  std::int64_t batch_size_ = 256;
-  int workers_ = 1;
-  bool cifar_stem_ = false;
+  std::string weights_, json_;
+  ModelFlags model_;  // --model, --width, --cifar-stem: each the checkpoint's unless given
+  DataFlags data_;    // --data, --test-data
+  StepFlags step_;    // --batch-size, --workers, --image-size, --num-classes
+  DeviceFlag device_;
 };
 
 }  // namespace frugal::cli

@@ -158,22 +158,10 @@ nlohmann::json plan_json(const train::TrainOptions& o, const train::MemoryPlan& 
 
 PlanCommand::PlanCommand(CLI::App& app)
     : Subcommand(app.add_subcommand("plan", "Predict a training run's memory per phase and layer, without running it")) {
-  const train::TrainOptions defaults;
   CLI::App* c = command_;
-  model_.add_to(*c);
+  model_.add_to(*c, FlagsFor::plan);
   c->add_option("--in-channels", in_channels_, "Channels of the input images (default 1, Fashion-MNIST's)")->check(between(1, 4096));
-  c->add_option("--num-classes", num_classes_, "Classes of the classifier (default 10)")->check(between(2, 1'000'000));
-  c->add_option("--image-size", image_size_, "Side of the square images (default " + std::to_string(defaults.image_size) + ")")
-      ->check(between(8, 4096));
-  c->add_option("--batch-size", batch_size_, "Samples per micro-batch (default " + std::to_string(defaults.batch_size) + ")")
-      ->check(between(1, 1 << 20));
-  c->add_option("--accum", accum_, "Micro-batches per optimizer step (default 1)")->check(between(1, 65536));
-  c->add_option("--optimizer", optimizer_, "sgd or adamw (default " + train::optimizer_name(defaults.optimizer) + ")")
-      ->check(CLI::IsMember({"sgd", "adamw"}));
-  c->add_option("--momentum", momentum_, "SGD's momentum (0: no momentum buffers)");
-  c->add_option("--amp", amp_, "Autocast to f16 or bf16")->check(CLI::IsMember({"f16", "bf16"}));
-  c->add_option("--workers", workers_, "Loader threads, each holding prefetched batches (default " + std::to_string(defaults.workers) + ")")
-      ->check(between(0, 64));
+  step_.add_to(*c, FlagsFor::plan);
   c->add_option("--ddp", ddp_, "Plan one rank of N data-parallel ranks (--batch-size per rank): its gradient buckets "
                 "and, with --zero1, its shard of the optimizer state")->check(between(1, 65536));
   ddp_flags_.add_to(*c);
@@ -188,13 +176,7 @@ int PlanCommand::run() const {
   try {
     train::TrainOptions o;
     model_.apply(o);
-    if (image_size_) o.image_size = *image_size_;
-    if (batch_size_) o.batch_size = *batch_size_;
-    if (accum_) o.accum = *accum_;
-    if (workers_) o.workers = *workers_;
-    if (!optimizer_.empty()) o.optimizer = train::parse_optimizer(optimizer_);
-    if (momentum_) o.momentum = *momentum_;
-    if (!amp_.empty()) o.amp = parse_dtype(amp_);
+    step_.apply(o);
     FRUGAL_CHECK_VALUE(ddp_ || !ddp_flags_.any(), "--bucket-cap, --bucket-views and --zero1 need --ddp N");
     if (ddp_) {
       o.ddp = true;
@@ -206,7 +188,7 @@ int PlanCommand::run() const {
     train::validate(o);           // and so is a checkpoint block the model does not have
     const std::int64_t budget = budget_.empty() ? 0 : static_cast<std::int64_t>(parse_size(budget_));
     FRUGAL_CHECK_VALUE(budget_.empty() || budget > 0, "--budget must be more than 0 bytes, got '", budget_, "'");
-    const train::PlanShape shape{.in_channels = in_channels_, .num_classes = num_classes_};
+    const train::PlanShape shape{.in_channels = in_channels_, .num_classes = o.num_classes.value_or(train::PlanShape{}.num_classes)};
     const train::MemoryPlan plan = train::plan_memory(o, shape);
     print_plan(o, plan, depth_);
     nlohmann::json j = plan_json(o, plan);

@@ -20,7 +20,7 @@
 #include <optional>
 #include <string>
 
-#include "cli/model_flags.h"
+#include "cli/shared_flags.h"
 #include "cli/subcommand.h"
 
 namespace frugal::cli {
@@ -32,11 +32,10 @@ class PlanCommand final : public Subcommand {
 
  private:
   ModelFlags model_;  // --model, --width, --cifar-stem, --checkpoint-activations, --checkpoint-blocks, --inplace-activations
-  std::string optimizer_, amp_, json_, budget_;
-  std::optional<double> momentum_;
-  std::optional<std::int64_t> batch_size_, accum_, image_size_;
-  std::int64_t in_channels_ = 1, num_classes_ = 10;
-  std::optional<int> workers_, ddp_;
+  StepFlags step_;    // --batch-size, --accum, --optimizer, --momentum, --amp, --workers, --image-size, --num-classes
+  std::string json_, budget_;
+  std::int64_t in_channels_ = 1;
+  std::optional<int> ddp_;
   DdpFlags ddp_flags_;  // --bucket-cap, --bucket-views, --zero1
   int depth_ = 2;
 };

@@ -32,25 +32,6 @@ namespace frugal::cli {
 namespace {
 
 constexpr int kExitOutOfMemory = 3;
-std::int64_t parse_batch_size(const std::string& text) {
-  std::size_t used = 0;
-  long long value = 0;
-  try {
-    value = std::stoll(text, &used);
-  } catch (const std::logic_error&) {
-    used = 0;
-  }
-  FRUGAL_CHECK_VALUE(used == text.size() && value >= 1 && value <= (1 << 20),
-                     "--batch-size must be auto or a whole number in [1, 1048576], got '", text, "'");
-  return value;
-}
-
-Device parse_device(const std::string& text) {
-  if (text == "auto") return cuda_available() ? Device::cuda(0) : Device::cpu();
-  const Device device = Device::parse(text);
-  check_device_usable(device);
-  return device;
-}
 
 // Exit 3: where it happened, the allocator's explanation, what filled the device when the trainer
 // saw it happen (train/oom_explainer.h), the usual remedies, and the checkpoint kept.
@@ -78,46 +59,28 @@ void print_warning(const std::string& text) {
 TrainCommand::TrainCommand(CLI::App& app)
     : Subcommand(app.add_subcommand("train", "Train a model on a dataset: progress, memory by tag, checkpoints")) {
   const train::TrainOptions defaults;  // the help shows the defaults train/options.h holds
-  const auto number = [](double value) {
-    char text[32];
-    std::snprintf(text, sizeof text, "%g", value);
-    return std::string(text);
-  };
   CLI::App* c = command_;
   c->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a flag given twice: the last wins
-  model_.add_to(*c);
+  model_.add_to(*c, FlagsFor::train);
   c->add_option("--dropout", dropout_, "MobileNetV2's classifier dropout probability (default 0.2, torchvision's)");
-  c->add_option("--num-classes", num_classes_, "Classes of the classifier (default: the dataset's)")
-      ->check(between(2, 1'000'000));
-  c->add_option("--data", data_, "Training data: an IDX or CIFAR folder, a shard, an image folder (default: Debian's Fashion-MNIST)");
-  c->add_option("--test-data", test_data_, "Test split (default: the one found beside --data)");
-  c->add_option("--image-size", image_size_, "Side of the square images the model sees (default " + std::to_string(defaults.image_size) + ": Fashion-MNIST's 28x28 padded)")
-      ->check(between(8, 4096));
+  data_.add_to(*c, FlagsFor::train);
   c->add_flag("--augment", augment_, "Random crop with padding and horizontal flip");
   c->add_option("--epochs", epochs_, "Epochs; the schedule spans them all (default " + std::to_string(defaults.epochs) + ")")->check(between(1, 100000));
   c->add_option("--steps", steps_, "Stop after this global optimizer step, counted from the start of training")
       ->check(between(1, 1'000'000'000));
-  c->add_option("--batch-size", batch_size_,
-                "Samples per micro-batch, or auto: the largest that fits --memory-limit or the free memory (default " +
-                    std::to_string(defaults.batch_size) + ")");
+  step_.add_to(*c, FlagsFor::train);
   c->add_option("--global-batch", global_batch_, "Samples per optimizer step: sets --accum from the batch size (with auto too)")
       ->check(between(2, 1 << 30));
-  c->add_option("--accum", accum_, "Micro-batches accumulated per optimizer step (default " + std::to_string(defaults.accum) + ")")->check(between(1, 65536));
-  c->add_option("--optimizer", optimizer_, "sgd (Nesterov momentum) or adamw (default " + train::optimizer_name(defaults.optimizer) + ")")
-      ->check(CLI::IsMember({"sgd", "adamw"}));
-  c->add_option("--lr", lr_, "Peak learning rate (default " + number(defaults.lr) + ")");
-  c->add_option("--momentum", momentum_, "SGD's momentum, AdamW's beta1 (default " + number(defaults.momentum) + ")");
-  c->add_option("--wd", wd_, "Weight decay, on weights only (default " + number(defaults.weight_decay) + ")");
+  c->add_option("--lr", lr_, "Peak learning rate (default " + default_number(defaults.lr) + ")");
+  c->add_option("--wd", wd_, "Weight decay, on weights only (default " + default_number(defaults.weight_decay) + ")");
   c->add_option("--schedule", schedule_, "constant, cosine or onecycle, per step over all epochs (default " + train::schedule_name(defaults.schedule) + ")")
       ->check(CLI::IsMember({"constant", "cosine", "onecycle"}));
-  c->add_option("--warmup", warmup_, "Fraction of the steps spent warming up (default " + number(defaults.warmup) + ")");
-  c->add_option("--label-smoothing", label_smoothing_, "Cross-entropy label smoothing (default " + number(defaults.label_smoothing) + ")");
+  c->add_option("--warmup", warmup_, "Fraction of the steps spent warming up (default " + default_number(defaults.warmup) + ")");
+  c->add_option("--label-smoothing", label_smoothing_, "Cross-entropy label smoothing (default " + default_number(defaults.label_smoothing) + ")");
   c->add_flag("--no-eval", no_eval_, "Skip the test evaluation after each epoch");
-  c->add_option("--workers", workers_, "Loader threads (default " + std::to_string(defaults.workers) + ")")->check(between(0, 64));
   c->add_option("--seed", seed_, "Seed of the weights, the shuffle, the augmentation and dropout (default " + std::to_string(defaults.seed) + ")");
-  c->add_option("--device", device_, "cpu, cuda or cuda:N (default: cuda:0 when usable, else cpu)");
+  device_.add_to(*c);
   c->add_option("--memory-limit", memory_limit_, "Cap the device's memory, e.g. 512MiB: a simulated device on the CPU too");
-  c->add_option("--amp", amp_, "Autocast to f16 (with loss scaling) or bf16")->check(CLI::IsMember({"f16", "bf16"}));
   c->add_option("--save", save_, "Checkpoint file: written at each epoch's end, on --steps, on Ctrl-C")->check(not_empty());
   c->add_option("--save-every", save_every_, "Also save every N optimizer steps")->check(between(1, 1'000'000'000));
   c->add_option("--resume", resume_, "Continue the run a checkpoint stopped (same flags)")->check(not_empty());
@@ -132,44 +95,37 @@ TrainCommand::TrainCommand(CLI::App& app)
               "--batch-size is per rank");
   ddp_flags_.add_to(*c);
   c->add_option("--ddp-timeout", ddp_timeout_, "With --ddp: seconds a collective may take before every rank stops (default " +
-                number(defaults.ddp_timeout) + ")");
+                default_number(defaults.ddp_timeout) + ")");
 }
 
 train::TrainOptions TrainCommand::options_from_flags() const {
   train::TrainOptions o;
   model_.apply(o);
+  step_.apply(o);
   o.dropout = dropout_;
-  o.num_classes = num_classes_;
-  o.data = data_;
-  o.test_data = test_data_;
-  if (image_size_) o.image_size = *image_size_;
+  o.data = data_.data;
+  o.test_data = data_.test_data;
   o.augment = augment_;
   o.evaluate = !no_eval_;
-  if (workers_) o.workers = *workers_;
   if (epochs_) o.epochs = *epochs_;
   o.steps = steps_;
-  if (!batch_size_.empty() && batch_size_ != "auto") o.batch_size = parse_batch_size(batch_size_);
-  if (accum_) o.accum = *accum_;
-  if (!optimizer_.empty()) o.optimizer = train::parse_optimizer(optimizer_);
   if (lr_) o.lr = *lr_;
-  if (momentum_) o.momentum = *momentum_;
   if (wd_) o.weight_decay = *wd_;
   if (!schedule_.empty()) o.schedule = train::parse_schedule(schedule_);
   if (warmup_) o.warmup = *warmup_;
   if (label_smoothing_) o.label_smoothing = *label_smoothing_;
   if (seed_) o.seed = *seed_;
   if (!memory_limit_.empty()) o.memory_limit = parse_size(memory_limit_);
-  if (!amp_.empty()) o.amp = parse_dtype(amp_);
   o.save = save_;
   if (save_every_) o.save_every = *save_every_;
   o.resume = resume_;
   o.json = json_;
   o.leak_check = !no_leak_check_;
   o.allow_nonfinite = allow_nonfinite_;
-  FRUGAL_CHECK_VALUE(!(global_batch_ && accum_), "--global-batch sets --accum itself: give one of them");
+  FRUGAL_CHECK_VALUE(!(global_batch_ && step_.accum), "--global-batch sets --accum itself: give one of them");
   apply_ddp_flags(o);
   train::validate(o);
-  o.device = parse_device(device_);
+  o.device = device_.resolve();
   if (o.ddp) {  // MPI starts once the flags are known good; the world's size comes from mpirun
     dist::mpi_init();
     o.ranks = dist::mpi_world_size();
@@ -184,7 +140,7 @@ void TrainCommand::apply_ddp_flags(train::TrainOptions& o) const {
   FRUGAL_CHECK_VALUE(ddp_ || !(ddp_flags_.any() || ddp_timeout_),
                      "--bucket-cap, --bucket-views, --zero1 and --ddp-timeout need --ddp");
   if (!ddp_) return;
-  FRUGAL_CHECK_VALUE(batch_size_ != "auto", "--batch-size auto with --ddp is not supported: give the batch per rank "
+  FRUGAL_CHECK_VALUE(step_.batch_size != "auto", "--batch-size auto with --ddp is not supported: give the batch per rank "
                      "(frugal plan --ddp N --budget SIZE finds one)");
   o.ddp = true;
   ddp_flags_.apply(o);
@@ -195,12 +151,12 @@ void TrainCommand::apply_ddp_flags(train::TrainOptions& o) const {
 // when the checkpoint's are the run's; --global-batch with a given batch size sets the accumulation.
 void TrainCommand::choose_batch(train::TrainOptions& o, const train::RunShape& shape,
                                 std::optional<train::BatchChoice>& choice) const {
-  if (batch_size_ == "auto" && !o.resume.empty()) {
+  if (step_.batch_size == "auto" && !o.resume.empty()) {
     const nlohmann::json identity = nlohmann::json::parse(train::load_checkpoint(o.resume).run_identity);
     o.batch_size = identity.at("batch-size").get<std::int64_t>();
     o.accum = identity.at("accum").get<std::int64_t>();
     std::cout << "batch size auto: " << o.batch_size << " x " << o.accum << ", as the checkpoint's run chose" << std::endl;
-  } else if (batch_size_ == "auto") {
+  } else if (step_.batch_size == "auto") {
     train::BatchSearchOptions search{.global_batch = global_batch_};
     search.on_trial = [](const train::BatchTrial& t) {
       if (!t.planned) std::cout << "batch size auto: trying two training steps at batch " << t.batch_size << " ..." << std::endl;

@@ -24,7 +24,7 @@
 #include <optional>
 #include <string>
 
-#include "cli/model_flags.h"
+#include "cli/shared_flags.h"
 #include "cli/subcommand.h"
 #include "cli/train_memory.h"
 #include "train/batch_finder.h"
@@ -41,14 +41,15 @@ class TrainCommand final : public Subcommand {
   void apply_ddp_flags(train::TrainOptions& o) const;
   void choose_batch(train::TrainOptions& o, const train::RunShape& shape, std::optional<train::BatchChoice>& choice) const;
 
-  std::string data_, test_data_, optimizer_, schedule_, device_ = "auto", memory_limit_, amp_,
-              save_, resume_, json_, batch_size_;
-  std::optional<double> dropout_, lr_, momentum_, wd_, warmup_, label_smoothing_;
-  std::optional<std::int64_t> num_classes_, image_size_, epochs_, steps_, accum_, save_every_, global_batch_;
-  std::optional<int> workers_;
+  std::string schedule_, memory_limit_, save_, resume_, json_;
+  std::optional<double> dropout_, lr_, wd_, warmup_, label_smoothing_;
+  std::optional<std::int64_t> epochs_, steps_, save_every_, global_batch_;
   std::optional<std::uint64_t> seed_;
   MemoryFlags memory_;  // --memory-timeline, --chrome-trace, --memory-report, --report
   ModelFlags model_;    // --model, --width, --cifar-stem, --checkpoint-activations, --checkpoint-blocks, --inplace-activations
+  StepFlags step_;      // --batch-size, --accum, --optimizer, --momentum, --amp, --workers, --image-size, --num-classes
+  DataFlags data_;      // --data, --test-data
+  DeviceFlag device_;   // --device
   bool augment_ = false, no_eval_ = false;
   bool ddp_ = false;    // data parallelism (dist/)
   DdpFlags ddp_flags_;  // --bucket-cap, --bucket-views, --zero1

@@ -40,8 +40,6 @@
 #include "train/memory_pages.h"
 #include "train/memory_recorder.h"
 #include "train/planner.h"
-#include "train/recipe.h"
-#include "train/step.h"
 #include "train/trainer.h"
 #include "samples/checks.h"
 
@@ -67,9 +65,8 @@ struct Training {
   std::shared_ptr<nn::Module> model;
   std::unique_ptr<nn::Optimizer> optimizer;
   std::unique_ptr<data::DataLoader> loader;
-  std::int64_t batch_size = 0;
 
-  Training(const train::TrainOptions& o, const train::RunData& data) : batch_size(o.batch_size) {
+  Training(const train::TrainOptions& o, const train::RunData& data) {
     manual_seed(o.seed);
     model = models::make_model(o.model, train::model_options(o, 1, 10));
     model->to(o.device);
@@ -80,11 +77,12 @@ struct Training {
                                                .device = o.device, .seed = o.seed});
     loader->start_epoch(0);
   }
-  // The trainer's step (train/step.h): forward, backward (which frees what the graph saved),
-  // optimizer step, gradients freed.
+  // Forward, backward (which frees what the graph saved), optimizer step, gradients freed.
   void step() {
-    const train::StepHooks hooks{.next_batch = [this] { return *loader->next(); }};
-    train::optimizer_step({.model = *model, .optimizer = optimizer.get()}, {}, 1, batch_size, hooks);
+    const data::Batch batch = *loader->next();
+    autograd::backward(functional::cross_entropy((*model)(batch.inputs), batch.labels));
+    optimizer->step();
+    optimizer->zero_grad();
   }
 };
 
