@@ -4,7 +4,7 @@
 //   training_trace           caching, direct, jemalloc, mimalloc              ns/op (per trace event)
 //   random_mix               caching, direct, jemalloc, mimalloc              ns/op
 //   peak_reserved_over_live  caching-expandable, pytorch-rules                ratio
-// training_trace is MobileNetV2's trace recorded while it trains (models/training_trace.h); random_mix
+// training_trace is MobileNetV2's trace recorded while it trains (train/training_trace.h); random_mix
 // is a seeded mix of small, medium and large requests, alive for random stretches. `caching` is
 // frugal's CachingAllocator and `direct` the same allocator in bypass mode, both over host memory, or
 // over cudaMalloc with --device cuda. jemalloc and mimalloc (host only) are loaded from their Debian
@@ -29,7 +29,7 @@
 #include "bench/bench.h"
 #include "core/error.h"
 #include "memory/alloc_trace.h"
-#include "models/training_trace.h"
+#include "train/training_trace.h"
 
 #if FRUGAL_WITH_CUDA
 #include "core/cuda/runtime.h"
@@ -40,7 +40,7 @@ namespace frugal::bench {
 namespace {
 
 struct Sizes {
-  models::TrainingTraceOptions training;
+  train::TrainingTraceOptions training;
   int mix_events;
   int min_runs;
   double min_seconds;
@@ -255,7 +255,7 @@ std::vector<Result> alloc_benchmark(const Options& options) {
   const Sizes& sizes = options.quick ? kQuickSizes : kFullSizes;
   // Peers first: loading jemalloc may start the process again (Note [jemalloc and static TLS]).
   const std::vector<Peer> peers = options.device.is_cpu() ? load_peers() : std::vector<Peer>{};
-  const Trace training = parse_trace_text(models::record_training_trace(sizes.training), "training-trace");
+  const Trace training = parse_trace_text(train::record_training_trace(sizes.training), "training-trace");
   const Trace mix = parse_trace_text(random_mix_trace(sizes.mix_events), "random-mix");
   std::vector<Result> results;
   timing_cases("training_trace", training, options, sizes, peers, results);

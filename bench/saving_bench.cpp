@@ -24,7 +24,7 @@
 #include "core/cuda_status.h"
 #include "core/random.h"
 #include "models/registry.h"
-#include "models/step_memory.h"
+#include "train/step_memory.h"
 #include "nn/optim.h"
 #include "nn/saved_activations.h"
 
@@ -75,7 +75,7 @@ void stem_cases(bool cifar, const Options& options, const Sizes& sizes, std::vec
     runs.push_back([&, i] {
       const nn::ActivationSavingGuard saving(ways()[i].saving);
       const auto start = std::chrono::steady_clock::now();
-      saved[i] = models::training_step(*model, optimizer, images, labels).activation_bytes;
+      saved[i] = train::training_step(*model, optimizer, images, labels).activation_bytes;
       if (options.device.is_cuda()) cuda_synchronize(options.device.index());
       return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     });

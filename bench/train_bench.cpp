@@ -14,7 +14,7 @@
 //                                       openblas_gemm_1024           step's (a GEMM's) time on 1 thread
 //                                                                    over its time on N, alternating in
 //                                                                    one run (Note [Scaling in one run])
-// frugal's bytes come from the allocator's books (models/step_memory.h: tag `activation`, and the
+// frugal's bytes come from the allocator's books (train/step_memory.h: tag `activation`, and the
 // peak of requested bytes, everything alive counted: weights, momentum, the batch). PyTorch's saved
 // bytes come from its saved-tensor hooks (bench/pytorch_train_peer.py says how they are counted).
 // PyTorch gets no peak rows: its CPU allocator keeps no statistics (torch.cuda.max_memory_allocated is
@@ -57,7 +57,7 @@
 #include "kernels/cpu_runtime.h"
 #include "kernels/gemm.h"
 #include "models/registry.h"
-#include "models/step_memory.h"
+#include "train/step_memory.h"
 #include "nn/autograd.h"
 #include "nn/optim.h"
 #include "nn/safetensors.h"
@@ -358,17 +358,17 @@ void stem_cases(const Stem& stem, const Options& options, const Sizes& sizes, co
 
   model->train();
   nn::SGD optimizer(model->parameters(), 0.01, 0.9);
-  models::StepMemory step;
+  train::StepMemory step;
   speed_case(stem.name + "_b64", sizes, [&] {
     const auto start = Clock::now();
-    step = models::training_step(*model, optimizer, x, y);
+    step = train::training_step(*model, optimizer, x, y);
     sync();
     return seconds_since(start);
   }, peers, "train", stem, results);
   results.push_back({stem.name + "_b64_peak", "frugal", static_cast<double>(step.peak_bytes) / kMiB, "MiB", false});
   if (device.is_cpu() && options.threads > 1)
     scaling_case(stem.name + "_b64_scaling", sizes, options.threads,
-                 [&] { models::training_step(*model, optimizer, x, y); }, results);
+                 [&] { train::training_step(*model, optimizer, x, y); }, results);
 
   model->eval();
   std::int64_t eval_peak = 0;

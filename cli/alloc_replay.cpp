@@ -1,5 +1,5 @@
 // `frugal alloc-replay` (see alloc_replay.h): options to ReplayOptions, then the figures as a table
-// or as JSON. Everything else is memory/alloc_trace.h and, for --training-trace, models/training_trace.h.
+// or as JSON. Everything else is memory/alloc_trace.h and, for --training-trace, train/training_trace.h.
 #include "cli/alloc_replay.h"
 
 #include <CLI/CLI.hpp>
@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 #include "memory/alloc_trace.h"
-#include "models/training_trace.h"
+#include "train/training_trace.h"
 
 namespace frugal::cli {
 
@@ -20,7 +20,7 @@ constexpr int kExitOom = 3;
 // --training-trace bounds. The trace is recorded by training MobileNetV2 on this machine's CPU, so a
 // batch must fit in its memory: 224x224 at batch 32 holds 1.7 GiB at its peak, and the peak grows
 // with batch x resolution^2, so the largest batch at the largest resolution holds about 14 GiB.
-// Steps past the first five repeat recorded ones (models/training_trace.cpp, Note [Recording the
+// Steps past the first five repeat recorded ones (train/training_trace.cpp, Note [Recording the
 // training trace]): a step is about 1,300 events, so 1000 steps are 1.3 million of them.
 constexpr std::int64_t kMaxSteps = 1000, kMaxBatch = 128, kMinResolution = 32, kMaxResolution = 320;
 
@@ -105,7 +105,7 @@ int AllocReplayCommand::run() const {
     if (training_trace_) {
       source = "training-trace";
       trace = parse_trace_text(
-          models::record_training_trace({.batch_size = batch_, .steps = steps_, .resolution = resolution_}), source);
+          train::record_training_trace({.batch_size = batch_, .steps = steps_, .resolution = resolution_}), source);
     } else {
       trace = read_trace_file(trace_);
     }

@@ -1,7 +1,7 @@
 // `frugal alloc-replay TRACE`: replays an allocation trace through the caching allocator on a
 // simulated device and prints what the allocator reserved next to what was ideal.
 // Not here: the trace formats and the replay (memory/alloc_trace.h), recording the training trace
-// (models/training_trace.h).
+// (train/training_trace.h).
 #pragma once
 
 #include <string>

@@ -11,7 +11,7 @@
 #include "core/output_paths.h"
 #include "core/mapped_file.h"
 #include "models/registry.h"
-#include "models/run_step.h"
+#include "train/run_step.h"
 #include "nn/safetensors.h"
 
 namespace frugal::cli {
@@ -97,8 +97,8 @@ int RunStepCommand::run() const {
     const Batch batch = naming_file(input_, [&] {
       return read_batch(input_, in_channels_.value_or(info.default_in_channels), num_classes_.value_or(info.default_num_classes));
     });
-    const auto mode = mode_ == "train" ? models::StepMode::train : models::StepMode::eval;
-    const nn::StateDict results = models::run_step(*model, batch.x, batch.y, mode, dtype, device);
+    const auto mode = mode_ == "train" ? train::StepMode::train : train::StepMode::eval;
+    const nn::StateDict results = train::run_step(*model, batch.x, batch.y, mode, dtype, device);
     nn::write_safetensors(out_, results, {{"model", model_}, {"mode", mode_}, {"dtype", dtype_}});
     return 0;
   } catch (const Error& e) {

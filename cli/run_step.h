@@ -5,9 +5,9 @@
 //                   --input X.safetensors --mode train --out OUT.safetensors [--dtype f64] [--device cuda:0]
 // The input file holds x (F32, [N, C, H, W]) and y (I64 [N], labels in [0, classes)); the weights file
 // a state dict with the model's names (strict: every name, nothing else, every shape). The output holds
-// what models/run_step.h names: logits and loss, and in training grad.<name> and state.<name>, in the
+// what train/run_step.h names: logits and loss, and in training grad.<name> and state.<name>, in the
 // dtype the model ran in (--dtype, f32 by default), with __metadata__ saying model, mode and dtype.
-// Not here: the step itself (models/run_step.h), the file format (nn/safetensors.h).
+// Not here: the step itself (train/run_step.h), the file format (nn/safetensors.h).
 #pragma once
 
 #include <cstdint>

@@ -16,7 +16,7 @@
 //
 // Not here: the allocator itself (core/caching_allocator.h), recording traces from a running
 // allocator (CachingAllocator::record_history), the trace of a model training
-// (models/training_trace.h), timing peers such as jemalloc (bench/alloc_bench.cpp).
+// (train/training_trace.h), timing peers such as jemalloc (bench/alloc_bench.cpp).
 #pragma once
 
 #include <cstddef>

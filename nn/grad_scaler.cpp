@@ -68,8 +68,12 @@ void GradScaler::unscale_(Optimizer& optimizer) {
     unary_(UnaryOp::mul_scalar, grad, inverse);
     probes.push_back(finiteness_probe(grad));
   }
-  // Read only once every probe is launched, so a GPU is waited on once, not once per gradient.
-  const bool found_here = std::any_of(probes.begin(), probes.end(), [](const Tensor& p) { return !std::isfinite(p.item<double>()); });
+  // Read only once every probe is launched, so a GPU is waited on once, not once per gradient. The
+  // meta device (the memory planner's) has no values: its gradients count as finite, so the planned
+  // step is the one that updates.
+  const bool found_here = std::any_of(probes.begin(), probes.end(), [](const Tensor& p) {
+    return !p.device().is_meta() && !std::isfinite(p.item<double>());
+  });
   record.found_inf = optimizer.found_inf_anywhere(found_here);
   record.stage = Stage::unscaled;
 }

@@ -86,7 +86,7 @@ class Search {
 
   bool planned_fits(std::int64_t batch) {
     const MemoryPlan plan = plan_memory(with_batch(batch), shape_.plan);
-    return record({batch, accum_for(batch), true, plan.peak_reserved_bytes <= choice_.usable_bytes, plan.peak_reserved_bytes});
+    return record({batch, accum_for(batch), true, plan.device_needed_bytes <= choice_.usable_bytes, plan.device_needed_bytes});
   }
 
   bool trial_fits(std::int64_t batch) {

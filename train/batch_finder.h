@@ -3,8 +3,8 @@
 //   1. The budget: --memory-limit when given, else what the device has free (cuda:N: the driver's free
 //      bytes; the CPU: the kernel's MemAvailable), less a safety margin for what the planner cannot
 //      see (library workspaces outside frugal's allocator on a GPU; another process growing).
-//   2. The planner (train/planner.h) finds the largest batch whose predicted peak reserved bytes fit
-//      the usable budget: doubling from a first guess, then bisecting, each guess planned on the meta
+//   2. The planner (train/planner.h) finds the largest batch whose predicted device (the smallest
+//      --memory-limit the run fits in, fragmentation included) fits the usable budget: doubling from a first guess, then bisecting, each guess planned on the meta
 //      device (milliseconds to a second each, no memory).
 //   3. A trial confirms it: two real optimizer steps of the run as configured (the first makes the
 //      optimizer's state, the second is what every later step looks like), under a simulated limit of
@@ -53,7 +53,7 @@ struct BatchTrial {
   std::int64_t batch_size = 0, accum = 1;
   bool planned = true;     // false: two real training steps
   bool fits = false;
-  std::int64_t peak_reserved_bytes = 0;  // planned, or measured; 0 for a trial that ran out of memory
+  std::int64_t peak_reserved_bytes = 0;  // planned (the device needed), or measured; 0 for a trial that ran out of memory
 };
 
 struct BatchChoice {

@@ -3,6 +3,7 @@
 #include "train/planner.h"
 
 #include <algorithm>
+#include <deque>
 #include <optional>
 #include <unordered_map>
 
@@ -16,15 +17,20 @@
 #include "dist/mirror_communicator.h"
 #include "nn/autograd.h"
 #include "nn/functional.h"
-#include "train/trainer.h"
+#include "train/recipe.h"
+#include "train/step.h"
 
 namespace frugal::train {
 
 namespace {
 
-// Room for every event of two steps of a large model (ResNet-50 at batch 256 records about 40 000).
+// Room for every event of the planned steps of a large model (ResNet-50 at batch 256 records about
+// 20 000 a step).
 constexpr std::size_t kMaxEvents = std::size_t{1} << 22;
-constexpr int kPlannedSteps = 2;  // the first makes the optimizer's state; the second is every later step
+// The first step makes the optimizer's state and the second is what every later step looks like, as
+// far as what is allocated goes; how the freed blocks are reused, and so what is reserved, settles
+// over a few more (measured against whole epochs: docs/memory-guide.md).
+constexpr int kPlannedSteps = 6;
 
 // A point in the allocator's record: a phase starts, or a layer's forward starts or ends.
 struct Mark {
@@ -84,28 +90,43 @@ struct Recorded {
   std::int64_t data_bytes = 0;
 };
 
-// Forward, loss and backward of one micro-batch, as train/trainer.cpp's optimizer_step runs them.
-// `record_layers`: mark this forward's layer calls (not the recomputations in backward).
-void micro_batch(nn::Module& model, const TrainOptions& o, const Tensor& images, const Tensor& labels,
-                 std::vector<Mark>& marks, const CachingAllocator& meta, LayerMarks& layer_marks, bool record_layers,
-                 dist::DistributedDataParallel* ddp, bool last) {
-  marks.push_back({meta.history_size(), Mark::Kind::phase, kForward});
-  layer_marks.recording = record_layers;
-  const nn::ActivationSavingGuard saving(o.saving);  // as the trainer's step: forward and backward
-  Tensor loss;
-  {
-    std::optional<nn::AutocastGuard> autocast;
-    if (o.amp) autocast.emplace(*o.amp);
-    const Tensor logits = model(images);
-    loss = functional::cross_entropy(logits, labels, {.label_smoothing = o.label_smoothing});
+// The training loader's batches as a run holds them (data/loader.h, Note [Bounded, ordered
+// prefetching]): without workers the batch is made when it is asked for; with them, `workers x
+// prefetch` batches wait ready, and handing one over lets a worker make the next. On the meta device
+// a batch is its images and labels, allocated where a worker would allocate them (tag data).
+class PlannedLoader {
+ public:
+  PlannedLoader(const TrainOptions& o, const PlanShape& shape) : options_(o), shape_(shape) {
+    for (std::int64_t b = 0; b + 1 < loader_batches_alive(o.workers); ++b) ready_.push_back(make());
   }
-  layer_marks.recording = false;
-  marks.push_back({meta.history_size(), Mark::Kind::phase, kBackward});
-  if (ddp) ddp->set_sync(last);  // the buckets are filled during the step's last backward
-  autograd::backward(functional::mul(loss, 1.0 / static_cast<double>(o.accum)));
-}
+  data::Batch next() {
+    if (ready_.empty()) return make();
+    data::Batch batch = std::move(ready_.front());
+    ready_.pop_front();
+    ready_.push_back(make());
+    return batch;
+  }
+  std::int64_t batch_bytes() const {
+    return options_.batch_size * (shape_.in_channels * options_.image_size * options_.image_size * 4 + 8);
+  }
 
-Recorded run_on_meta(const TrainOptions& o, const PlanShape& shape) {
+ private:
+  data::Batch make() const {
+    const MemoryTagScope tag(MemoryTag::data);
+    const std::int64_t n = options_.batch_size, side = options_.image_size;
+    return {empty({n, shape_.in_channels, side, side}, {.device = Device::meta()}),
+            empty({n}, {.dtype = DType::i64, .device = Device::meta()}), {}};
+  }
+  const TrainOptions& options_;
+  const PlanShape& shape_;
+  std::deque<data::Batch> ready_;
+};
+
+// `steps` optimizer steps of the run on the meta device, through the trainer's own step
+// (train/step.h) with the trainer's own recipe (train/recipe.h), GradScaler and schedule included.
+// The layers of the second step's first forward are recorded (the first step makes the optimizer's
+// state; the second is what every later step looks like).
+Recorded run_on_meta(const TrainOptions& o, const PlanShape& shape, int steps) {
   CachingAllocator& meta = default_caching_allocator(Device::meta());
   meta.empty_cache();
   meta.reset_peak_stats();
@@ -135,29 +156,20 @@ Recorded run_on_meta(const TrainOptions& o, const PlanShape& shape) {
     world.emplace(o.ranks);
     ddp = std::make_unique<dist::DistributedDataParallel>(*model, *world, ddp_options(o));
   }
-  const std::unique_ptr<nn::Optimizer> optimizer = make_optimizer(*model, ddp.get(), o);
-
-  std::vector<Tensor> batches;  // images and labels of every batch the loader holds at once
-  {
-    MemoryTagScope tag(MemoryTag::data);
-    for (std::int64_t b = 0; b < loader_batches_alive(o.workers); ++b) {
-      batches.push_back(empty({o.batch_size, shape.in_channels, o.image_size, o.image_size}, {.device = Device::meta()}));
-      batches.push_back(empty({o.batch_size}, {.dtype = DType::i64, .device = Device::meta()}));
-    }
-  }
-  for (const Tensor& t : batches) r.data_bytes += static_cast<std::int64_t>(t.nbytes());
+  const Recipe recipe = make_recipe(*model, ddp.get(), o, steps);
+  PlannedLoader loader(o, shape);
+  r.data_bytes = loader_batches_alive(o.workers) * loader.batch_bytes();
 
   LayerMarks layer_marks(meta, r.marks, leaves);
   nn::ModuleCallObserverScope observing(layer_marks);
-  for (int step = 0; step < kPlannedSteps; ++step) {
-    for (std::int64_t m = 0; m < o.accum; ++m)  // the layers of one forward of the steady step are recorded
-      micro_batch(*model, o, batches[0], batches[1], r.marks, meta, layer_marks, step == kPlannedSteps - 1 && m == 0,
-                  ddp.get(), m == o.accum - 1);
-    r.marks.push_back({meta.history_size(), Mark::Kind::phase, kOptimizer});
-    if (ddp) ddp->synchronize();
-    optimizer->step();
-    optimizer->zero_grad();
-  }
+  constexpr int kPhaseOf[] = {kForward, kBackward, kOptimizer};  // by StepPhase
+  int step = 0;
+  const StepHooks hooks{.next_batch = [&loader] { return loader.next(); },
+                        .on_phase = [&](StepPhase phase, bool begin, std::int64_t micro) {
+                          if (begin) r.marks.push_back({meta.history_size(), Mark::Kind::phase, kPhaseOf[static_cast<int>(phase)]});
+                          layer_marks.recording = begin && phase == StepPhase::forward && step == 1 && micro == 0;
+                        }};
+  for (; step < steps; ++step) optimizer_step(recipe.parts(*model, ddp.get()), step_recipe(o), o.accum, o.accum * o.batch_size, hooks);
   r.events = meta.history();
   meta.record_history(0);
   FRUGAL_CHECK(r.events.size() < kMaxEvents, "plan_memory: the run made more than ", kMaxEvents,
@@ -246,7 +258,64 @@ MemoryPlan read_plan(Recorded r) {
   return plan;
 }
 
+// The run's requests in the order it made them, as a trace any allocator can replay
+// (memory/alloc_trace.h): each allocation a slot, reused once freed. Frees of blocks allocated before
+// the record began (not the run's) are left out.
+Trace requests_of(const std::vector<AllocEvent>& events) {
+  Trace trace;
+  trace.source = "the planned run";
+  std::unordered_map<std::uintptr_t, std::size_t> slot_at;  // live block address -> its slot
+  std::vector<std::size_t> free_slots;
+  for (const AllocEvent& e : events) {
+    if (e.kind == AllocEvent::Kind::alloc) {
+      std::size_t slot = trace.slots;
+      if (free_slots.empty()) ++trace.slots;
+      else slot = free_slots.back(), free_slots.pop_back();
+      slot_at[e.address] = slot;
+      trace.events.push_back({.is_alloc = true, .slot = slot, .bytes = e.requested,
+                              .stream = reinterpret_cast<std::uintptr_t>(e.stream.handle), .tag = e.tag,
+                              .line = trace.events.size() + 1});
+    } else if (e.kind == AllocEvent::Kind::free) {
+      const auto found = slot_at.find(e.address);
+      if (found == slot_at.end()) continue;
+      trace.events.push_back({.is_alloc = false, .slot = found->second, .line = trace.events.size() + 1});
+      free_slots.push_back(found->second);
+      slot_at.erase(found);
+    }
+  }
+  return trace;
+}
+
 }  // namespace
+
+ReplayOptions replay_policy(const CachingOptions& o) {
+  return {.limit = kUnlimited, .direct = o.bypass, .max_split = o.max_split_size, .expandable = o.expandable_segments};
+}
+
+std::int64_t smallest_device(const Trace& requests, const ReplayOptions& policy) {
+  constexpr std::int64_t kMiB = std::int64_t{1} << 20;  // devices are sized in whole MiB
+  constexpr std::int64_t kSteps = 64;  // the search's resolution: a 64th of its range, so its cost does not grow with sizes
+  const auto fits = [&](std::int64_t bytes) {
+    ReplayOptions capped = policy;
+    capped.limit = static_cast<std::size_t>(bytes);
+    return !replay(requests, capped).oom.has_value();
+  };
+  const ReplayResult unlimited = replay(requests, policy);
+  // Below the most ever allocated at once nothing fits; what an unlimited device reserved does.
+  const std::int64_t least = static_cast<std::int64_t>(unlimited.peak_allocated_bytes);
+  const std::int64_t most = (static_cast<std::int64_t>(unlimited.peak_reserved_bytes) + kMiB - 1) / kMiB * kMiB;
+  const std::int64_t unit = std::max(kMiB, (most - least + kSteps * kMiB - 1) / (kSteps * kMiB) * kMiB);
+  std::int64_t low = (least - 1) / unit, high = (most + unit - 1) / unit;  // in units: low does not fit, high does
+  while (high - low > 1) {
+    const std::int64_t middle = low + (high - low) / 2;
+    (fits(middle * unit) ? high : low) = middle;
+  }
+  return std::min(high * unit, most);
+}
+
+std::int64_t loader_allowance(int workers) {
+  return static_cast<std::int64_t>(workers) * data::LoaderOptions{}.prefetch * static_cast<std::int64_t>(kSmallBuffer);
+}
 
 std::int64_t loader_batches_alive(int workers) {
   return static_cast<std::int64_t>(workers) * data::LoaderOptions{}.prefetch + 1;
@@ -256,7 +325,13 @@ MemoryPlan plan_memory(const TrainOptions& o, const PlanShape& shape) {
   FRUGAL_CHECK_VALUE(o.batch_size >= 1 && o.accum >= 1 && o.image_size >= 1 && o.workers >= 0,
                      "plan_memory: batch size, accumulation and image size must be positive, workers not negative");
   FRUGAL_CHECK_VALUE(shape.in_channels >= 1 && shape.num_classes >= 1, "plan_memory: the input needs a channel and a class");
-  return read_plan(run_on_meta(o, shape));
+  Recorded recorded = run_on_meta(o, shape, kPlannedSteps);
+  auto requests = std::make_shared<const Trace>(requests_of(recorded.events));
+  MemoryPlan plan = read_plan(std::move(recorded));
+  plan.device_needed_bytes = smallest_device(*requests, replay_policy(CachingOptions::from_environment())) +
+                             loader_allowance(o.workers);
+  plan.requests = std::move(requests);
+  return plan;
 }
 
 namespace {
@@ -369,8 +444,10 @@ std::vector<BudgetOption> fit_budget(const TrainOptions& options, std::int64_t b
           o.accum = b.accum;
           o.saving = saving;
           if (bf16) o.amp = DType::bf16;
-          b.peak_bytes = plan_memory(o, shape).peak_bytes;
-          b.fits = b.peak_bytes <= budget_bytes;
+          const MemoryPlan plan = plan_memory(o, shape);
+          b.peak_bytes = plan.peak_bytes;
+          b.device_needed_bytes = plan.device_needed_bytes;
+          b.fits = b.device_needed_bytes <= budget_bytes;
           b.cost = cost_words(b, options);
           found.push_back(std::move(b));
         }
@@ -379,7 +456,7 @@ std::vector<BudgetOption> fit_budget(const TrainOptions& options, std::int64_t b
   }
   std::stable_sort(found.begin(), found.end(), [](const BudgetOption& a, const BudgetOption& b) {
     if (a.fits != b.fits) return a.fits;
-    if (!a.fits) return a.peak_bytes < b.peak_bytes;
+    if (!a.fits) return a.device_needed_bytes < b.device_needed_bytes;
     return cheaper(a, b);
   });
   return found;
@@ -388,7 +465,7 @@ std::vector<BudgetOption> fit_budget(const TrainOptions& options, std::int64_t b
 std::optional<std::int64_t> smallest_checkpoint_prefix(const TrainOptions& options, std::int64_t limit_bytes,
                                                        const PlanShape& shape) {
   const auto fits = [&](std::int64_t k) {
-    return plan_memory(with_blocks(options, models::BlockSelection::first(k)), shape).peak_reserved_bytes <= limit_bytes;
+    return plan_memory(with_blocks(options, models::BlockSelection::first(k)), shape).device_needed_bytes <= limit_bytes;
   };
   std::int64_t low = 1, high = block_count(options);  // the answer, if any, is in [low, high]
   if (high == 0 || !fits(high)) return std::nullopt;
@@ -447,13 +524,13 @@ std::vector<std::pair<std::string, TrainOptions>> fix_candidates(const TrainOpti
 std::vector<MemoryFix> planned_fixes(const TrainOptions& failing, const PlanShape& shape) {
   std::vector<MemoryFix> fixes;
   try {
-    const std::int64_t needed = plan_memory(failing, shape).peak_bytes;
+    const std::int64_t needed = plan_memory(failing, shape).device_needed_bytes;
     for (const auto& [flags, o] : fix_candidates(failing, shape)) {
-      const std::int64_t peak = plan_memory(o, shape).peak_bytes;
-      if (peak < needed)
-        fixes.push_back({flags + ": needs " + format_size(static_cast<std::size_t>(peak)) + " instead of " +
+      const std::int64_t device = plan_memory(o, shape).device_needed_bytes;
+      if (device < needed)
+        fixes.push_back({flags + ": needs a device of " + format_size(static_cast<std::size_t>(device)) + " instead of " +
                              format_size(static_cast<std::size_t>(needed)),
-                         static_cast<std::size_t>(needed - peak), false});
+                         static_cast<std::size_t>(needed - device), false});
     }
   } catch (const Error&) {
     return {};  // a configuration the planner cannot run: no predictions rather than a second error

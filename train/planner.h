@@ -23,10 +23,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "memory/alloc_trace.h"
 #include "train/oom_explainer.h"
 #include "train/options.h"
 
@@ -57,11 +59,36 @@ struct MemoryPlan {
   std::int64_t data_bytes = 0;         // the loader's batches alive at once (images and labels)
   std::int64_t peak_bytes = 0;         // the most allocated at any moment: the figure to compare
   std::int64_t peak_reserved_bytes = 0;
+  // The smallest device (a --memory-limit, in whole MiB) on which the planned steps run, fragmentation
+  // included: their requests replayed through an allocator of the run's policy (FRUGAL_ALLOC_CONF) on
+  // ever smaller simulated devices, each emptying its cache and retrying before it gives up, as the
+  // run's does; plus loader_allowance for the loader's workers. The figure to size a device by.
+  std::int64_t device_needed_bytes = 0;
+  std::shared_ptr<const Trace> requests;  // the planned steps' requests, to replay under other policies
   std::string peak_phase;              // where the peak happened
   std::int64_t peak_layer_index = -1;  // the layer running at the peak (index into layers), -1 if none
   // Tagged bytes alive at the peak (requested sizes, by MemoryTag).
   std::vector<std::pair<std::string, std::int64_t>> peak_by_tag;
 };
+
+// The allocator policy of CachingOptions as a replay's options (no limit).
+ReplayOptions replay_policy(const CachingOptions& options);
+// The smallest device, in whole MiB, on which `requests` replay under `policy` without running out of
+// memory: a binary search between the most they hold allocated at once and what they reserve
+// unlimited, to a 64th of that range or 1 MiB, whichever is larger (so its cost stays the same for
+// any sizes: at most seven replays). Assumes a larger device never fails where a smaller one succeeds (the allocator empties
+// its cache and retries before failing, so more room never hurts).
+std::int64_t smallest_device(const Trace& requests, const ReplayOptions& policy);
+
+// What device_needed_bytes adds for the loader's workers. On a CPU device a worker makes each batch's
+// temporaries (a sample decoded, converted, padded, normalised: a few KiB each) from the same
+// allocator as the step, at moments that depend on the threads' timing, so their small blocks end up
+// among the step's and keep small segments from being reused. One small segment (kSmallBuffer,
+// 2 MiB) per batch a worker may be making: measured on the default run, a whole epoch at the
+// replayed figure fails at step 119 (8 MiB of split small blocks), and at the figure with this
+// allowance completes (docs/memory-guide.md). Nothing without workers: then the batch is made
+// in the step's own order, which the plan replays.
+std::int64_t loader_allowance(int workers);
 
 // The loader's batches that can be alive at once: each worker's prefetched batches plus the one
 // being trained on (data/loader.h, Note [Bounded, ordered prefetching]).
@@ -80,8 +107,9 @@ struct BudgetOption {
   double recomputed = 0.0;  // the fraction of the model's blocks that is: the recompute cost's measure
   bool bf16 = false;
   nn::ActivationSaving saving = {};  // what the graph saves (nn/saved_activations.h)
-  std::int64_t peak_bytes = 0;
-  bool fits = false;
+  std::int64_t peak_bytes = 0;           // allocated at the peak
+  std::int64_t device_needed_bytes = 0;  // the smallest device it runs on (MemoryPlan::device_needed_bytes)
+  bool fits = false;                     // device_needed_bytes is within the budget
   std::string cost = {};  // what it costs against the configuration as given, in words
 };
 
@@ -98,8 +126,7 @@ struct BudgetOption {
 std::vector<BudgetOption> fit_budget(const TrainOptions& options, std::int64_t budget_bytes, const PlanShape& shape = {});
 
 // The smallest k for which checkpointing blocks 1..k (and no others) fits `limit_bytes`, fitting
-// meaning the predicted peak reserved (what the device must hand out, at least the peak allocated)
-// is within it; nullopt when not even every block does. A binary search over k: it takes
+// meaning the predicted device_needed_bytes is within it; nullopt when not even every block does. A binary search over k: it takes
 // checkpointing one more block never to need more (so for the models here; test_planner.cpp checks
 // it on MobileNetV2).
 std::optional<std::int64_t> smallest_checkpoint_prefix(const TrainOptions& options, std::int64_t limit_bytes,

@@ -1,11 +1,12 @@
-// train() and evaluate() (see trainer.h). Read top to bottom: the parts a run is built from, then
-// one optimizer step, one epoch, the whole run.
+// train() (see trainer.h). Read top to bottom: what one run holds and how it is set up, resuming and
+// saving, one optimizer step with its bookkeeping, one epoch, the whole run. The parts live beside it:
+// the recipe (train/recipe.h), the step itself (train/step.h), the ranks of --ddp (train/ranks.h), the
+// data and the evaluation (train/evaluation.h).
 #include "train/trainer.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "core/allocator_registry.h"
@@ -13,25 +14,15 @@
 #include "core/error.h"
 #include "core/random.h"
 #include "data/loader.h"
-#include "data/open_dataset.h"
 #include "data/sampler.h"
 #include "dist/ddp.h"
-#include "dist/mpi_communicator.h"
-#include "dist/mpi_runtime.h"
-#include "dist/nccl_communicator.h"
-#include "kernels/loss.h"
-#include "kernels/reduce.h"
 #include "models/registry.h"
-#include "nn/amp.h"
-#include "nn/saved_activations.h"
-#include "nn/autograd.h"
-#include "nn/functional.h"
-#include "nn/grad_scaler.h"
-#include "nn/lr_schedule.h"
-#include "nn/optim.h"
 #include "train/checkpoint.h"
-#include "train/planner.h"
 #include "train/memory_context.h"
+#include "train/planner.h"
+#include "train/ranks.h"
+#include "train/recipe.h"
+#include "train/step.h"
 
 namespace frugal::train {
 
@@ -40,82 +31,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
-
-// ---- the parts of a run ---------------------------------------------------------------------------
-
-// Two groups, as the usual recipes: weights (matrices and kernels, dim > 1) decayed; biases and
-// BatchNorm's scale and shift (dim 1) not, since shrinking them regularises nothing.
-std::vector<nn::ParamGroup> param_groups(const nn::Module& model, const TrainOptions& o) {
-  nn::ParamGroup decayed{.params = {}, .lr = o.lr, .weight_decay = o.weight_decay};
-  nn::ParamGroup undecayed{.params = {}, .lr = o.lr, .weight_decay = 0.0};
-  for (const Tensor& p : model.parameters()) (p.dim() > 1 ? decayed : undecayed).params.push_back(p);
-  return {decayed, undecayed};
-}
-
-}  // namespace
-
-models::ModelOptions model_options(const TrainOptions& o, std::int64_t in_channels, std::int64_t num_classes) {
-  return {.num_classes = num_classes,
-          .in_channels = in_channels,
-          .width_mult = o.width,
-          .dropout = o.dropout,
-          .cifar_stem = o.cifar_stem,
-          .checkpoint_activations = o.checkpoint_activations,
-          .checkpoint_blocks = o.checkpoint_blocks,
-          .inplace_activations = o.inplace_activations};
-}
-
-std::unique_ptr<nn::Optimizer> make_optimizer(std::vector<nn::ParamGroup> groups, const TrainOptions& o) {
-  if (o.optimizer == OptimizerKind::sgd)
-    return std::make_unique<nn::SGD>(std::move(groups), o.momentum, 0.0, /*nesterov=*/o.momentum > 0);
-  return std::make_unique<nn::AdamW>(std::move(groups), std::pair{o.momentum, 0.999});
-}
-
-std::unique_ptr<nn::Optimizer> make_optimizer(const nn::Module& model, const TrainOptions& o) {
-  return make_optimizer(param_groups(model, o), o);
-}
-
-dist::DdpOptions ddp_options(const TrainOptions& o) {
-  dist::DdpOptions d;
-  d.bucket_cap_bytes = o.bucket_cap_bytes;
-  d.first_bucket_cap_bytes = std::min(d.first_bucket_cap_bytes, o.bucket_cap_bytes);
-  d.gradient_as_bucket_view = o.bucket_views;
-  d.zero1 = o.zero1;
-  return d;
-}
-
-std::unique_ptr<nn::Optimizer> make_optimizer(const nn::Module& model, dist::DistributedDataParallel* ddp,
-                                              const TrainOptions& o) {
-  if (!o.zero1) return make_optimizer(model, o);
-  FRUGAL_CHECK_VALUE(ddp != nullptr, "--zero1 needs --ddp");
-  return ddp->shard_optimizer([&o](std::vector<nn::ParamGroup> groups) { return make_optimizer(std::move(groups), o); },
-                              param_groups(model, o));
-}
-
-namespace {
-
-// The lr of every optimizer step over the whole run: `warmup` of the steps rising linearly from 1%
-// of the lr, then constant or a cosine to 0; onecycle rises over `warmup` of the steps (at least
-// two) along a half cosine instead.
-std::unique_ptr<nn::LRScheduler> make_schedule(nn::Optimizer& optimizer, const TrainOptions& o, std::int64_t total_steps) {
-  constexpr double kWarmupStart = 0.01;  // warm-up starts at 1% of the lr: not 0, which would waste a step
-  if (o.schedule == ScheduleKind::onecycle) {
-    const double rise = std::max(o.warmup, 2.0 / static_cast<double>(std::max<std::int64_t>(total_steps, 3)));
-    return std::make_unique<nn::OneCycleLR>(optimizer, std::max<std::int64_t>(total_steps, 3), std::min(rise, 0.99));
-  }
-  const auto warmup_steps = static_cast<std::int64_t>(o.warmup * static_cast<double>(total_steps));
-  std::vector<std::unique_ptr<nn::LRScheduler>> parts;
-  std::vector<std::int64_t> milestones;
-  if (warmup_steps > 0) {
-    parts.push_back(std::make_unique<nn::LinearWarmup>(optimizer, kWarmupStart, warmup_steps));
-    milestones.push_back(warmup_steps);
-  }
-  if (o.schedule == ScheduleKind::cosine)
-    parts.push_back(std::make_unique<nn::CosineAnnealingLR>(optimizer, std::max<std::int64_t>(total_steps - warmup_steps, 1)));
-  else
-    parts.push_back(std::make_unique<nn::StepLR>(optimizer, std::numeric_limits<std::int64_t>::max(), 1.0));
-  return std::make_unique<nn::SequentialLR>(optimizer, std::move(parts), std::move(milestones));
-}
 
 struct Memory {
   std::size_t allocated, reserved, peak_allocated;
@@ -127,73 +42,6 @@ Memory memory_now(Device device) {
           static_cast<std::size_t>(s.allocated_bytes.peak)};
 }
 
-// The communicators of a --ddp run: MPI between the ranks mpirun started, which also carries the
-// run's small host-side agreements (step totals, stopping, the final report); for CUDA tensors,
-// NCCL over it. Gradients go through `gradients()`.
-struct Communicators {
-  std::unique_ptr<dist::Communicator> host, device;
-  dist::Communicator& gradients() const { return device ? *device : *host; }
-};
-
-Communicators open_communicators(const TrainOptions& o) {
-  dist::mpi_init();
-  Communicators c;
-  c.host = dist::make_mpi_communicator();
-  const auto timeout = std::chrono::milliseconds(static_cast<std::int64_t>(o.ddp_timeout * 1000.0));
-  c.host->set_timeout(timeout);
-  FRUGAL_CHECK_VALUE(c.host->world_size() == o.ranks, "--ddp: mpirun started ", c.host->world_size(),
-                     " ranks but the run was set up for ", o.ranks);
-  if (o.device.is_cuda()) {
-    c.device = dist::make_nccl_communicator(*c.host, o.device.index());
-    c.device->set_timeout(timeout);
-  }
-  return c;
-}
-
-// What every rank of a --ddp run must share before its first step: the options that shape the step
-// (run_identity_json), and those that decide when the ranks meet in a collective (stopping, saving
-// ZeRO-1's consolidated state, the buckets).
-std::string rank_agreement_json(const TrainOptions& o) {
-  auto j = nlohmann::ordered_json::parse(run_identity_json(o));
-  j["ddp-ranks"] = o.ranks;
-  j["steps"] = o.steps ? nlohmann::ordered_json(*o.steps) : nlohmann::ordered_json("all");
-  j["save-every"] = o.save_every;
-  j["save"] = !o.save.empty();
-  j["bucket-cap"] = o.bucket_cap_bytes;
-  j["bucket-views"] = o.bucket_views;
-  j["zero1"] = o.zero1;
-  j["device"] = o.device.is_cuda() ? "cuda" : o.device.str();
-  j["allow-nonfinite"] = o.allow_nonfinite;  // one rank stopping on a NaN loss alone would leave the others waiting
-  return j.dump();
-}
-
-// Every rank compares `mine` (a JSON object keyed by flag names) with rank 0's before any collective
-// that depends on it: a rank started with another --batch-size would otherwise train (its step
-// silently another batch) or hang at the epoch's end. On a mismatch every rank throws the same
-// RanksDisagreeError, naming the first rank that differs and the flag.
-void check_ranks_agree(dist::Communicator& host, const std::string& mine) {
-  const auto text_of = [&](int root) {  // rank `root`'s text, on every rank
-    const Tensor length = from_vector(std::vector<std::int64_t>{static_cast<std::int64_t>(mine.size())});
-    host.broadcast(length, root);
-    const Tensor bytes = empty({length.item<std::int64_t>()}, {.dtype = DType::u8});
-    if (host.rank() == root) std::memcpy(bytes.data_ptr(), mine.data(), mine.size());
-    host.broadcast(bytes, root);
-    return std::string(static_cast<const char*>(bytes.data_ptr()), static_cast<std::size_t>(bytes.numel()));
-  };
-  const std::string root_text = text_of(0);
-  const Tensor differs = empty({host.world_size()}, {.dtype = DType::i32});
-  host.all_gather(full({1}, mine == root_text ? 0 : 1, {.dtype = DType::i32}), differs);
-  const std::vector<std::int32_t> flags = differs.to_vector<std::int32_t>();
-  const auto first = std::find(flags.begin(), flags.end(), 1);
-  if (first == flags.end()) return;
-  const int rank = static_cast<int>(first - flags.begin());
-  const auto others = std::count(flags.begin(), flags.end(), 1) - 1;
-  FRUGAL_THROW(RanksDisagreeError, "the ranks were started with different flags: rank ", rank, " has ",
-               identity_difference(text_of(rank), root_text, "rank 0"),
-               others > 0 ? " (and " + std::to_string(others) + " more ranks differ)" : std::string(),
-               "; every rank must get the same flags");
-}
-
 // Everything one run holds, built in the order train() needs it.
 struct Run {
   const TrainOptions& options;
@@ -203,9 +51,7 @@ struct Run {
   RunData inputs;  // the splits and their transforms
   std::int64_t num_classes = 0;
   std::shared_ptr<nn::Module> model;
-  std::unique_ptr<nn::Optimizer> optimizer;
-  std::unique_ptr<nn::LRScheduler> schedule;
-  std::unique_ptr<nn::GradScaler> scaler;
+  Recipe recipe;  // the optimizer, its schedule and the GradScaler
   std::unique_ptr<data::DataLoader> loader;
   std::optional<LeakCheck> leaks;  // when options.leak_check
   std::int64_t samples_per_epoch = 0;  // this rank's: with --ddp its share of the training split
@@ -227,8 +73,8 @@ struct Run {
     if (hooks.on_message) hooks.on_message(line);
   }
   // Rank 0 of a --ddp run, or the one process: who evaluates and writes checkpoints.
-  bool is_root() const { return !comms.host || comms.host->rank() == 0; }
-  int world_size() const { return comms.host ? comms.host->world_size() : 1; }
+  bool is_root() const { return comms.rank() == 0; }
+  int world_size() const { return comms.world_size(); }
 };
 
 Run::Run(const TrainOptions& o, const TrainHooks& h) : options(o), hooks(h) {
@@ -254,8 +100,6 @@ Run::Run(const TrainOptions& o, const TrainHooks& h) : options(o), hooks(h) {
     const MemoryContextScope made_by("gradient buckets");
     ddp = std::make_unique<dist::DistributedDataParallel>(*model, comms.gradients(), ddp_options(o));
   }
-  optimizer = make_optimizer(*model, ddp.get(), o);
-  scaler = std::make_unique<nn::GradScaler>(65536.0, 2.0, 0.5, 2000, /*enabled=*/o.amp == DType::f16);
   // With --ddp each rank takes every world_size-th sample of the epoch's shuffled order, so at each
   // step the ranks' batches together are the one-process run's batch of that step.
   std::shared_ptr<data::Sampler> sampler;
@@ -274,7 +118,7 @@ Run::Run(const TrainOptions& o, const TrainHooks& h) : options(o), hooks(h) {
   batches_per_epoch = loader->num_batches();
   steps_per_epoch = (batches_per_epoch + o.accum - 1) / o.accum;
   total_steps = steps_per_epoch * o.epochs;
-  schedule = make_schedule(*optimizer, o, total_steps);
+  recipe = make_recipe(*model, ddp.get(), o, total_steps);
   if (!o.resume.empty()) resume_from(o.resume);
   if (comms.host) {  // the same data, and the same step to start from (--data, --resume), on every rank
     const nlohmann::ordered_json start = {
@@ -316,9 +160,9 @@ void Run::resume_from(const std::string& path) {
   // A state dict that does not fit the model names the checkpoint, not only the layer.
   try {
     model->load_state_dict(c.model);
-    optimizer->load_state_dict(c.optimizer);
-    if (scaler->is_enabled()) scaler->load_state_dict(c.scaler);
-    schedule->load_state_dict(c.schedule);
+    recipe.optimizer->load_state_dict(c.optimizer);
+    if (recipe.scaler->is_enabled()) recipe.scaler->load_state_dict(c.scaler);
+    recipe.schedule->load_state_dict(c.schedule);
   } catch (const Error& e) {
     FRUGAL_THROW(ValueError, path, ": cannot be loaded into this run: ", e.message());
   }
@@ -347,7 +191,7 @@ void Run::save(const std::string& why) {
   if (options.save.empty()) return;
   // ZeRO-1's state is sharded: every rank takes part in consolidating it. The weights are the same
   // on every rank, so rank 0 alone writes the file.
-  nn::StateDict optimizer_state = optimizer->state_dict();
+  nn::StateDict optimizer_state = recipe.optimizer->state_dict();
   if (!is_root()) return;
   position.generator = default_generator().state();
   nn::StateDict weights = model->state_dict();
@@ -357,8 +201,8 @@ void Run::save(const std::string& why) {
     const std::string bad = first_nonfinite(weights, optimizer_state);
     if (!bad.empty()) diverged(*this, "'" + printable(bad) + "' holds a NaN or an infinity; nothing was saved");
   }
-  save_checkpoint(options.save, {std::move(weights), std::move(optimizer_state), scaler->state_dict(),
-                                 schedule->state_dict(), position, run_identity_json(options), data});
+  save_checkpoint(options.save, {std::move(weights), std::move(optimizer_state), recipe.scaler->state_dict(),
+                                 recipe.schedule->state_dict(), position, run_identity_json(options), data});
   last_checkpoint = options.save;
   last_checkpoint_step = position.global_step;
   message("checkpoint saved to " + options.save + " at step " + std::to_string(position.global_step) + " (" + why + ")");
@@ -397,74 +241,30 @@ std::int64_t samples_in(std::int64_t first, std::int64_t count, std::int64_t bat
   return std::min((first + count) * batch_size, dataset_size) - first * batch_size;
 }
 
-// What one optimizer step trained on, summed over its micro-batches (and with --ddp over the ranks).
-struct StepTotals {
-  double loss_sum = 0.0;  // of the samples' mean-reduced losses times their count
-  double correct = 0.0;
-  double samples = 0.0;
-};
-
-// With --ddp every rank adds every rank's totals, so each holds the whole run's loss, accuracy and
-// sample count (and rank 0's checkpoint the position of all of them). A 3-element host all-reduce.
-StepTotals all_ranks(const Run& run, const StepTotals& mine) {
-  if (!run.comms.host) return mine;
-  const Tensor sums = from_vector(std::vector<double>{mine.loss_sum, mine.correct, mine.samples});
-  run.comms.host->all_reduce(sums, dist::ReduceOp::sum);
-  const std::vector<double> all = sums.to_vector<double>();
-  return {all[0], all[1], all[2]};
-}
-
-// Forward, loss and backward of `micro_batches` loader batches, then one optimizer step. Each
-// micro-batch's mean loss is weighted by its share of the step's samples, so the accumulated
-// gradient is that of the mean over all of them, as one large batch would give. With --ddp the
-// gradient buckets are all-reduced (averaged over the ranks) during the last micro-batch's backward
-// only: the earlier ones accumulate locally (no_sync).
+// One optimizer step of `micro_batches` loader batches (train/step.h), each micro-batch's forward and
+// backward and the update reported as phases; then the step's totals, added over the ranks.
 void optimizer_step(Run& run, std::int64_t micro_batches) {
   const TrainOptions& o = run.options;
   const std::int64_t step_samples = samples_in(run.position.batch, micro_batches, o.batch_size, run.samples_per_epoch);
-  StepTotals step;
-  const nn::ActivationSavingGuard saving(o.saving);  // what forward saves, and backward's rebuilds
-  for (std::int64_t m = 0; m < micro_batches; ++m) {
-    std::optional<data::Batch> batch;
-    Tensor loss, logits, weighted;
-    std::int64_t n = 0;
-    {
-      const PhaseScope phase(run, Phase::forward);
-      batch = run.loader->next();
-      FRUGAL_CHECK(batch.has_value(), "the loader ended its epoch early");
-      n = batch->inputs.size(0);
-      std::optional<nn::AutocastGuard> autocast;
-      if (o.amp) autocast.emplace(*o.amp);
-      logits = (*run.model)(batch->inputs);
-      const MemoryContextScope made_by("loss");
-      loss = functional::cross_entropy(logits, batch->labels, {.label_smoothing = o.label_smoothing});
-      autocast.reset();
-      weighted = functional::mul(loss, static_cast<double>(n) / static_cast<double>(step_samples));
-    }
-    {
-      const PhaseScope phase(run, Phase::backward);
-      const MemoryContextScope made_by("backward");
-      if (run.ddp) run.ddp->set_sync(m == micro_batches - 1);
-      autograd::backward(run.scaler->scale(weighted));
-    }
-    step.loss_sum += loss.to(Device::cpu()).item<double>() * static_cast<double>(n);
-    step.correct += static_cast<double>(
-        count_correct(autograd::detach(logits), batch->labels).to(Device::cpu()).item<std::int64_t>());
-    step.samples += static_cast<double>(n);
-    ++run.position.batch;
-  }
-  {
-    const PhaseScope phase(run, Phase::optimizer);
-    if (run.ddp) run.ddp->synchronize();  // every bucket's gradients averaged over the ranks
-    {
-      const MemoryContextScope made_by("optimizer step");  // the optimizer's state is made by the first one
-      if (!run.scaler->step(*run.optimizer)) ++run.skipped_steps;  // a gradient overflowed: no update
-    }
-    run.scaler->update();
-    run.optimizer->zero_grad();
-    run.schedule->step();
-  }
-  const StepTotals all = all_ranks(run, step);
+  const Phase kPhaseOf[] = {Phase::forward, Phase::backward, Phase::optimizer};  // by StepPhase
+  const StepHooks hooks{
+      .next_batch =
+          [&run] {
+            std::optional<data::Batch> batch = run.loader->next();
+            FRUGAL_CHECK(batch.has_value(), "the loader ended its epoch early");
+            ++run.position.batch;
+            return std::move(*batch);
+          },
+      .on_phase =
+          [&](StepPhase phase, bool begin, std::int64_t) {
+            if (run.hooks.on_phase)
+              run.hooks.on_phase({kPhaseOf[static_cast<int>(phase)], begin, run.position.epoch, run.position.global_step,
+                                  run.model.get()});
+          }};
+  const StepResult step = train::optimizer_step(run.recipe.parts(*run.model, run.ddp.get()), step_recipe(o),
+                                                micro_batches, step_samples, hooks);
+  if (!step.updated) ++run.skipped_steps;  // a gradient overflowed: the GradScaler skipped the update
+  const StepTotals all = all_ranks(run.comms, step.totals);
   ++run.position.global_step;
   ++run.steps_taken;
   // Every rank holds the same totals, so every rank stops here together.
@@ -478,23 +278,15 @@ void optimizer_step(Run& run, std::int64_t micro_batches) {
   run.trained_samples += static_cast<std::int64_t>(all.samples);
 }
 
-// Whether `mine` holds on any rank (with --ddp, a 1-element all-reduce every rank must enter).
-bool any_rank(const Run& run, bool mine) {
-  if (!run.comms.host) return mine;
-  const Tensor flag = full({1}, mine ? 1 : 0, {.dtype = DType::i32});
-  run.comms.host->all_reduce(flag, dist::ReduceOp::max);
-  return flag.item<std::int32_t>() != 0;
-}
-
 // Whether to stop now (SIGINT): with --ddp every rank stops when any was asked to, at the same step,
 // since a rank that went on would wait alone at its next collective.
-bool stop_requested(const Run& run) { return any_rank(run, run.hooks.should_stop && run.hooks.should_stop()); }
+bool stop_requested(const Run& run) { return any_rank(run.comms, run.hooks.should_stop && run.hooks.should_stop()); }
 
 // The test evaluation (rank 0's), and whether a stop signal cut it short: with --ddp the ranks that
 // did not evaluate learn it too, so that none goes on to the next epoch alone.
 std::optional<EvalResult> evaluate_test_or_stop(const Run& run, bool& interrupted) {
   std::optional<EvalResult> test = evaluate_test(run);
-  interrupted = any_rank(run, test && test->interrupted);
+  interrupted = any_rank(run.comms, test && test->interrupted);
   if (test && test->interrupted) test.reset();  // figures for part of the split only: none reported
   return test;
 }
@@ -513,11 +305,11 @@ StepInfo step_info(const Run& run, double epoch_seconds, std::int64_t epoch_samp
   s.accuracy = p.samples ? static_cast<double>(p.correct) / static_cast<double>(p.samples) : 0.0;
   s.images_per_sec = epoch_seconds > 0 ? static_cast<double>(epoch_samples) / epoch_seconds : 0.0;
   s.epoch_seconds = epoch_seconds;
-  s.lr = run.optimizer->param_groups().front().lr;
+  s.lr = run.recipe.optimizer->param_groups().front().lr;
   s.allocated = memory.allocated;
   s.reserved = memory.reserved;
   s.peak_allocated = memory.peak_allocated;
-  s.loss_scale = run.scaler->is_enabled() ? run.scaler->get_scale() : 0.0;
+  s.loss_scale = run.recipe.scaler->is_enabled() ? run.recipe.scaler->get_scale() : 0.0;
   s.skipped_steps = run.skipped_steps;
   return s;
 }
@@ -596,80 +388,7 @@ std::string_view phase_name(Phase phase) {
   return kNames[static_cast<std::size_t>(phase)];
 }
 
-RunData open_run_data(const std::string& data, const std::string& test_data, std::int64_t image_size, bool augment) {
-  RunData run{data::open_dataset(data, test_data, {.image_size = image_size}), {}, {}};
-  const data::ImageStatistics stats = data::image_statistics(*run.splits.train);
-  run.train_transforms = data::training_transforms(*run.splits.train, image_size, augment, stats);
-  run.test_transforms = data::training_transforms(*run.splits.train, image_size, false, stats);
-  return run;
-}
-
-EvalResult evaluate(nn::Module& model, data::DatasetPtr dataset, const data::Compose& transforms, std::int64_t batch_size,
-                    Device device, int workers, std::int64_t num_classes, const std::function<bool()>& should_stop) {
-  model.eval();
-  autograd::NoGradGuard no_grad;
-  data::DataLoader loader(std::move(dataset), {.batch_size = batch_size,
-                                               .num_workers = workers,
-                                               .transforms = transforms,
-                                               .device = device,
-                                               .pin_memory = device.is_cuda()});
-  EvalResult result;
-  result.class_correct.assign(static_cast<std::size_t>(num_classes), 0);
-  result.class_total.assign(static_cast<std::size_t>(num_classes), 0);
-  double loss_sum = 0.0;
-  for (data::Batch& batch : loader.epoch(0)) {
-    const Tensor logits = model(batch.inputs);
-    loss_sum += cross_entropy(logits, batch.labels, {.reduction = LossReduction::sum}).to(Device::cpu()).item<double>();
-    const Tensor predicted = logits.to(Device::cpu()).to(DType::f32);
-    const std::vector<float> values = predicted.to_vector<float>();
-    const std::vector<std::int64_t> labels = batch.labels.to(Device::cpu()).to_vector<std::int64_t>();
-    for (std::size_t row = 0; row < labels.size(); ++row) {
-      const float* first = values.data() + row * static_cast<std::size_t>(num_classes);
-      const auto best = std::max_element(first, first + num_classes) - first;  // the first maximum, as argmax
-      const auto label = static_cast<std::size_t>(labels[row]);
-      ++result.class_total[label];
-      if (best == labels[row]) ++result.class_correct[label];
-    }
-    result.samples += static_cast<std::int64_t>(labels.size());
-    if (should_stop && should_stop()) {
-      result.interrupted = true;
-      break;
-    }
-  }
-  std::int64_t correct = 0;
-  for (std::int64_t c : result.class_correct) correct += c;
-  if (result.samples > 0) {
-    result.accuracy = static_cast<double>(correct) / static_cast<double>(result.samples);
-    result.loss = loss_sum / static_cast<double>(result.samples);
-  }
-  return result;
-}
-
 namespace {
-
-// This rank's peaks and communication times, as every rank's (gathered over MPI) with --ddp.
-std::vector<RankReport> rank_reports(const Run& run, const TrainResult& result) {
-  if (!run.comms.host) return {};
-  std::vector<double> mine{static_cast<double>(result.peak_allocated_bytes), static_cast<double>(result.peak_reserved_bytes),
-                           run.ddp->wait_seconds(), run.ddp->communication_seconds()};
-  for (std::size_t bytes : result.peak_bytes_by_tag) mine.push_back(static_cast<double>(bytes));
-  const auto width = static_cast<std::int64_t>(mine.size());
-  const Tensor all = empty({run.world_size() * width}, {.dtype = DType::f64});
-  run.comms.host->all_gather(from_vector(mine), all);
-  const std::vector<double> values = all.to_vector<double>();
-  std::vector<RankReport> reports(static_cast<std::size_t>(run.world_size()));
-  for (std::size_t r = 0; r < reports.size(); ++r) {
-    const double* v = values.data() + r * static_cast<std::size_t>(width);
-    RankReport& report = reports[r];
-    report.rank = static_cast<int>(r);
-    report.peak_allocated_bytes = static_cast<std::size_t>(v[0]);
-    report.peak_reserved_bytes = static_cast<std::size_t>(v[1]);
-    report.communication_wait_seconds = v[2];
-    report.communication_seconds = v[3];
-    for (std::size_t t = 0; t < report.peak_bytes_by_tag.size(); ++t) report.peak_bytes_by_tag[t] = static_cast<std::size_t>(v[4 + t]);
-  }
-  return reports;
-}
 
 // `shape` is set once the data is open: what the planner needs to predict fixes for an out-of-memory.
 TrainResult run_training(const TrainOptions& options, const TrainHooks& hooks, PlanShape& shape) {
@@ -708,7 +427,7 @@ TrainResult run_training(const TrainOptions& options, const TrainHooks& hooks, P
                                             : std::numeric_limits<double>::quiet_NaN();
   result.steps_taken = run.steps_taken;
   result.skipped_steps = run.skipped_steps;
-  if (run.scaler->is_enabled()) result.loss_scale = run.scaler->get_scale();
+  if (run.recipe.scaler->is_enabled()) result.loss_scale = run.recipe.scaler->get_scale();
   const CachingStats stats = default_caching_allocator(options.device).caching_stats();
   const AllocatorStats tagged = default_caching_allocator(options.device).stats();
   result.model = options.model;
@@ -730,7 +449,7 @@ TrainResult run_training(const TrainOptions& options, const TrainHooks& hooks, P
   result.leak = run.leaks ? run.leaks->report() : std::nullopt;
   result.ranks = run.world_size();
   result.root = run.is_root();
-  result.per_rank = rank_reports(run, result);
+  result.per_rank = rank_reports(run.comms, run.ddp.get(), result);
   result.wall_seconds = seconds_since(start);
   return result;
 }

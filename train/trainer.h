@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "core/allocator.h"
+#include "train/evaluation.h"
 #include "data/dataset.h"
 #include "data/open_dataset.h"
 #include "data/transforms.h"
@@ -65,14 +66,6 @@ struct StepInfo {
   // because a gradient overflowed. loss_scale is 0 without a scaler.
   double loss_scale = 0.0;
   std::int64_t skipped_steps = 0;
-};
-
-struct EvalResult {
-  double accuracy = 0.0;  // fraction in [0, 1]
-  double loss = 0.0;      // mean cross-entropy (no label smoothing)
-  std::int64_t samples = 0;
-  std::vector<std::int64_t> class_correct, class_total;  // per class
-  bool interrupted = false;  // should_stop ended it early: the figures cover `samples` only
 };
 
 // A run whose loss stopped being a finite number (an lr far too large, an overflow): thrown after
@@ -158,31 +151,5 @@ struct TrainResult {
 };
 
 TrainResult train(const TrainOptions& options, const TrainHooks& hooks = {});
-
-// The parts a run is made of, shared with the memory planner (train/planner.h) so that what it
-// predicts is built exactly as what trains: the model's options, and the optimizer over two
-// parameter groups (weights decayed; biases and norm parameters not).
-models::ModelOptions model_options(const TrainOptions& options, std::int64_t in_channels, std::int64_t num_classes);
-std::unique_ptr<nn::Optimizer> make_optimizer(const nn::Module& model, const TrainOptions& options);
-// With --ddp: the gradient buckets' options, and the optimizer of the run (ZeRO-1's sharded one with
-// --zero1, over `ddp`'s slices; otherwise make_optimizer's).
-dist::DdpOptions ddp_options(const TrainOptions& options);
-std::unique_ptr<nn::Optimizer> make_optimizer(const nn::Module& model, dist::DistributedDataParallel* ddp,
-                                              const TrainOptions& options);
-
-// The data of a run: the splits of `data` (and `test_data`) and their transforms, normalised by the
-// training split's statistics (so evaluating a trained model sees what training saw).
-struct RunData {
-  data::DatasetSplits splits;
-  data::Compose train_transforms, test_transforms;  // augmentation in the first only
-};
-RunData open_run_data(const std::string& data, const std::string& test_data, std::int64_t image_size, bool augment);
-
-// Test accuracy and loss of `model` (put in eval mode, no autograd) on `dataset` with `transforms`.
-// `should_stop` is asked after every batch (SIGINT): when it says so the evaluation ends there,
-// marked interrupted.
-EvalResult evaluate(nn::Module& model, data::DatasetPtr dataset, const data::Compose& transforms,
-                    std::int64_t batch_size, Device device, int workers, std::int64_t num_classes,
-                    const std::function<bool()>& should_stop = {});
 
 }  // namespace frugal::train

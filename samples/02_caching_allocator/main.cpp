@@ -20,7 +20,7 @@
 #include "core/mapped_file.h"
 #include "core/tensor.h"
 #include "memory/alloc_trace.h"
-#include "models/training_trace.h"
+#include "train/training_trace.h"
 #include "kernels/cpu_runtime.h"
 #include "samples/checks.h"
 
@@ -89,16 +89,16 @@ void a_limit_and_an_explained_oom(Device device, samples::Checks& checks) {
 
 void fragmentation_on_a_simulated_device(samples::Checks& checks) {
   std::cout << "3. Fragmentation: PyTorch's rules against expandable segments, same trace, same device\n";
-  const models::TrainingTraceOptions options{.batch_size = kTraceBatch, .steps = 8, .resolution = kTraceResolution};
+  const train::TrainingTraceOptions options{.batch_size = kTraceBatch, .steps = 8, .resolution = kTraceResolution};
   const auto start = std::chrono::steady_clock::now();
-  const Trace trace = parse_trace_text(models::record_training_trace(options), "training-trace");
+  const Trace trace = parse_trace_text(train::record_training_trace(options), "training-trace");
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const ReplayResult ideal = replay(trace, {.expandable = true});
   const std::size_t limit = ideal.peak_live_bytes + ideal.peak_live_bytes * kHeadroomPercent / 100;
   std::printf("   MobileNetV2 trained at %dx%d, batch cycling %d/%d/%d/%d, recorded in %.1f s: %zu events\n",
-              kTraceResolution, kTraceResolution, models::training_batch_for_step(options, 0),
-              models::training_batch_for_step(options, 1), models::training_batch_for_step(options, 2),
-              models::training_batch_for_step(options, 3), seconds, trace.events.size());
+              kTraceResolution, kTraceResolution, train::training_batch_for_step(options, 0),
+              train::training_batch_for_step(options, 1), train::training_batch_for_step(options, 2),
+              train::training_batch_for_step(options, 3), seconds, trace.events.size());
   std::printf("   live peak %s; device %s (%d%% more)\n", format_size(ideal.peak_live_bytes).c_str(),
               format_size(limit).c_str(), kHeadroomPercent);
   for (bool expandable : {false, true}) {

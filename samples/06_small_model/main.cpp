@@ -21,7 +21,7 @@
 #include "core/random.h"
 #include "models/mobilenet_v2.h"
 #include "models/registry.h"
-#include "models/step_memory.h"
+#include "train/step_memory.h"
 #include "nn/layers.h"
 #include "nn/optim.h"
 #include "kernels/cpu_runtime.h"
@@ -40,7 +40,7 @@ std::int64_t tag_now(Device device, MemoryTag tag) {
 struct Measured {
   std::int64_t parameters = 0;   // learnable values
   std::int64_t state_bytes = 0;  // parameters and buffers (tag param)
-  models::StepMemory step;       // activations saved for backward, gradients, momentum, the step's peak
+  train::StepMemory step;       // activations saved for backward, gradients, momentum, the step's peak
 };
 
 // One SGD step (momentum 0.9) of `model` on a batch of random images.
@@ -49,7 +49,7 @@ Measured train_one_step(nn::Module& model, Device device, std::int64_t batch, st
   const Tensor images = normal({batch, channels, side, side}, 0.0, 1.0, {}, &generator).to(device);
   const Tensor labels = zeros({batch}, {.dtype = DType::i64}).to(device);
   nn::SGD optimizer(model.parameters(), 0.01, 0.9);
-  return {model.parameter_count(), tag_now(device, MemoryTag::param), models::training_step(model, optimizer, images, labels)};
+  return {model.parameter_count(), tag_now(device, MemoryTag::param), train::training_step(model, optimizer, images, labels)};
 }
 
 void compare_models(Device device, std::int64_t side, std::int64_t batch) {

@@ -30,6 +30,8 @@
 #include "nn/autograd.h"
 #include "nn/functional.h"
 #include "train/planner.h"
+#include "train/recipe.h"
+#include "train/step.h"
 #include "train/trainer.h"
 #include "samples/checks.h"
 
@@ -67,14 +69,14 @@ Measured train_steps(const train::TrainOptions& o) {
   m.step_seconds = 1e9;
   for (int step = 0; step < kSteps; ++step) {
     const auto start = std::chrono::steady_clock::now();
-    {
-      const Tensor loss = functional::cross_entropy((*model)(images), labels);
-      autograd::backward(functional::mul(loss, 1.0));  // as the trainer: the loss over the micro-batches (1)
-    }
-    if (step == kSteps - 1)
-      for (const Tensor& p : model->parameters()) m.grads.push_back(autograd::grad(p).to(Device::cpu()).to_vector<float>());
-    optimizer->step();
-    optimizer->zero_grad();
+    // The trainer's step (train/step.h); the last one's gradients are kept as backward leaves them.
+    const train::StepHooks hooks{.next_batch = [&] { return data::Batch{images, labels, {}}; },
+                                 .on_phase = [&](train::StepPhase phase, bool begin, std::int64_t) {
+                                   if (phase != train::StepPhase::backward || begin || step != kSteps - 1) return;
+                                   for (const Tensor& p : model->parameters())
+                                     m.grads.push_back(autograd::grad(p).to(Device::cpu()).to_vector<float>());
+                                 }};
+    train::optimizer_step({.model = *model, .optimizer = optimizer.get()}, train::step_recipe(o), 1, kBatch, hooks);
     if (o.device.is_cuda()) cuda_synchronize(o.device.index());
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (step > 0) m.step_seconds = std::min(m.step_seconds, seconds);

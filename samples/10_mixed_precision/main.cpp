@@ -36,6 +36,8 @@
 #include "nn/functional.h"
 #include "nn/grad_scaler.h"
 #include "train/planner.h"
+#include "train/recipe.h"
+#include "train/step.h"
 #include "train/trainer.h"
 #include "samples/checks.h"
 
@@ -115,21 +117,19 @@ Measured run(const Mode& mode, Device device, const train::RunData& data, std::i
   loader.start_epoch(0);
 
   auto timed_from = std::chrono::steady_clock::now();
+  // The trainer's step (train/step.h) under autocast: the loss times the scale in backward, the
+  // gradients unscaled before the update, which is skipped when one overflowed.
   for (std::int64_t step = 1; step <= steps; ++step) {
     if (step == 2) timed_from = std::chrono::steady_clock::now();
-    const data::Batch batch = *loader.next();
-    const std::int64_t activations_before = activation_now(device);
-    Tensor loss;
-    {
-      std::optional<nn::AutocastGuard> autocast;
-      if (mode.amp) autocast.emplace(*mode.amp);
-      loss = functional::cross_entropy((*model)(batch.inputs), batch.labels);
-    }
-    if (step == 2) m.activation_bytes = activation_now(device) - activations_before;  // the step the plan records
-    autograd::backward(scaler.scale(loss));  // loss * scale: the gradients arrive scaled
-    if (!scaler.step(*optimizer)) m.skipped.push_back(step);  // unscales; skips the step if a gradient overflowed
-    scaler.update();
-    optimizer->zero_grad();
+    std::int64_t activations_before = 0;
+    const train::StepHooks hooks{.next_batch = [&] { return *loader.next(); },
+                                 .on_phase = [&](train::StepPhase phase, bool begin, std::int64_t) {
+                                   if (phase != train::StepPhase::forward || step != 2) return;  // the step the plan records
+                                   if (begin) activations_before = activation_now(device);
+                                   else m.activation_bytes = activation_now(device) - activations_before;
+                                 }};
+    const train::StepParts parts{.model = *model, .optimizer = optimizer.get(), .scaler = &scaler};
+    if (!train::optimizer_step(parts, train::step_recipe(o), 1, kBatch, hooks).updated) m.skipped.push_back(step);
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - timed_from).count();
   m.images_per_sec = static_cast<double>((steps - 1) * kBatch) / seconds;

@@ -40,6 +40,8 @@
 #include "train/memory_pages.h"
 #include "train/memory_recorder.h"
 #include "train/planner.h"
+#include "train/recipe.h"
+#include "train/step.h"
 #include "train/trainer.h"
 #include "samples/checks.h"
 
@@ -65,8 +67,9 @@ struct Training {
   std::shared_ptr<nn::Module> model;
   std::unique_ptr<nn::Optimizer> optimizer;
   std::unique_ptr<data::DataLoader> loader;
+  std::int64_t batch_size = 0;
 
-  Training(const train::TrainOptions& o, const train::RunData& data) {
+  Training(const train::TrainOptions& o, const train::RunData& data) : batch_size(o.batch_size) {
     manual_seed(o.seed);
     model = models::make_model(o.model, train::model_options(o, 1, 10));
     model->to(o.device);
@@ -77,12 +80,11 @@ struct Training {
                                                .device = o.device, .seed = o.seed});
     loader->start_epoch(0);
   }
-  // Forward, backward (which frees what the graph saved), optimizer step, gradients freed.
+  // The trainer's step (train/step.h): forward, backward (which frees what the graph saved),
+  // optimizer step, gradients freed.
   void step() {
-    const data::Batch batch = *loader->next();
-    autograd::backward(functional::cross_entropy((*model)(batch.inputs), batch.labels));
-    optimizer->step();
-    optimizer->zero_grad();
+    const train::StepHooks hooks{.next_batch = [this] { return *loader->next(); }};
+    train::optimizer_step({.model = *model, .optimizer = optimizer.get()}, {}, 1, batch_size, hooks);
   }
 };
 

@@ -43,6 +43,8 @@
 #include "nn/lr_schedule.h"
 #include "nn/saved_activations.h"
 #include "train/planner.h"
+#include "train/recipe.h"
+#include "train/step.h"
 #include "train/trainer.h"
 #include "samples/checks.h"
 
@@ -233,14 +235,10 @@ double short_run_accuracy(const Way& way, Device device, const train::RunData& d
   data::DataLoader loader(data.splits.train, {.batch_size = kBatch, .shuffle = true, .transforms = data.train_transforms,
                                               .device = device, .seed = o.seed + order});
   loader.start_epoch(0);
-  const nn::ActivationSavingGuard saving(way.saving);
-  for (std::int64_t s = 0; s < steps; ++s) {
-    const data::Batch batch = *loader.next();
-    autograd::backward(functional::cross_entropy((*model)(batch.inputs), batch.labels));
-    optimizer->step();
-    optimizer->zero_grad();
-    schedule.step();
-  }
+  // The trainer's step (train/step.h), saving what `way` saves; the schedule stepped after each update.
+  const train::StepParts parts{.model = *model, .optimizer = optimizer.get(), .schedule = &schedule};
+  const train::StepHooks hooks{.next_batch = [&] { return *loader.next(); }};
+  for (std::int64_t s = 0; s < steps; ++s) train::optimizer_step(parts, {.saving = way.saving}, 1, kBatch, hooks);
   std::vector<std::int64_t> first(static_cast<std::size_t>(kTestImages));
   std::iota(first.begin(), first.end(), 0);
   return train::evaluate(*model, std::make_shared<data::Subset>(data.splits.test, first), data.test_transforms, kBatch,

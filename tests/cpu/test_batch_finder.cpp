@@ -68,7 +68,7 @@ TEST_CASE("find_batch_size: the planner's largest batch, confirmed by one trial"
   search.trial = [&](const train::TrainOptions& o, std::size_t limit) {
     ++trials;
     CHECK(limit == static_cast<std::size_t>(0.95 * (48 << 20)));  // the trial runs under the usable budget
-    return train::plan_memory(o, kFashionShape.plan).peak_reserved_bytes;  // the planner is right
+    return train::plan_memory(o, kFashionShape.plan).device_needed_bytes;  // the planner is right
   };
   const train::BatchChoice c = train::find_batch_size(small_cnn(), kFashionShape, search);
   CHECK(trials == 1);
@@ -77,7 +77,7 @@ TEST_CASE("find_batch_size: the planner's largest batch, confirmed by one trial"
   CHECK(c.budget_source == "--memory-limit");
   train::TrainOptions next = small_cnn();
   next.batch_size = c.batch_size + 1;
-  CHECK(train::plan_memory(next, kFashionShape.plan).peak_reserved_bytes > c.usable_bytes);
+  CHECK(train::plan_memory(next, kFashionShape.plan).device_needed_bytes > c.usable_bytes);
   CHECK(train::describe(c).find("chose batch " + std::to_string(c.batch_size) + ": the planner's largest") != std::string::npos);
 }
 

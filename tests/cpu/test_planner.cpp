@@ -22,6 +22,8 @@
 #include "kernels/reduce.h"
 #include "models/registry.h"
 #include "train/planner.h"
+#include "train/recipe.h"
+#include "train/step.h"
 
 using namespace frugal;
 
@@ -161,10 +163,10 @@ TEST_CASE("the planner: checkpointing the first k blocks needs less as k grows, 
     const train::MemoryPlan plan = planned(k);
     const std::int64_t saved = sum_of(plan, &train::LayerPlan::saved_bytes);
     if (k > 0) {
-      CHECK(plan.peak_reserved_bytes <= previous_peak);  // what smallest_checkpoint_prefix's search takes
+      CHECK(plan.device_needed_bytes <= previous_peak);  // what smallest_checkpoint_prefix's search takes
       CHECK(saved < previous_saved);
     }
-    previous_peak = plan.peak_reserved_bytes;
+    previous_peak = plan.device_needed_bytes;
     previous_saved = saved;
   }
   // Blocks 1-17 are every block: the same plan as checkpoint_activations.
@@ -172,25 +174,25 @@ TEST_CASE("the planner: checkpointing the first k blocks needs less as k grows, 
   all.checkpoint_activations = true;
   CHECK(train::plan_memory(all).peak_bytes == planned(17).peak_bytes);
 
-  // A limit between the plain peak and the all-blocks peak: the answer fits and one block fewer does not.
-  const std::int64_t limit = (planned(0).peak_reserved_bytes + planned(17).peak_reserved_bytes) / 2;
+  // A limit between the plain run's device and the all-blocks one: the answer fits and one block fewer does not.
+  const std::int64_t limit = (planned(0).device_needed_bytes + planned(17).device_needed_bytes) / 2;
   const std::optional<std::int64_t> k = train::smallest_checkpoint_prefix(full_mobilenet(), limit);
   REQUIRE(k.has_value());
   MESSAGE("limit ", limit, ": checkpoint blocks 1-", *k);
   CHECK(*k >= 1);
   CHECK(*k < 17);
-  CHECK(planned(*k).peak_reserved_bytes <= limit);
-  CHECK(planned(*k - 1).peak_reserved_bytes > limit);
-  CHECK_FALSE(train::smallest_checkpoint_prefix(full_mobilenet(), planned(17).peak_reserved_bytes - 1).has_value());
+  CHECK(planned(*k).device_needed_bytes <= limit);
+  CHECK(planned(*k - 1).device_needed_bytes > limit);
+  CHECK_FALSE(train::smallest_checkpoint_prefix(full_mobilenet(), planned(17).device_needed_bytes - 1).has_value());
   CHECK(meta_allocated() == 0);
 }
 
 TEST_CASE("the planner: fit_budget offers some blocks checkpointed, ranked by the fraction recomputed") {
   train::TrainOptions o = small_mobilenet(4);
-  const std::int64_t plain = train::plan_memory(o).peak_bytes;
+  const std::int64_t plain = train::plan_memory(o).device_needed_bytes;
   train::TrainOptions all = o;
   all.checkpoint_activations = true;
-  const std::int64_t recomputed = train::plan_memory(all).peak_bytes;
+  const std::int64_t recomputed = train::plan_memory(all).device_needed_bytes;
   const auto options = train::fit_budget(o, (plain + recomputed) / 2);
   std::set<std::string> blocks;
   for (const train::BudgetOption& b : options) blocks.insert(b.checkpoint_blocks.str());
@@ -224,6 +226,47 @@ TEST_CASE("the planner: an out-of-memory run under a limit is offered the fewest
   const std::vector<train::MemoryFix> unlimited = train::planned_fixes(failing, {});
   CHECK(std::any_of(unlimited.begin(), unlimited.end(),
                     [](const train::MemoryFix& f) { return f.text.rfind("--checkpoint-blocks 1-9: needs ", 0) == 0; }));
+}
+
+TEST_CASE("the planner runs the trainer's step: f16 autocast with its GradScaler and accumulation planned to the byte") {
+  // The run the plan is of, on the CPU: the trainer's recipe and step (train/recipe.h, train/step.h),
+  // two micro-batches per step, the loader's one batch (no workers) made when the step asks for it.
+  train::TrainOptions o;
+  o.model = "cnn";
+  o.batch_size = 8;
+  o.accum = 2;
+  o.amp = DType::f16;
+  o.workers = 0;
+  const train::MemoryPlan plan = train::plan_memory(o);
+  CachingAllocator& cpu = default_caching_allocator(Device::cpu());
+  cpu.empty_cache();
+  const std::int64_t before = cpu.caching_stats().allocated_bytes.current;
+  cpu.reset_peak_stats();
+  {
+    const auto model = models::make_model(o.model, train::model_options(o, 1, 10));
+    model->train();
+    const train::Recipe recipe = train::make_recipe(*model, nullptr, o, 6);
+    REQUIRE(recipe.scaler->is_enabled());
+    const train::StepHooks hooks{.next_batch = [&o] {
+      const MemoryTagScope tag(MemoryTag::data);
+      return data::Batch{zeros({o.batch_size, 1, o.image_size, o.image_size}), zeros({o.batch_size}, {.dtype = DType::i64}), {}};
+    }};
+    for (int step = 0; step < 6; ++step) {
+      const train::StepResult result =
+          train::optimizer_step(recipe.parts(*model, nullptr), train::step_recipe(o), o.accum, o.accum * o.batch_size, hooks);
+      CHECK(result.updated);
+      CHECK(result.totals.samples == 16);
+    }
+    CHECK(recipe.scaler->get_scale() == 65536.0);  // no overflow: the scale kept
+  }
+  CHECK(cpu.caching_stats().allocated_bytes.peak - before == plan.peak_bytes);
+  // The device it needs is the smallest the planned steps replay on: 1 MiB less runs out of memory.
+  const ReplayOptions policy = train::replay_policy(CachingOptions::from_environment());
+  REQUIRE(plan.requests);
+  CHECK(plan.device_needed_bytes == train::smallest_device(*plan.requests, policy));
+  CHECK_FALSE(replay(*plan.requests, {.limit = static_cast<std::size_t>(plan.device_needed_bytes)}).oom.has_value());
+  CHECK(replay(*plan.requests, {.limit = static_cast<std::size_t>(plan.device_needed_bytes - (1 << 20))}).oom.has_value());
+  CHECK(plan.device_needed_bytes <= plan.peak_reserved_bytes + (1 << 20));
 }
 
 namespace {

@@ -1,4 +1,4 @@
-// The MobileNetV2 training trace recorded from the model (models/training_trace.h): the repeated
+// The MobileNetV2 training trace recorded from the model (train/training_trace.h): the repeated
 // steps equal steps trained for real, the load allocates exactly the state dict, a replay ends with
 // only parameters and momentum alive, the text is deterministic, and replays of it are too. Small
 // sizes (32x32 images, batches of 4 to 8) keep each recording well under a second.
@@ -13,10 +13,10 @@
 #include "core/error.h"
 #include "memory/alloc_trace.h"
 #include "models/registry.h"
-#include "models/training_trace.h"
+#include "train/training_trace.h"
 
 using namespace frugal;
-using models::TrainingTraceOptions;
+using train::TrainingTraceOptions;
 
 namespace {
 
@@ -55,21 +55,21 @@ std::size_t line_of(const std::string& text, const std::string& prefix) {
 TEST_CASE("the batch cycles 8/8, 6/8, 7/8, 5/8 of batch_size, never below 1, and stays put without vary_batch") {
   TrainingTraceOptions options = small(8, 8);
   constexpr int kBatches[] = {8, 6, 7, 5, 8, 6, 7, 5};
-  for (int step = 0; step < 8; ++step) CHECK(models::training_batch_for_step(options, step) == kBatches[step]);
+  for (int step = 0; step < 8; ++step) CHECK(train::training_batch_for_step(options, step) == kBatches[step]);
   options.batch_size = 1;
-  CHECK(models::training_batch_for_step(options, 3) == 1);
+  CHECK(train::training_batch_for_step(options, 3) == 1);
   options.vary_batch = false;
   options.batch_size = 8;
-  CHECK(models::training_batch_for_step(options, 3) == 8);
+  CHECK(train::training_batch_for_step(options, 3) == 8);
 }
 
 TEST_CASE("repeated steps equal steps trained for real, event for event") {
   // Batch 4 cycles 4, 3, 3, 2: steps 0 to 4 are trained (step 4 is the first later step of batch 4),
   // steps 5 to 7 repeat steps 1, 1 and 3.
   TrainingTraceOptions options = small(4, 8);
-  const std::string built = models::record_training_trace(options);
+  const std::string built = train::record_training_trace(options);
   options.record_every_step = true;
-  const std::string trained = models::record_training_trace(options);
+  const std::string trained = train::record_training_trace(options);
   CHECK(built.find("# step 5: batch 3 (step 1 repeated)") != std::string::npos);
   CHECK(built.find("# step 7: batch 2 (step 3 repeated)") != std::string::npos);
   CHECK(trained.find("repeated") == std::string::npos);
@@ -87,7 +87,7 @@ TEST_CASE("repeated steps equal steps trained for real, event for event") {
 }
 
 TEST_CASE("the load allocates exactly the state dict under tag param, and nothing else does") {
-  const std::string text = models::record_training_trace(small(4, 2));
+  const std::string text = train::record_training_trace(small(4, 2));
   const std::size_t step0 = line_of(text, "# step 0");
   std::size_t at_load = 0, later = 0;
   for (const TraceEvent& e : parse_trace_text(text, "training").events)
@@ -97,7 +97,7 @@ TEST_CASE("the load allocates exactly the state dict under tag param, and nothin
 }
 
 TEST_CASE("a replay ends with parameters, buffers and momentum alive, and every tag of training appears") {
-  const Trace trace = parse_trace_text(models::record_training_trace(small(8, 4)), "training");
+  const Trace trace = parse_trace_text(train::record_training_trace(small(8, 4)), "training");
   const ReplayResult r = replay(trace);
   CHECK(!r.oom);
   CHECK(r.events == trace.events.size());
@@ -119,19 +119,19 @@ TEST_CASE("a replay ends with parameters, buffers and momentum alive, and every 
 
 TEST_CASE("recording is deterministic and leaves the CPU's allocator as it found it") {
   Allocator& before = allocator_for(Device::cpu());
-  const std::string first = models::record_training_trace(small(4, 3));
+  const std::string first = train::record_training_trace(small(4, 3));
   CHECK(&allocator_for(Device::cpu()) == &before);
-  CHECK(first == models::record_training_trace(small(4, 3)));
-  CHECK_THROWS_AS(models::record_training_trace(small(0, 3)), ValueError);
-  CHECK_THROWS_AS(models::record_training_trace(small(4, 0)), ValueError);
+  CHECK(first == train::record_training_trace(small(4, 3)));
+  CHECK_THROWS_AS(train::record_training_trace(small(0, 3)), ValueError);
+  CHECK_THROWS_AS(train::record_training_trace(small(4, 0)), ValueError);
   // Thrown by the training itself, with the recording allocator installed: at 32x32 the last
   // BatchNorm sees one value per channel in a batch of 1.
-  CHECK_THROWS_AS(models::record_training_trace(small(1, 1)), ValueError);
+  CHECK_THROWS_AS(train::record_training_trace(small(1, 1)), ValueError);
   CHECK(&allocator_for(Device::cpu()) == &before);
 }
 
 TEST_CASE("replays of the training trace are deterministic: the same figures every time, timing aside") {
-  const Trace trace = parse_trace_text(models::record_training_trace(small(4, 4)), "training");
+  const Trace trace = parse_trace_text(train::record_training_trace(small(4, 4)), "training");
   for (const bool expandable : {false, true}) {
     ReplayOptions options;
     options.expandable = expandable;
@@ -143,7 +143,7 @@ TEST_CASE("replays of the training trace are deterministic: the same figures eve
 }
 
 TEST_CASE("the training trace replayed and written again by CachingAllocator::write_trace replays to the same figures") {
-  const Trace original = parse_trace_text(models::record_training_trace(small(4, 2)), "training");
+  const Trace original = parse_trace_text(train::record_training_trace(small(4, 2)), "training");
   CachingAllocator allocator(std::make_unique<SimulatedBacking>(), caching_options({}));
   allocator.record_history(10 * original.events.size());  // room for segment events too
   auto first = to_json(replay_on(allocator, original));

@@ -1,6 +1,6 @@
 // GPU suite: the models on cuda:0 against torchvision's float64 values, with the fixture's f32
 // tolerances (tests/fixtures/models/README.md): each case of tests/fixtures/models, loaded with the
-// fixture's weights, runs one eval and one training step on the GPU in f32 through models/run_step.h,
+// fixture's weights, runs one eval and one training step on the GPU in f32 through train/run_step.h,
 // the same step `frugal run-step --device cuda:0` takes. cuDNN's convolutions and batch norm, cuBLAS's
 // GEMMs and the hand-written kernels all take part. Then one training step of a small MobileNetV2
 // under each way of saving below the minimum (nn/saved_activations.h) against the same step on the CPU.
@@ -10,7 +10,7 @@
 
 #include "core/random.h"
 #include "models/registry.h"
-#include "models/run_step.h"
+#include "train/run_step.h"
 #include "nn/autograd.h"
 #include "nn/functional.h"
 #include "nn/saved_activations.h"
@@ -38,8 +38,8 @@ TEST_CASE("models: MobileNetV2, ResNet-18 and ResNet-50 on cuda:0 match torchvis
     const nn::StateDict input = nn::read_safetensors(fixture_folder(c) + "/input.safetensors").tensors;
     for (const char* mode : {"eval", "train"}) {
       CAPTURE(mode);
-      const auto step = std::string(mode) == "train" ? models::StepMode::train : models::StepMode::eval;
-      const nn::StateDict results = models::run_step(*model, named(input, "x"), named(input, "y"), step, DType::f32, kGpu);
+      const auto step = std::string(mode) == "train" ? train::StepMode::train : train::StepMode::eval;
+      const nn::StateDict results = train::run_step(*model, named(input, "x"), named(input, "y"), step, DType::f32, kGpu);
       const nn::StateDict reference = nn::read_safetensors(fixture_folder(c) + "/" + mode + ".safetensors").tensors;
       for (const ReferenceCheck& check : compare_with_reference(results, reference, DType::f32)) {
         CAPTURE(check.name);

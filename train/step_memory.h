@@ -1,7 +1,7 @@
 // One training step of a classifier, with what it holds in memory read from the allocator's per-tag
-// books of the batch's device: the figures of sample 06 and of `frugal bench train`. The step is
-// forward (in the model's current mode), mean cross-entropy, backward, optimizer step, zero_grad,
-// exactly the step a training loop runs, so a benchmark can time this function itself.
+// books of the batch's device: the figures of sample 06 and of `frugal bench train`. The step is the
+// trainer's own (train/step.h: forward in the model's current mode, mean cross-entropy, backward,
+// optimizer step, zero_grad), so a benchmark can time this function itself.
 // Not here: choosing the model, the batch or the optimizer (the callers), formatting figures.
 #pragma once
 
@@ -10,7 +10,7 @@
 #include "nn/module.h"
 #include "nn/optim.h"
 
-namespace frugal::models {
+namespace frugal::train {
 
 struct StepMemory {
   std::int64_t activation_bytes = 0;  // tag activation alive at the end of the forward beyond what was
@@ -24,4 +24,4 @@ struct StepMemory {
 // statistics; the gradients are freed again at the end (zero_grad sets them to none).
 StepMemory training_step(nn::Module& model, nn::Optimizer& optimizer, const Tensor& images, const Tensor& labels);
 
-}  // namespace frugal::models
+}  // namespace frugal::train

@@ -1,10 +1,11 @@
-// models/run_step.h: forward, loss, and in training the backward, then every result copied to the CPU.
-#include "models/run_step.h"
+// train/run_step.h: forward, loss, and in training the backward, then every result copied to the CPU.
+#include "train/run_step.h"
 
 #include "nn/autograd.h"
 #include "nn/functional.h"
+#include "train/step.h"
 
-namespace frugal::models {
+namespace frugal::train {
 
 namespace F = frugal::functional;
 
@@ -28,11 +29,10 @@ nn::StateDict run_step(nn::Module& model, const Tensor& x, const Tensor& y, Step
     return results;
   }
   model.zero_grad();
-  const Tensor logits = model(input);
-  const Tensor loss = F::cross_entropy(logits, labels);
-  results.emplace_back("logits", to_cpu(logits));
-  results.emplace_back("loss", to_cpu(loss));
-  autograd::backward(loss);
+  const StepHooks hooks{.next_batch = [&] { return data::Batch{input, labels, {}}; }};
+  const MicroBatch step = micro_batch({.model = model}, {}, hooks, 0, true, input.size(0));
+  results.emplace_back("logits", to_cpu(step.logits));
+  results.emplace_back("loss", to_cpu(step.loss));
   for (const auto& [name, parameter] : model.named_parameters()) {
     const Tensor grad = autograd::grad(parameter);
     // A parameter the forward never reached has no gradient; PyTorch leaves it None. Zeros say the same.
@@ -42,4 +42,4 @@ nn::StateDict run_step(nn::Module& model, const Tensor& x, const Tensor& y, Step
   return results;
 }
 
-}  // namespace frugal::models
+}  // namespace frugal::train

@@ -1,6 +1,6 @@
-// models/training_trace.h: MobileNetV2 trained under a recording allocator, and the trace written
+// train/training_trace.h: MobileNetV2 trained under a recording allocator, and the trace written
 // from what it recorded.
-#include "models/training_trace.h"
+#include "train/training_trace.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -20,17 +20,19 @@
 #include "nn/autograd.h"
 #include "nn/functional.h"
 #include "nn/optim.h"
+#include "train/step.h"
 
-namespace frugal::models {
+namespace frugal::train {
 
 // Note [Recording the training trace]
 // The trace is what MobileNetV2 (models/mobilenet_v2.h) asks of an allocator while it trains:
 //   load     make_model builds the model; its parameters and BatchNorm buffers are allocated
 //            under MemoryTag::param, as every layer allocates them.
-//   a step   random images [N, 3, R, R] and i64 labels [N] (tag data), the forward (activations
-//            kept for backward), cross-entropy, backward (gradients, tag grad), SGD with momentum
-//            0.9 (its momentum buffers, tag optimizer, made at the first step and kept), then
-//            zero_grad(), which frees the gradients, as PyTorch >= 2.0 does by default.
+//   a step   the trainer's step (train/step.h): random images [N, 3, R, R] and i64 labels [N] (tag
+//            data), the forward (activations kept for backward), cross-entropy, backward (gradients,
+//            tag grad), the loss and accuracy read back, SGD with momentum 0.9 (its momentum
+//            buffers, tag optimizer, made at the first step and kept), then zero_grad(), which frees
+//            the gradients, as PyTorch >= 2.0 does by default.
 // A CachingAllocator of this file's own serves the CPU meanwhile (set_allocator), so nothing the
 // program allocated before appears (and no other thread may make CPU tensors while it records: their
 // allocations would), and records its history one phase (the load, a step) at a time;
@@ -50,8 +52,6 @@ namespace frugal::models {
 // compares a trace built this way with one whose every step was trained, event for event.
 
 namespace {
-
-namespace F = frugal::functional;
 
 // The learning rate and momentum of torchvision's reference recipe for MobileNetV2 (its weight decay
 // left out); the learning rate changes values only, never what is allocated.
@@ -164,21 +164,18 @@ class Training {
  public:
   explicit Training(const TrainingTraceOptions& options)
       : options_(options),
-        model_(make_model("mobilenet_v2", {.num_classes = options.num_classes, .generator = &generator_})),
+        model_(models::make_model("mobilenet_v2", {.num_classes = options.num_classes, .generator = &generator_})),
         optimizer_(model_->parameters(), kLearningRate, kMomentum) {
     model_->train();
   }
 
   void step(int batch) {
-    Tensor images, labels;
-    {
+    const StepHooks hooks{.next_batch = [&] {
       MemoryTagScope data(MemoryTag::data);
-      images = uniform({batch, 3, options_.resolution, options_.resolution}, -1.0, 1.0, {}, &generator_);
-      labels = randint(0, options_.num_classes, {batch}, {.dtype = DType::i64}, &generator_);
-    }
-    autograd::backward(F::cross_entropy((*model_)(images), labels));
-    optimizer_.step();
-    optimizer_.zero_grad();
+      Tensor images = uniform({batch, 3, options_.resolution, options_.resolution}, -1.0, 1.0, {}, &generator_);
+      return data::Batch{std::move(images), randint(0, options_.num_classes, {batch}, {.dtype = DType::i64}, &generator_), {}};
+    }};
+    optimizer_step({.model = *model_, .optimizer = &optimizer_}, {}, 1, batch, hooks);
   }
 
  private:
@@ -210,7 +207,7 @@ std::string record_training_trace(const TrainingTraceOptions& options) {
   std::optional<Training> training;
 
   TraceWriter writer;
-  writer.comment(detail::str("MobileNetV2 training recorded by models/training_trace.cpp: resolution ",
+  writer.comment(detail::str("MobileNetV2 training recorded by train/training_trace.cpp: resolution ",
                              options.resolution, ", ", options.num_classes, " classes, ", options.steps, " steps"));
   writer.comment("load: parameters and buffers");
   writer.write(recorder.record([&] { training.emplace(options); }));
@@ -234,4 +231,4 @@ std::string record_training_trace(const TrainingTraceOptions& options) {
   return writer.text();
 }
 
-}  // namespace frugal::models
+}  // namespace frugal::train

@@ -1,5 +1,6 @@
 // One step of a model on one batch, with every result named, so that it can be written to a file and
 // compared value for value with another implementation (`frugal run-step`, tests/cpu/test_model_fixtures.cpp).
+// Training runs the trainer's own micro-batch (train/step.h) without the update.
 //   eval   model.eval(), forward, no graph:             logits, loss
 //   train  model.train(), forward, backward, no update: logits, loss, grad.<parameter name> for every
 //          parameter, state.<buffer name> for every buffer after the forward (BatchNorm's running
@@ -13,7 +14,7 @@
 
 #include "nn/module.h"
 
-namespace frugal::models {
+namespace frugal::train {
 
 enum class StepMode : std::uint8_t { eval, train };
 
@@ -21,4 +22,4 @@ enum class StepMode : std::uint8_t { eval, train };
 // the dtype the model's parameters are in (the caller converts the model with Module::to).
 nn::StateDict run_step(nn::Module& model, const Tensor& x, const Tensor& y, StepMode mode, DType dtype, Device device);
 
-}  // namespace frugal::models
+}  // namespace frugal::train

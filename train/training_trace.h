@@ -1,6 +1,7 @@
 // The allocation trace of training MobileNetV2, recorded from the real model: what
 // `frugal alloc-replay --training-trace`, `frugal bench alloc` and sample 02 replay. The model comes
-// from models/registry.h and trains on random images with SGD and momentum while a CachingAllocator
+// from models/registry.h and trains on random images with SGD and momentum, through the trainer's own
+// step (train/step.h), while a CachingAllocator
 // of this file's own serves the CPU and records every allocation and free; the trace is written from
 // that record (training_trace.cpp, Note [Recording the training trace]). So what the trace asks of an
 // allocator is what the model asks, never a second description of it.
@@ -10,7 +11,7 @@
 
 #include <string>
 
-namespace frugal::models {
+namespace frugal::train {
 
 struct TrainingTraceOptions {
   int batch_size = 32;
@@ -35,4 +36,4 @@ int training_batch_for_step(const TrainingTraceOptions& options, int step);
 // thread may make CPU tensors meanwhile: the CPU's allocator is replaced while this runs.
 std::string record_training_trace(const TrainingTraceOptions& options = {});
 
-}  // namespace frugal::models
+}  // namespace frugal::train
