@@ -9,7 +9,7 @@
 //   cnn           blocks 1-3  are its conv units: features.0-2, features.3-5, features.6-7
 // models/registry.h block_names(model) lists them. Parsing knows no model; check() holds a selection
 // against one, so "0-99" parses and is then refused with the model's range.
-// Not here: running a block checkpointed (models/checkpointing.h), choosing blocks (the planner).
+// Not here: running a block checkpointed (nn/checkpoint.h, CheckpointedSequential), choosing blocks (the planner).
 #pragma once
 
 #include <bitset>

@@ -26,24 +26,22 @@ std::vector<std::string> SmallCnn::block_names() {
 
 SmallCnn::SmallCnn(const SmallCnnOptions& options)
     : nn::Module("SmallCnn"),
-      options_(options),
-      checkpointed_(checkpointed_blocks(options.checkpoint_activations, options.checkpoint_blocks)) {
+      options_(options) {
   FRUGAL_CHECK_VALUE(options.num_classes > 0 && options.in_channels > 0, "SmallCnn: num_classes (",
                      options.num_classes, ") and in_channels (", options.in_channels, ") must be positive");
   options.checkpoint_blocks.check("cnn", block_names());
   Generator* generator = options.generator;
-  features_ = register_module("features", std::make_shared<nn::Sequential>());
+  const BlockSelection checkpointed = checkpointed_blocks(options.checkpoint_activations, options.checkpoint_blocks);
+  features_ = register_module("features", std::make_shared<nn::CheckpointedSequential>());
   std::int64_t channels = options.in_channels;
   for (std::size_t i = 0; i < std::size(kWidths); ++i) {
     const std::size_t first = features_->size();
-    features_->push_back(std::make_shared<nn::Conv2d>(channels, kWidths[i], 3, 1, 1, 1, 1, true, generator));
+    features_->push_back(std::make_shared<nn::Conv2d>(
+        channels, kWidths[i], nn::Conv2dArgs{.kernel = 3, .padding = 1, .generator = generator}));
     features_->push_back(std::make_shared<nn::ReLU>(options.inplace_activations));
     if (unit_has_pool(i)) features_->push_back(std::make_shared<nn::MaxPool2d>(2));
-    units_.push_back([features = features_, first, end = features_->size()](const Tensor& input) {
-      Tensor y = input;
-      for (std::size_t layer = first; layer < end; ++layer) y = (*(*features)[layer])(y);
-      return y;
-    });
+    if (checkpointed.contains(static_cast<std::int64_t>(i) + 1))  // unit i is block i + 1
+      features_->checkpoint_children(first, features_->size() - first);
     channels = kWidths[i];
   }
   classifier_ = register_module("classifier", std::make_shared<nn::Sequential>());
@@ -54,10 +52,8 @@ Tensor SmallCnn::forward(const Tensor& x) {
   FRUGAL_CHECK_SHAPE(x.dim() == 4 && x.size(1) == options_.in_channels && x.size(2) >= 4 && x.size(3) >= 4,
                      "SmallCnn: expected input [N, ", options_.in_channels, ", H >= 4, W >= 4], got ",
                      shape_str(x.shape()));
-  Tensor y = x;
-  for (std::size_t i = 0; i < units_.size(); ++i)
-    y = run_block(units_[i], y, checkpointed_.contains(static_cast<std::int64_t>(i) + 1));
-  return (*classifier_)(F::flatten(F::adaptive_avg_pool2d(y, {1, 1}), 1));
+  const Tensor features = (*features_)(x);  // unit by unit, the chosen ones checkpointed
+  return (*classifier_)(F::flatten(F::adaptive_avg_pool2d(features, {1, 1}), 1));
 }
 
 }  // namespace frugal::models

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "models/block_selection.h"
-#include "models/checkpointing.h"
+#include "nn/checkpoint.h"
 #include "nn/layers.h"
 
 namespace frugal::models {
@@ -45,9 +45,8 @@ class SmallCnn : public nn::Module {
 
  private:
   SmallCnnOptions options_;
-  BlockSelection checkpointed_;  // checkpoint_activations and checkpoint_blocks together
-  std::shared_ptr<nn::Sequential> features_, classifier_;
-  std::vector<Block> units_;  // features run unit by unit: each is layers [first, next unit's first)
+  std::shared_ptr<nn::CheckpointedSequential> features_;  // the chosen units checkpointed
+  std::shared_ptr<nn::Sequential> classifier_;
 };
 
 }  // namespace frugal::models

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "models/checkpointing.h"
 #include "models/torchvision_init.h"
 #include "nn/functional.h"
 #include "nn/init.h"
@@ -22,20 +21,22 @@ std::int64_t make_divisible(double value, std::int64_t divisor) {
   return rounded;
 }
 
-Conv2dNormActivation::Conv2dNormActivation(std::int64_t in_channels, std::int64_t out_channels,
-                                           std::int64_t kernel_size, std::int64_t stride, std::int64_t groups,
-                                           Generator* generator, bool inplace)
-    : nn::Sequential("Conv2dNormActivation"), fused_(inplace) {
-  const std::int64_t padding = (kernel_size - 1) / 2;
-  conv_ = push_back(std::make_shared<nn::Conv2d>(in_channels, out_channels, kernel_size, stride, padding, 1, groups,
-                                                 /*bias=*/false, generator));
+Conv2dNormActivation::Conv2dNormActivation(std::int64_t in_channels, std::int64_t out_channels, const Args& args)
+    : nn::Sequential("Conv2dNormActivation"), inplace_(args.inplace) {
+  conv_ = push_back(std::make_shared<nn::Conv2d>(
+      in_channels, out_channels,
+      nn::Conv2dArgs{.kernel = args.kernel, .stride = args.stride, .padding = (args.kernel - 1) / 2,
+                     .groups = args.groups, .bias = false, .generator = args.generator}));
   norm_ = push_back(std::make_shared<nn::BatchNorm2d>(out_channels));
-  push_back(std::make_shared<nn::ReLU6>(inplace));
+  activation_ = push_back(std::make_shared<nn::ReLU6>(args.inplace));
 }
 
 Tensor Conv2dNormActivation::forward(const Tensor& x) {
-  if (!fused_) return nn::Sequential::forward(x);
-  return norm_->forward_relu6((*conv_)(x));  // the ReLU6 child's work, done in BatchNorm's pass
+  const Tensor y = (*conv_)(x);
+  if (!inplace_) return (*activation_)((*norm_)(y));
+  // ReLU6(inplace=True) as part of BatchNorm's pass: activation_ is not called, its clamp is
+  // forward_relu6's (module call observers see the BatchNorm's call, which made the output).
+  return norm_->forward_relu6(y);
 }
 
 InvertedResidual::InvertedResidual(std::int64_t in_channels, std::int64_t out_channels, std::int64_t stride,
@@ -43,11 +44,14 @@ InvertedResidual::InvertedResidual(std::int64_t in_channels, std::int64_t out_ch
     : nn::Module("InvertedResidual"), use_residual_(stride == 1 && in_channels == out_channels) {
   FRUGAL_CHECK_VALUE(stride == 1 || stride == 2, "InvertedResidual: stride must be 1 or 2, got ", stride);
   const auto hidden = static_cast<std::int64_t>(std::lround(static_cast<double>(in_channels * expand_ratio)));
+  using Args = Conv2dNormActivation::Args;
   conv_ = register_module("conv", std::make_shared<nn::Sequential>());
   if (expand_ratio != 1)
-    conv_->push_back(std::make_shared<Conv2dNormActivation>(in_channels, hidden, 1, 1, 1, generator, inplace));
-  conv_->push_back(std::make_shared<Conv2dNormActivation>(hidden, hidden, 3, stride, hidden, generator, inplace));  // depthwise
-  conv_->push_back(std::make_shared<nn::Conv2d>(hidden, out_channels, 1, 1, 0, 1, 1, /*bias=*/false, generator));
+    conv_->push_back(std::make_shared<Conv2dNormActivation>(
+        in_channels, hidden, Args{.kernel = 1, .inplace = inplace, .generator = generator}));
+  conv_->push_back(std::make_shared<Conv2dNormActivation>(  // depthwise
+      hidden, hidden, Args{.stride = stride, .groups = hidden, .inplace = inplace, .generator = generator}));
+  conv_->push_back(std::make_shared<nn::Conv2d>(hidden, out_channels, nn::Conv2dArgs{.bias = false, .generator = generator}));
   conv_->push_back(std::make_shared<nn::BatchNorm2d>(out_channels));  // no activation: the linear bottleneck
 }
 
@@ -85,7 +89,6 @@ std::vector<std::string> MobileNetV2::block_names() {
 MobileNetV2::MobileNetV2(const MobileNetV2Options& options)
     : nn::Module("MobileNetV2"),
       options_(options),
-      checkpointed_(checkpointed_blocks(options.checkpoint_activations, options.checkpoint_blocks)),
       last_channel_(make_divisible(kLastChannels * std::max(1.0, options.width_mult))) {
   FRUGAL_CHECK_VALUE(options.width_mult > 0 && std::isfinite(options.width_mult),
                      "MobileNetV2: width_mult must be positive, got ", options.width_mult);
@@ -94,21 +97,26 @@ MobileNetV2::MobileNetV2(const MobileNetV2Options& options)
   options.checkpoint_blocks.check("mobilenet_v2", block_names());
   Generator* generator = options.generator;
   const bool inplace = options.inplace_activations;
-  features_ = register_module("features", std::make_shared<nn::Sequential>());
+  const BlockSelection checkpointed = checkpointed_blocks(options.checkpoint_activations, options.checkpoint_blocks);
+  using Args = Conv2dNormActivation::Args;
+  features_ = register_module("features", std::make_shared<nn::CheckpointedSequential>());
   std::int64_t channels = make_divisible(kFirstChannels * options.width_mult);
-  features_->push_back(std::make_shared<Conv2dNormActivation>(options.in_channels, channels, 3,
-                                                              options.cifar_stem ? 1 : 2, 1, generator, inplace));
+  features_->push_back(std::make_shared<Conv2dNormActivation>(
+      options.in_channels, channels, Args{.stride = options.cifar_stem ? 1 : 2, .inplace = inplace, .generator = generator}));
   for (std::size_t g = 0; g < std::size(kBlockGroups); ++g) {
     const BlockGroup& group = kBlockGroups[g];
     const std::int64_t out = make_divisible(static_cast<double>(group.channels) * options.width_mult);
     const std::int64_t first_stride = options.cifar_stem && g == kCifarGroup ? 1 : group.stride;
     for (std::int64_t i = 0; i < group.repeats; ++i) {
+      const std::size_t block = features_->size();  // block i is features.i
       features_->push_back(std::make_shared<InvertedResidual>(channels, out, i == 0 ? first_stride : 1, group.expand,
                                                               generator, inplace));
+      if (checkpointed.contains(static_cast<std::int64_t>(block))) features_->checkpoint_children(block);
       channels = out;
     }
   }
-  features_->push_back(std::make_shared<Conv2dNormActivation>(channels, last_channel_, 1, 1, 1, generator, inplace));
+  features_->push_back(
+      std::make_shared<Conv2dNormActivation>(channels, last_channel_, Args{.kernel = 1, .inplace = inplace, .generator = generator}));
   classifier_ = register_module("classifier", std::make_shared<nn::Sequential>());
   classifier_->push_back(std::make_shared<nn::Dropout>(options.dropout, generator));
   auto linear = classifier_->push_back(std::make_shared<nn::Linear>(last_channel_, options.num_classes, true, generator));
@@ -121,14 +129,8 @@ MobileNetV2::MobileNetV2(const MobileNetV2Options& options)
 Tensor MobileNetV2::forward(const Tensor& x) {
   FRUGAL_CHECK_SHAPE(x.dim() == 4 && x.size(1) == options_.in_channels, "MobileNetV2: expected input [N, ",
                      options_.in_channels, ", H, W], got ", shape_str(x.shape()));
-  // features.0 is the stem and the last is the head conv; the blocks between (block i is features.i)
-  // are the ones that may be checkpointed.
-  const std::size_t last = features_->size() - 1;
-  Tensor y = (*(*features_)[0])(x);
-  for (std::size_t i = 1; i < last; ++i)
-    y = run_block((*features_)[i], y, checkpointed_.contains(static_cast<std::int64_t>(i)));
-  y = F::adaptive_avg_pool2d((*(*features_)[last])(y), {1, 1});
-  return (*classifier_)(F::flatten(y, 1));
+  const Tensor features = (*features_)(x);  // the stem, the blocks (the chosen ones checkpointed), the head
+  return (*classifier_)(F::flatten(F::adaptive_avg_pool2d(features, {1, 1}), 1));
 }
 
 }  // namespace frugal::models

@@ -13,8 +13,9 @@
 // BatchNorm needs, and BatchNorm's output clamped by ReLU6, which is also what the next convolution
 // saves. Three options trade or measure
 // memory without changing a name or a shape: checkpoint_activations runs features.1..17 through
-// nn::checkpoint (each keeps only its input and runs again in backward), checkpoint_blocks runs a
-// chosen few of them so (block i is features.i, models/block_selection.h), and inplace_activations =
+// nn::checkpoint (each keeps only its input and runs again in backward; features is an
+// nn::CheckpointedSequential), checkpoint_blocks runs a chosen few of them so (block i is
+// features.i, models/block_selection.h), and inplace_activations =
 // false builds the ReLU6s out of place. models/README.md has the whole account.
 // Not here: training (the CLI and samples), the registry by name (models/registry.h).
 #pragma once
@@ -25,6 +26,7 @@
 #include <vector>
 
 #include "models/block_selection.h"
+#include "nn/checkpoint.h"
 #include "nn/layers.h"
 
 namespace frugal::models {
@@ -48,21 +50,28 @@ struct MobileNetV2Options {
 std::int64_t make_divisible(double value, std::int64_t divisor = 8);
 
 // Conv2d (no bias), BatchNorm2d, ReLU6 (in place unless `inplace` is false): torchvision's
-// Conv2dNormActivation, named 0, 1, 2. In place, the BatchNorm and the ReLU6 run as one pass
-// (BatchNorm2d::forward_relu6): the same values, gradients and saved tensors as the two layers one
-// after the other, one read and write of the data fewer each way. Out of place, the three layers run
-// in turn, as torchvision's ReLU6(inplace=False).
+// Conv2dNormActivation, named 0, 1, 2, with its defaults (a 3x3 kernel padded to keep the size).
+// In place, the BatchNorm and the ReLU6 run as one pass (BatchNorm2d::forward_relu6): the same
+// values, gradients and saved tensors as the two layers one after the other, one read and write of
+// the data fewer each way. Out of place, the three layers run in turn, as torchvision's
+// ReLU6(inplace=False).
 class Conv2dNormActivation : public nn::Sequential {
  public:
-  Conv2dNormActivation(std::int64_t in_channels, std::int64_t out_channels, std::int64_t kernel_size,
-                       std::int64_t stride = 1, std::int64_t groups = 1, Generator* generator = nullptr,
-                       bool inplace = true);
+  struct Args {
+    std::int64_t kernel = 3;
+    std::int64_t stride = 1;
+    std::int64_t groups = 1;
+    bool inplace = true;
+    Generator* generator = nullptr;  // the convolution's initial weights
+  };
+  Conv2dNormActivation(std::int64_t in_channels, std::int64_t out_channels, const Args& args);
   Tensor forward(const Tensor& x) override;
 
  private:
   std::shared_ptr<nn::Conv2d> conv_;
   std::shared_ptr<nn::BatchNorm2d> norm_;
-  bool fused_;
+  std::shared_ptr<nn::ReLU6> activation_;
+  bool inplace_;
 };
 
 // Expand (1x1, unless expand_ratio is 1), depthwise 3x3, project (1x1, no activation); the input is
@@ -90,9 +99,9 @@ class MobileNetV2 : public nn::Module {
 
  private:
   MobileNetV2Options options_;
-  BlockSelection checkpointed_;  // checkpoint_activations and checkpoint_blocks together
   std::int64_t last_channel_;
-  std::shared_ptr<nn::Sequential> features_, classifier_;
+  std::shared_ptr<nn::CheckpointedSequential> features_;  // the chosen blocks checkpointed
+  std::shared_ptr<nn::Sequential> classifier_;
 };
 
 }  // namespace frugal::models

@@ -2,7 +2,6 @@
 // registered in torchvision's order (the order is the state dict's order).
 #include "models/resnet.h"
 
-#include "models/checkpointing.h"
 #include "models/torchvision_init.h"
 #include "nn/functional.h"
 #include "nn/init.h"
@@ -15,10 +14,11 @@ namespace F = frugal::functional;
 namespace {
 
 std::shared_ptr<nn::Conv2d> conv3x3(std::int64_t in, std::int64_t out, std::int64_t stride, Generator* generator) {
-  return std::make_shared<nn::Conv2d>(in, out, 3, stride, 1, 1, 1, /*bias=*/false, generator);
+  return std::make_shared<nn::Conv2d>(
+      in, out, nn::Conv2dArgs{.kernel = 3, .stride = stride, .padding = 1, .bias = false, .generator = generator});
 }
 std::shared_ptr<nn::Conv2d> conv1x1(std::int64_t in, std::int64_t out, std::int64_t stride, Generator* generator) {
-  return std::make_shared<nn::Conv2d>(in, out, 1, stride, 0, 1, 1, /*bias=*/false, generator);
+  return std::make_shared<nn::Conv2d>(in, out, nn::Conv2dArgs{.stride = stride, .bias = false, .generator = generator});
 }
 
 // torchvision's ReLU(inplace=True): the input's memory is overwritten; out of place to measure that.
@@ -89,7 +89,7 @@ std::vector<std::string> ResNet::block_names(ResNetDepth depth) {
 }
 
 template <typename Block>
-std::shared_ptr<nn::Sequential> ResNet::make_layer(std::int64_t channels, std::int64_t blocks, std::int64_t stride) {
+std::shared_ptr<nn::CheckpointedSequential> ResNet::make_layer(std::int64_t channels, std::int64_t blocks, std::int64_t stride) {
   Generator* generator = options_.generator;
   const bool inplace = options_.inplace_activations;
   std::shared_ptr<nn::Sequential> downsample;
@@ -98,11 +98,13 @@ std::shared_ptr<nn::Sequential> ResNet::make_layer(std::int64_t channels, std::i
     downsample->push_back(conv1x1(in_channels_, channels * Block::kExpansion, stride, generator));
     downsample->push_back(std::make_shared<nn::BatchNorm2d>(channels * Block::kExpansion));
   }
-  auto layer = std::make_shared<nn::Sequential>();
-  layer->push_back(std::make_shared<Block>(in_channels_, channels, stride, downsample, generator, inplace));
-  in_channels_ = channels * Block::kExpansion;
-  for (std::int64_t i = 1; i < blocks; ++i)
-    layer->push_back(std::make_shared<Block>(in_channels_, channels, 1, nullptr, generator, inplace));
+  auto layer = std::make_shared<nn::CheckpointedSequential>();
+  for (std::int64_t i = 0; i < blocks; ++i) {
+    layer->push_back(i == 0 ? std::make_shared<Block>(in_channels_, channels, stride, downsample, generator, inplace)
+                            : std::make_shared<Block>(in_channels_, channels, 1, nullptr, generator, inplace));
+    in_channels_ = channels * Block::kExpansion;
+    if (checkpointed_.contains(++blocks_built_)) layer->checkpoint_children(layer->size() - 1);
+  }
   return layer;
 }
 
@@ -114,8 +116,9 @@ ResNet::ResNet(ResNetDepth depth, const ResNetOptions& options)
                      ") and in_channels (", options.in_channels, ") must be positive");
   options.checkpoint_blocks.check(depth == ResNetDepth::resnet18 ? "resnet18" : "resnet50", block_names(depth));
   Generator* generator = options.generator;
-  conv1_ = register_module("conv1", std::make_shared<nn::Conv2d>(options.in_channels, in_channels_, 7, 2, 3, 1, 1,
-                                                                 /*bias=*/false, generator));
+  conv1_ = register_module("conv1", std::make_shared<nn::Conv2d>(options.in_channels, in_channels_,
+                                                                 nn::Conv2dArgs{.kernel = 7, .stride = 2, .padding = 3,
+                                                                                .bias = false, .generator = generator}));
   bn1_ = register_module("bn1", std::make_shared<nn::BatchNorm2d>(in_channels_));
   maxpool_ = register_module("maxpool", std::make_shared<nn::MaxPool2d>(3, 2, 1));
   constexpr std::int64_t kChannels[] = {64, 128, 256, 512};
@@ -142,9 +145,7 @@ Tensor ResNet::forward(const Tensor& x) {
                      options_.in_channels, ", H, W], got ", shape_str(x.shape()));
   Tensor y = (*bn1_)((*conv1_)(x));
   y = (*maxpool_)(relu(y, options_.inplace_activations));
-  std::int64_t block = 0;  // numbered from 1 over all layers, as block_names
-  for (const auto& layer : layers_)
-    for (std::size_t b = 0; b < layer->size(); ++b) y = run_block((*layer)[b], y, checkpointed_.contains(++block));
+  for (const auto& layer : layers_) y = (*layer)(y);  // the chosen blocks checkpointed
   return (*fc_)(F::flatten(F::adaptive_avg_pool2d(y, {1, 1}), 1));
 }
 

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "models/block_selection.h"
+#include "nn/checkpoint.h"
 #include "nn/layers.h"
 
 namespace frugal::models {
@@ -80,15 +81,16 @@ class ResNet : public nn::Module {
 
  private:
   template <typename Block>
-  std::shared_ptr<nn::Sequential> make_layer(std::int64_t channels, std::int64_t blocks, std::int64_t stride);
+  std::shared_ptr<nn::CheckpointedSequential> make_layer(std::int64_t channels, std::int64_t blocks, std::int64_t stride);
 
   ResNetOptions options_;
   BlockSelection checkpointed_;  // checkpoint_activations and checkpoint_blocks together
   std::int64_t in_channels_ = 64;  // channels entering the next layer while building
+  std::int64_t blocks_built_ = 0;  // blocks made so far while building: block numbers run across layers
   std::shared_ptr<nn::Conv2d> conv1_;
   std::shared_ptr<nn::BatchNorm2d> bn1_;
   std::shared_ptr<nn::MaxPool2d> maxpool_;
-  std::vector<std::shared_ptr<nn::Sequential>> layers_;
+  std::vector<std::shared_ptr<nn::CheckpointedSequential>> layers_;  // the chosen blocks checkpointed
   std::shared_ptr<nn::Linear> fc_;
 };
 

@@ -1,7 +1,8 @@
 // nn/checkpoint.h: a node that keeps a block's inputs and, in backward, reruns the block with
-// grad mode on and backpropagates through the fresh graph.
+// grad mode on and backpropagates through the fresh graph; the container built on it.
 #include "nn/checkpoint.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "core/random.h"
@@ -110,6 +111,39 @@ Tensor checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs) {
   output = autograd::detach(output);
   autograd::record(std::make_shared<CheckpointNode>(fn, inputs, random, nn::autocast_dtype()), inputs, {output});
   return output;
+}
+
+// ---- CheckpointedSequential
+
+void CheckpointedSequential::checkpoint_children(std::size_t first, std::size_t count) {
+  const std::size_t end = first + count;
+  FRUGAL_CHECK_INDEX(count > 0 && end <= size(), "CheckpointedSequential: children ", first, "..", end,
+                     " are not among its ", size());
+  const auto at = std::find_if(runs_.begin(), runs_.end(), [&](const auto& run) { return run.first >= first; });
+  const bool overlaps = (at != runs_.end() && at->first < end) || (at != runs_.begin() && std::prev(at)->second > first);
+  FRUGAL_CHECK_VALUE(!overlaps, "CheckpointedSequential: children ", first, "..", end, " overlap a checkpointed run");
+  runs_.insert(at, {first, end});
+}
+
+Tensor CheckpointedSequential::forward(const Tensor& x) {
+  Tensor y = x;
+  auto run = runs_.begin();
+  for (std::size_t i = 0; i < size();) {
+    if (run == runs_.end() || run->first != i) {
+      y = (*(*this)[i++])(y);
+      continue;
+    }
+    // The children by shared_ptr: the graph keeps this function until backward.
+    std::vector<std::shared_ptr<Module>> block;
+    for (; i < run->second; ++i) block.push_back((*this)[i]);
+    y = checkpoint([block](const std::vector<Tensor>& inputs) {
+      Tensor out = inputs[0];
+      for (const auto& child : block) out = (*child)(out);
+      return out;
+    }, {y});
+    ++run;
+  }
+  return y;
 }
 
 }  // namespace frugal::nn

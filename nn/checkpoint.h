@@ -7,13 +7,19 @@
 // replayed, so dropout draws the same mask) and module state (the recomputation runs with
 // checkpoint_recomputing() true, and BatchNorm2d then leaves its running statistics alone instead of
 // updating them a second time).
-// Not here: choosing what to checkpoint (the planner's job), non-reentrant saved-tensor hooks.
+// CheckpointedSequential is the container a model builds its repeated blocks into: a Sequential
+// whose chosen runs of children go through checkpoint, with the children's names unchanged.
+// Not here: choosing what to checkpoint (the planner's job, models/block_selection.h), non-reentrant
+// saved-tensor hooks.
 #pragma once
 
 #include <functional>
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include "core/tensor.h"
+#include "nn/layers.h"
 
 namespace frugal::nn {
 
@@ -27,5 +33,18 @@ Tensor checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs);
 
 // True while a checkpointed block is being recomputed during backward (on this thread).
 bool checkpoint_recomputing();
+
+// A Sequential (children "0", "1", ..., so a state dict is the same either way) in which each run
+// of children marked by checkpoint_children is one checkpoint: it keeps only its input for backward
+// and runs again during backward. The other children run as in a Sequential.
+class CheckpointedSequential : public Sequential {
+ public:
+  // Children [first, first + count) as one checkpointed block; runs must not overlap.
+  void checkpoint_children(std::size_t first, std::size_t count = 1);
+  Tensor forward(const Tensor& x) override;
+
+ private:
+  std::vector<std::pair<std::size_t, std::size_t>> runs_;  // [first, end) in order of first
+};
 
 }  // namespace frugal::nn

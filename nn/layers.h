@@ -46,10 +46,26 @@ class Linear : public Module {
   Tensor weight_, bias_;
 };
 
+// Conv2d's arguments after the channels, by name, for a model's table to read as torchvision's:
+// Conv2d(in, out, {.kernel = 3, .stride = 2, .padding = 1, .bias = false}). Defaults as torch.nn's,
+// with a 1x1 kernel.
+struct Conv2dArgs {
+  Size2 kernel = 1;
+  Size2 stride = 1;
+  Size2 padding = 0;
+  Size2 dilation = 1;
+  std::int64_t groups = 1;
+  bool bias = true;
+  Generator* generator = nullptr;  // the initial weights'; nullptr is the default generator
+};
+
 class Conv2d : public Module {
  public:
   Conv2d(std::int64_t in_channels, std::int64_t out_channels, Size2 kernel_size, Size2 stride = 1, Size2 padding = 0,
          Size2 dilation = 1, std::int64_t groups = 1, bool bias = true, Generator* generator = nullptr);
+  Conv2d(std::int64_t in_channels, std::int64_t out_channels, const Conv2dArgs& args)
+      : Conv2d(in_channels, out_channels, args.kernel, args.stride, args.padding, args.dilation, args.groups, args.bias,
+               args.generator) {}
   Tensor forward(const Tensor& x) override;
   void reset_parameters(Generator* generator = nullptr);
   const Tensor& weight() const { return weight_; }

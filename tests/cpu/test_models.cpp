@@ -281,7 +281,8 @@ TEST_CASE("models: Conv2dNormActivation in place runs BatchNorm and ReLU6 as one
   for (const bool training : {true, false}) {
     CAPTURE(training);
     Generator g1(11), g2(11);
-    models::Conv2dNormActivation fused(3, 8, 3, 1, 1, &g1, true), plain(3, 8, 3, 1, 1, &g2, false);
+    models::Conv2dNormActivation fused(3, 8, {.inplace = true, .generator = &g1}),
+        plain(3, 8, {.inplace = false, .generator = &g2});
     for (nn::Module* m : {static_cast<nn::Module*>(&fused), static_cast<nn::Module*>(&plain)}) {
       for (const auto& [name, p] : m->named_parameters())
         if (name == "1.weight") Tensor(p).fill_(4.0);
