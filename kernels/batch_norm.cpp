@@ -12,8 +12,7 @@
 namespace frugal {
 
 namespace {
-BatchNormImpl g_impl = BatchNormImpl::cudnn;
-bool g_cpu_reference = false;
+BatchNormBackend g_backend;  // batch_norm_backend(): set by benchmarks and tests, passed by BatchNorm2d
 }
 
 std::string_view batch_norm_impl_name(BatchNormImpl impl) {
@@ -24,13 +23,15 @@ std::string_view batch_norm_impl_name(BatchNormImpl impl) {
   return "?";
 }
 
-void set_batch_norm_impl(BatchNormImpl impl) { g_impl = impl; }
+BatchNormBackend batch_norm_backend() { return g_backend; }
 
-BatchNormImpl batch_norm_impl() { return g_impl; }
+void set_batch_norm_impl(BatchNormImpl impl) { g_backend.cuda = impl; }
 
-void set_batch_norm_cpu_reference(bool on) { g_cpu_reference = on; }
+BatchNormImpl batch_norm_impl() { return g_backend.cuda; }
 
-bool batch_norm_cpu_reference() { return g_cpu_reference; }
+void set_batch_norm_cpu_reference(bool on) { g_backend.cpu_reference = on; }
+
+bool batch_norm_cpu_reference() { return g_backend.cpu_reference; }
 
 namespace {
 
@@ -142,7 +143,8 @@ Tensor or_filled(const Tensor& t, double value, const Tensor& like) {
 }  // namespace
 
 BatchNormOutput batch_norm_train(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
-                                 const Tensor& running_var, double momentum, double eps, bool fuse_relu6) {
+                                 const Tensor& running_var, double momentum, double eps, bool fuse_relu6,
+                                 const BatchNormBackend& backend) {
   const char* op = "batch_norm_train";
   const Forward f = prepare_forward(x, weight, bias, eps, op);
   check_training(f, running_mean, running_var, op);
@@ -153,7 +155,7 @@ BatchNormOutput batch_norm_train(const Tensor& x, const Tensor& weight, const Te
   const DType dtype = x.dtype();
   switch (x.device().type()) {
     case DeviceType::CPU:
-      if (g_cpu_reference) {
+      if (backend.cpu_reference) {
         cpu::batch_norm_statistics(dtype, f.x.data_ptr(), f.shape, momentum, eps, out.save_mean.data_ptr(),
                                    out.save_invstd.data_ptr(), ptr(mean_work), ptr(var_work));
         cpu::batch_norm_normalize(dtype, f.x.data_ptr(), f.shape, out.save_mean.data_ptr(), out.save_invstd.data_ptr(),
@@ -167,7 +169,7 @@ BatchNormOutput batch_norm_train(const Tensor& x, const Tensor& weight, const Te
     case DeviceType::Meta: break;
     case DeviceType::CUDA:
 #if FRUGAL_WITH_CUDA
-      if (g_impl == BatchNormImpl::cudnn) {
+      if (backend.cuda == BatchNormImpl::cudnn) {
         cuda::cudnn_batch_norm_train(dtype, f.x.data_ptr(), f.shape, or_filled(f.weight, 1.0, out.save_mean).data_ptr(),
                                      or_filled(f.bias, 0.0, out.save_mean).data_ptr(), momentum, eps,
                                      ptr(mean_work), ptr(var_work), out.output.data_ptr(),
@@ -197,7 +199,8 @@ Tensor batch_norm_invstd(const Tensor& running_var, double eps) {
 }
 
 Tensor batch_norm_eval(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
-                       const Tensor& running_var, double eps, bool fuse_relu6) {
+                       const Tensor& running_var, double eps, bool fuse_relu6,
+                       const BatchNormBackend& backend) {
   const char* op = "batch_norm_eval";
   Forward f = prepare_forward(x, weight, bias, eps, op);
   check_eval(f, running_mean, running_var, op);
@@ -206,14 +209,14 @@ Tensor batch_norm_eval(const Tensor& x, const Tensor& weight, const Tensor& bias
   const DType dtype = x.dtype();
   switch (x.device().type()) {
     case DeviceType::CPU:
-      (g_cpu_reference ? cpu::batch_norm_normalize : cpu::fast::batch_norm_normalize)(
+      (backend.cpu_reference ? cpu::batch_norm_normalize : cpu::fast::batch_norm_normalize)(
           dtype, f.x.data_ptr(), f.shape, mean.data_ptr(), batch_norm_invstd(running_var, eps).data_ptr(),
           ptr(f.weight), ptr(f.bias), fuse_relu6, f.output.data_ptr());
       break;
     case DeviceType::Meta: break;
     case DeviceType::CUDA:
 #if FRUGAL_WITH_CUDA
-      if (g_impl == BatchNormImpl::cudnn) {
+      if (backend.cuda == BatchNormImpl::cudnn) {
         cuda::cudnn_batch_norm_eval(dtype, f.x.data_ptr(), f.shape, or_filled(f.weight, 1.0, mean).data_ptr(),
                                     or_filled(f.bias, 0.0, mean).data_ptr(), mean.data_ptr(),
                                     as_statistics(running_var, f.stats).data_ptr(), eps, f.output.data_ptr());
@@ -233,7 +236,7 @@ Tensor batch_norm_eval(const Tensor& x, const Tensor& weight, const Tensor& bias
 
 BatchNormGrads batch_norm_backward(const Tensor& grad_output, const Tensor& x, const Tensor& weight,
                                    const Tensor& save_mean, const Tensor& save_invstd, bool training,
-                                   const Tensor& fused_output) {
+                                   const Tensor& fused_output, const BatchNormBackend& backend) {
   const char* op = "batch_norm_backward";
   const BatchNormShape shape = check_backward(grad_output, x, weight, save_mean, save_invstd, fused_output, op);
   const DType dtype = x.dtype(), stats = statistics_dtype(dtype);
@@ -251,7 +254,7 @@ BatchNormGrads batch_norm_backward(const Tensor& grad_output, const Tensor& x, c
   if (x.numel() > 0) {
     switch (x.device().type()) {
       case DeviceType::CPU:
-        if (!g_cpu_reference) {
+        if (!backend.cpu_reference) {
           cpu::fast::batch_norm_backward(dtype, grad.data_ptr(), xc.data_ptr(), ptr(fused), shape, mean.data_ptr(),
                                          invstd.data_ptr(), ptr(w), training, ptr(sum_dy), ptr(sum_dy_xhat),
                                          grads.input.data_ptr());
@@ -267,7 +270,7 @@ BatchNormGrads batch_norm_backward(const Tensor& grad_output, const Tensor& x, c
       case DeviceType::Meta: break;
       case DeviceType::CUDA:
 #if FRUGAL_WITH_CUDA
-        if (g_impl == BatchNormImpl::cudnn && training) {
+        if (backend.cuda == BatchNormImpl::cudnn && training) {
           // The legacy cuDNN API has no ReLU6: the gradient goes back through it first, as its own op.
           const Tensor gated = fused.defined() ? relu6_backward(grad, fused) : grad;
           cuda::cudnn_batch_norm_backward(dtype, gated.data_ptr(), xc.data_ptr(), shape,
@@ -301,11 +304,11 @@ namespace {
 
 // xhat and y from x with the given statistics, into `out`, on x's device.
 void normalize_saving(const Forward& f, const Tensor& mean, const Tensor& invstd, bool relu6,
-                      const BatchNormNormalizedOutput& out, [[maybe_unused]] const char* op) {
+                      const BatchNormNormalizedOutput& out, bool cpu_reference, [[maybe_unused]] const char* op) {
   const DType dtype = f.x.dtype();
   switch (f.x.device().type()) {
     case DeviceType::CPU:
-      (g_cpu_reference ? cpu::batch_norm_normalize_saving : cpu::fast::batch_norm_normalize_saving)(
+      (cpu_reference ? cpu::batch_norm_normalize_saving : cpu::fast::batch_norm_normalize_saving)(
           dtype, f.x.data_ptr(), f.shape, mean.data_ptr(), invstd.data_ptr(), ptr(f.weight), ptr(f.bias), relu6,
           out.normalized.data_ptr(), out.output.data_ptr());
       break;
@@ -327,9 +330,9 @@ float* f32_out(const Tensor& t) { return static_cast<float*>(ptr(t)); }
 // Whether xhat (in bf16, with the mask as bits when `mask`) is kept compact by the forward's own pass
 // and read so by the backward's: the CPU's fast loops for these shapes (Note [Compact xhat in the same
 // pass]), and on the meta device whatever the CPU would do, so that the planner sees its bytes.
-bool compact_in_one_pass(const Tensor& t, const BatchNormShape& shape, bool mask) {
+bool compact_in_one_pass(const Tensor& t, const BatchNormShape& shape, bool mask, bool cpu_reference) {
   const DeviceType device = t.device().type();
-  return (device == DeviceType::CPU || device == DeviceType::Meta) && !g_cpu_reference &&
+  return (device == DeviceType::CPU || device == DeviceType::Meta) && !cpu_reference &&
          cpu::fast::keeps_compact_xhat(DType::f32, shape, mask);
 }
 
@@ -362,12 +365,12 @@ void make_compact(BatchNormNormalizedOutput& out, NormalizedForm form, bool relu
 BatchNormNormalizedOutput batch_norm_train_normalized(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                                       const Tensor& running_mean, const Tensor& running_var,
                                                       double momentum, double eps, bool fuse_relu6,
-                                                      NormalizedForm form) {
+                                                      NormalizedForm form, const BatchNormBackend& backend) {
   const char* op = "batch_norm_train_normalized";
   const Forward f = prepare_forward(x, weight, bias, eps, op);
   check_training(f, running_mean, running_var, op);
   check_form(x, form, op);
-  const bool compact = form.bf16 && f.shape.channels > 0 && compact_in_one_pass(x, f.shape, form.relu6_mask && fuse_relu6);
+  const bool compact = form.bf16 && f.shape.channels > 0 && compact_in_one_pass(x, f.shape, form.relu6_mask && fuse_relu6, backend.cpu_reference);
   const TensorOptions per_channel{.dtype = f.stats, .device = x.device()};
   BatchNormNormalizedOutput out = normalized_output(f, empty({f.shape.channels}, per_channel),
                                                     empty({f.shape.channels}, per_channel), form, fuse_relu6, compact);
@@ -386,10 +389,10 @@ BatchNormNormalizedOutput batch_norm_train_normalized(const Tensor& x, const Ten
                                                     f32_out(out.save_invstd), f32_out(mean_work), f32_out(var_work),
                                                     static_cast<BFloat16*>(out.normalized.data_ptr()),
                                                     static_cast<std::uint8_t*>(ptr(out.mask)), f32_out(out.output));
-      } else if (g_cpu_reference) {
+      } else if (backend.cpu_reference) {
         cpu::batch_norm_statistics(x.dtype(), f.x.data_ptr(), f.shape, momentum, eps, out.save_mean.data_ptr(),
                                    out.save_invstd.data_ptr(), ptr(mean_work), ptr(var_work));
-        normalize_saving(f, out.save_mean, out.save_invstd, fuse_relu6, out, op);
+        normalize_saving(f, out.save_mean, out.save_invstd, fuse_relu6, out, backend.cpu_reference, op);
       } else {
         cpu::fast::batch_norm_train_forward_saving(x.dtype(), f.x.data_ptr(), f.shape, momentum, eps, ptr(f.weight),
                                                    ptr(f.bias), fuse_relu6, out.save_mean.data_ptr(),
@@ -402,7 +405,7 @@ BatchNormNormalizedOutput batch_norm_train_normalized(const Tensor& x, const Ten
 #if FRUGAL_WITH_CUDA
       cuda::batch_norm_statistics(x.dtype(), f.x.data_ptr(), f.shape, momentum, eps, out.save_mean.data_ptr(),
                                   out.save_invstd.data_ptr(), ptr(mean_work), ptr(var_work));
-      normalize_saving(f, out.save_mean, out.save_invstd, fuse_relu6, out, op);
+      normalize_saving(f, out.save_mean, out.save_invstd, fuse_relu6, out, backend.cpu_reference, op);
       break;
 #else
       throw_no_cuda(op);
@@ -416,12 +419,12 @@ BatchNormNormalizedOutput batch_norm_train_normalized(const Tensor& x, const Ten
 
 BatchNormNormalizedOutput batch_norm_eval_normalized(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                                      const Tensor& running_mean, const Tensor& running_var, double eps,
-                                                     bool fuse_relu6, NormalizedForm form) {
+                                                     bool fuse_relu6, NormalizedForm form, const BatchNormBackend& backend) {
   const char* op = "batch_norm_eval_normalized";
   const Forward f = prepare_forward(x, weight, bias, eps, op);
   check_eval(f, running_mean, running_var, op);
   check_form(x, form, op);
-  const bool compact = form.bf16 && x.numel() > 0 && compact_in_one_pass(x, f.shape, form.relu6_mask && fuse_relu6);
+  const bool compact = form.bf16 && x.numel() > 0 && compact_in_one_pass(x, f.shape, form.relu6_mask && fuse_relu6, backend.cpu_reference);
   // A copy of running_mean, not an alias: a later training step must not change what was returned.
   BatchNormNormalizedOutput out = normalized_output(f, running_mean.to(f.stats).clone(),
                                                     batch_norm_invstd(running_var, eps), form, fuse_relu6, compact);
@@ -431,13 +434,13 @@ BatchNormNormalizedOutput batch_norm_eval_normalized(const Tensor& x, const Tens
                                             static_cast<BFloat16*>(out.normalized.data_ptr()),
                                             static_cast<std::uint8_t*>(ptr(out.mask)), f32_out(out.output));
   else if (!compact && x.numel() > 0)
-    normalize_saving(f, out.save_mean, out.save_invstd, fuse_relu6, out, op);
+    normalize_saving(f, out.save_mean, out.save_invstd, fuse_relu6, out, backend.cpu_reference, op);
   if (!compact) make_compact(out, form, fuse_relu6);
   return out;
 }
 
 Tensor batch_norm_affine(const Tensor& normalized, const Tensor& weight, const Tensor& bias, bool fuse_relu6,
-                         std::optional<DType> output_dtype) {
+                         std::optional<DType> output_dtype, const BatchNormBackend& backend) {
   const char* op = "batch_norm_affine";
   const BatchNormShape shape = check_input(normalized, op);
   check_pair(weight, bias, normalized, "weight", "bias", op);
@@ -445,8 +448,8 @@ Tensor batch_norm_affine(const Tensor& normalized, const Tensor& weight, const T
   if (output_dtype && *output_dtype != dtype) {  // a compact xhat: widened a piece at a time, or all at once
     FRUGAL_CHECK_DTYPE(dtype == DType::bf16 && *output_dtype == DType::f32, op, ": gives an f32 output from a bf16 "
                        "xhat only, not ", *output_dtype, " from ", dtype);
-    if (normalized.numel() == 0 || !compact_in_one_pass(normalized, shape, false))
-      return batch_norm_affine(normalized.to(DType::f32), weight, bias, fuse_relu6);
+    if (normalized.numel() == 0 || !compact_in_one_pass(normalized, shape, false, backend.cpu_reference))
+      return batch_norm_affine(normalized.to(DType::f32), weight, bias, fuse_relu6, std::nullopt, backend);
   }
   const Tensor xhat = normalized.contiguous(), w = as_statistics(weight, stats), b = as_statistics(bias, stats);
   Tensor y = empty(normalized.shape(), {.dtype = output_dtype.value_or(dtype), .device = normalized.device()});
@@ -458,7 +461,7 @@ Tensor batch_norm_affine(const Tensor& normalized, const Tensor& weight, const T
                                              f32_ptr(b), fuse_relu6, f32_out(y));
         break;
       }
-      (g_cpu_reference ? cpu::batch_norm_affine : cpu::fast::batch_norm_affine)(dtype, xhat.data_ptr(), shape, ptr(w),
+      (backend.cpu_reference ? cpu::batch_norm_affine : cpu::fast::batch_norm_affine)(dtype, xhat.data_ptr(), shape, ptr(w),
                                                                                 ptr(b), fuse_relu6, y.data_ptr());
       break;
     case DeviceType::Meta: break;
@@ -505,7 +508,8 @@ BatchNormShape check_backward_normalized(const Tensor& grad_output, const Tensor
 
 BatchNormGrads batch_norm_backward_normalized(const Tensor& grad_output, const Tensor& normalized, const Tensor& weight,
                                               const Tensor& bias, const Tensor& save_invstd, bool training,
-                                              bool fuse_relu6, const Tensor& relu6_mask) {
+                                              bool fuse_relu6, const Tensor& relu6_mask,
+                                              const BatchNormBackend& backend) {
   const char* op = "batch_norm_backward_normalized";
   const BatchNormShape shape =
       check_backward_normalized(grad_output, normalized, weight, bias, save_invstd, fuse_relu6, relu6_mask, op);
@@ -513,7 +517,7 @@ BatchNormGrads batch_norm_backward_normalized(const Tensor& grad_output, const T
   // A bf16 xhat, or an f32 one with bits: widened and gated in the backward's own loops where the
   // shapes allow, else by the separate passes (xhat widened, the gradient gated, then from xhat).
   const bool in_lanes = (widen || (masked && normalized.dtype() == DType::f32)) && normalized.numel() > 0 &&
-                        compact_in_one_pass(normalized, shape, masked);
+                        compact_in_one_pass(normalized, shape, masked, backend.cpu_reference);
   if ((widen || masked) && !in_lanes)
     return batch_norm_backward_normalized(masked ? apply_packed_mask(grad_output, relu6_mask) : grad_output,
                                           normalized.to(grad_output.dtype()), weight, bias, save_invstd, training,
@@ -544,7 +548,7 @@ BatchNormGrads batch_norm_backward_normalized(const Tensor& grad_output, const T
                                                         f32_out(sum_dy_xhat), f32_out(grads.input));
           break;
         }
-        if (!g_cpu_reference) {
+        if (!backend.cpu_reference) {
           cpu::fast::batch_norm_backward_from_xhat(dtype, grad.data_ptr(), xhat.data_ptr(), shape, invstd.data_ptr(),
                                                    ptr(w), ptr(b), fuse_relu6, training, ptr(sum_dy), ptr(sum_dy_xhat),
                                                    grads.input.data_ptr());

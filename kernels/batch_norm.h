@@ -23,12 +23,21 @@ namespace frugal {
 // kernels are as fast) or frugal's own kernels.
 enum class BatchNormImpl : std::uint8_t { native, cudnn };
 std::string_view batch_norm_impl_name(BatchNormImpl impl);
+
+// Which kernels a call runs; every function below takes one, last. On the CPU, f32 runs the fast
+// loops (kernels/cpu/batch_norm_fast.cpp) unless cpu_reference asks for the readable reference,
+// which every other dtype runs: for comparisons that must hold to the bit across dtypes (the
+// reference sums differently from the fast loops).
+struct BatchNormBackend {
+  BatchNormImpl cuda = BatchNormImpl::cudnn;
+  bool cpu_reference = false;
+};
+
+// The process's choice, the default of every function below and what nn::BatchNorm2d passes: the
+// defaults above unless a benchmark or a test comparing implementations sets it here.
+BatchNormBackend batch_norm_backend();
 void set_batch_norm_impl(BatchNormImpl impl);
 BatchNormImpl batch_norm_impl();
-
-// On the CPU, f32 runs the fast loops (kernels/cpu/batch_norm_fast.cpp) unless this asks for the
-// readable reference, which every other dtype runs: for comparisons that must hold to the bit
-// across dtypes (the reference sums differently from the fast loops).
 void set_batch_norm_cpu_reference(bool on);
 bool batch_norm_cpu_reference();
 
@@ -42,11 +51,13 @@ struct BatchNormOutput {
 // with the unbiased variance for running_var. ValueError unless each channel has more than one value.
 // fuse_relu6 clamps the output to [0, 6] in the same pass.
 BatchNormOutput batch_norm_train(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
-                                 const Tensor& running_var, double momentum, double eps, bool fuse_relu6 = false);
+                                 const Tensor& running_var, double momentum, double eps, bool fuse_relu6 = false,
+                                 const BatchNormBackend& backend = batch_norm_backend());
 
 // Eval mode: normalises with the running statistics (both required).
 Tensor batch_norm_eval(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
-                       const Tensor& running_var, double eps, bool fuse_relu6 = false);
+                       const Tensor& running_var, double eps, bool fuse_relu6 = false,
+                       const BatchNormBackend& backend = batch_norm_backend());
 
 // 1 / sqrt(running_var + eps) in the statistics dtype: the save_invstd of an eval-mode forward, for
 // batch_norm_backward(..., save_mean = running_mean, save_invstd = this, training = false).
@@ -63,13 +74,14 @@ struct BatchNormGrads {
 // through first (passing only where 0 < output < 6); undefined otherwise.
 BatchNormGrads batch_norm_backward(const Tensor& grad_output, const Tensor& x, const Tensor& weight,
                                    const Tensor& save_mean, const Tensor& save_invstd, bool training,
-                                   const Tensor& fused_output = Tensor());
+                                   const Tensor& fused_output = Tensor(),
+                                   const BatchNormBackend& backend = batch_norm_backend());
 
 // ---- Saving xhat alone (Note [One saved tensor per BN-ReLU6], kernels/batch_norm_ops.h)
 // A BN-ReLU6 block may keep only xhat = (x - mean) * invstd for its backward: the output y, the
 // ReLU6 mask 0 < y < 6 and the next layer's input are recomputed from it by batch_norm_affine, the
 // same bits as the forward's, since the forward computes y from xhat as stored. On CUDA these run
-// frugal's kernels whatever batch_norm_impl() says (cuDNN does not return xhat), so the statistics
+// frugal's kernels whatever the backend's cuda says (cuDNN does not return xhat), so the statistics
 // are batch_norm_train's to the bit under BatchNormImpl::native, and to rounding under cudnn.
 struct BatchNormNormalizedOutput {
   Tensor output;                  // weight * xhat + bias (clamped to [0, 6] with fuse_relu6), x's dtype
@@ -92,18 +104,21 @@ struct NormalizedForm {
 BatchNormNormalizedOutput batch_norm_train_normalized(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                                       const Tensor& running_mean, const Tensor& running_var,
                                                       double momentum, double eps, bool fuse_relu6 = false,
-                                                      NormalizedForm form = {});
+                                                      NormalizedForm form = {},
+                                                      const BatchNormBackend& backend = batch_norm_backend());
 
 // batch_norm_eval that also returns xhat, normalised with the running statistics.
 BatchNormNormalizedOutput batch_norm_eval_normalized(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                                      const Tensor& running_mean, const Tensor& running_var, double eps,
-                                                     bool fuse_relu6 = false, NormalizedForm form = {});
+                                                     bool fuse_relu6 = false, NormalizedForm form = {},
+                                                     const BatchNormBackend& backend = batch_norm_backend());
 
 // y = weight * normalized + bias per channel (clamped to [0, 6] with fuse_relu6): the forward's
 // output, bit for bit, given the forward's `normalized`, weight and bias. y is in output_dtype
 // (default: normalized's); a bf16 xhat may give an f32 y, from xhat widened exactly.
 Tensor batch_norm_affine(const Tensor& normalized, const Tensor& weight, const Tensor& bias, bool fuse_relu6 = false,
-                         std::optional<DType> output_dtype = std::nullopt);
+                         std::optional<DType> output_dtype = std::nullopt,
+                         const BatchNormBackend& backend = batch_norm_backend());
 
 // batch_norm_backward from xhat: with fuse_relu6 the gradient passes where 0 < y < 6, y recomputed
 // as batch_norm_affine does, or read from relu6_mask's bits when given (pack_mask_between's layout
@@ -112,6 +127,7 @@ Tensor batch_norm_affine(const Tensor& normalized, const Tensor& weight, const T
 // gradient (widened exactly). The sums run in double, as batch_norm_backward's.
 BatchNormGrads batch_norm_backward_normalized(const Tensor& grad_output, const Tensor& normalized, const Tensor& weight,
                                               const Tensor& bias, const Tensor& save_invstd, bool training,
-                                              bool fuse_relu6 = false, const Tensor& relu6_mask = Tensor());
+                                              bool fuse_relu6 = false, const Tensor& relu6_mask = Tensor(),
+                                              const BatchNormBackend& backend = batch_norm_backend());
 
 }  // namespace frugal

@@ -385,16 +385,18 @@ namespace {
 // kernel expression as the forward, so the same bits unless x-hat was kept compressed.
 class AffineRebuild final : public autograd::Rebuild {
  public:
-  AffineRebuild(SavedTensor normalized, const Tensor& weight, const Tensor& bias, bool relu6, DType dtype)
-      : normalized_(std::move(normalized)), weight_(weight), bias_(bias), relu6_(relu6), dtype_(dtype) {}
+  AffineRebuild(SavedTensor normalized, const Tensor& weight, const Tensor& bias, bool relu6, DType dtype,
+                const BatchNormBackend& backend)
+      : normalized_(std::move(normalized)), weight_(weight), bias_(bias), relu6_(relu6), dtype_(dtype), backend_(backend) {}
   Tensor rebuild(std::string_view op) const override {
-    return batch_norm_affine(normalized_.unpack(op), weight_.unpack(op), bias_.unpack(op), relu6_, dtype_);
+    return batch_norm_affine(normalized_.unpack(op), weight_.unpack(op), bias_.unpack(op), relu6_, dtype_, backend_);
   }
 
  private:
   SavedTensor normalized_, weight_, bias_;
   bool relu6_;
   DType dtype_;  // the output's: an x-hat kept in bf16 still rebuilds an f32 output
+  BatchNormBackend backend_;  // the forward's
 };
 
 // How BatchNorm keeps x-hat under the caller's ActivationSaving. With bf16 compression of an f32
@@ -410,18 +412,20 @@ NormalizedForm normalized_form(const Tensor& x, bool fuse_relu6, const nn::Activ
 // Saves x-hat alone (and the per-channel invstd), and attaches to the output how to rebuild it.
 Tensor batch_norm_from_normalized(Recorder& op, const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                                   const Tensor& weight, const Tensor& bias, bool training, double momentum, double eps,
-                                  bool fuse_relu6, const nn::ActivationSaving& saving) {
+                                  bool fuse_relu6, const nn::ActivationSaving& saving, const BatchNormBackend& backend) {
   const NormalizedForm form = normalized_form(x, fuse_relu6, saving);
   const BatchNormNormalizedOutput r =
-      training ? batch_norm_train_normalized(x, weight, bias, running_mean, running_var, momentum, eps, fuse_relu6, form)
-               : batch_norm_eval_normalized(x, weight, bias, running_mean, running_var, eps, fuse_relu6, form);
+      training ? batch_norm_train_normalized(x, weight, bias, running_mean, running_var, momentum, eps, fuse_relu6, form,
+                                             backend)
+               : batch_norm_eval_normalized(x, weight, bias, running_mean, running_var, eps, fuse_relu6, form, backend);
   // One copy, shared with the rebuild; compressed by the graph unless the kernel already kept it in bf16.
   const SavedTensor normalized(r.normalized, /*activation=*/true);
-  autograd::set_rebuild(r.output, std::make_shared<AffineRebuild>(normalized, weight, bias, fuse_relu6, x.dtype()));
+  autograd::set_rebuild(r.output, std::make_shared<AffineRebuild>(normalized, weight, bias, fuse_relu6, x.dtype(), backend));
   std::vector<SavedTensor> saved = {normalized, SavedTensor(weight), SavedTensor(bias), SavedTensor(r.save_invstd),
                                     SavedTensor(r.mask)};
-  return op.finish_saved(r.output, std::move(saved), [training, fuse_relu6](const Grads& g, const Saved& s) {
-    const BatchNormGrads grads = batch_norm_backward_normalized(g[0], s[0], s[1], s[2], s[3], training, fuse_relu6, s[4]);
+  return op.finish_saved(r.output, std::move(saved), [training, fuse_relu6, backend](const Grads& g, const Saved& s) {
+    const BatchNormGrads grads =
+        batch_norm_backward_normalized(g[0], s[0], s[1], s[2], s[3], training, fuse_relu6, s[4], backend);
     return Grads{grads.input, grads.weight, grads.bias};
   });
 }
@@ -430,19 +434,19 @@ Tensor batch_norm_from_normalized(Recorder& op, const Tensor& x, const Tensor& r
 
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                   const Tensor& bias, bool training, double momentum, double eps, bool fuse_relu6,
-                  const nn::ActivationSaving& saving) {
+                  const nn::ActivationSaving& saving, const BatchNormBackend& backend) {
   Recorder op(fuse_relu6 ? "batch_norm_relu6" : "batch_norm", {x, weight, bias});
   if (op.recording() && saving.bn_from_output)
     return batch_norm_from_normalized(op, x, running_mean, running_var, weight, bias, training, momentum, eps,
-                                      fuse_relu6, saving);
+                                      fuse_relu6, saving, backend);
   Tensor y, mean, invstd;
   if (training) {
-    BatchNormOutput r = batch_norm_train(x, weight, bias, running_mean, running_var, momentum, eps, fuse_relu6);
+    BatchNormOutput r = batch_norm_train(x, weight, bias, running_mean, running_var, momentum, eps, fuse_relu6, backend);
     y = r.output;
     mean = r.save_mean;
     invstd = r.save_invstd;
   } else {
-    y = batch_norm_eval(x, weight, bias, running_mean, running_var, eps, fuse_relu6);
+    y = batch_norm_eval(x, weight, bias, running_mean, running_var, eps, fuse_relu6, backend);
     if (op.recording()) {  // the eval backward treats the running statistics as constants
       mean = running_mean.clone();
       invstd = batch_norm_invstd(running_var, eps);
@@ -452,9 +456,9 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   // it is kept as bits, so the output lives only as long as someone else needs it.
   const bool bits = op.recording() && fuse_relu6 && saving.bit_masks;
   const Tensor mask_source = bits ? pack_mask_between(y, 0.0, kReLU6Top) : fuse_relu6 ? y : Tensor();
-  return op.finish(y, {x, weight, mean, invstd, mask_source}, [training, bits](const Grads& g, const Saved& s) {
+  return op.finish(y, {x, weight, mean, invstd, mask_source}, [training, bits, backend](const Grads& g, const Saved& s) {
     const Tensor grad = bits ? apply_packed_mask(g[0], s[4]) : g[0];
-    BatchNormGrads grads = batch_norm_backward(grad, s[0], s[1], s[2], s[3], training, bits ? Tensor() : s[4]);
+    BatchNormGrads grads = batch_norm_backward(grad, s[0], s[1], s[2], s[3], training, bits ? Tensor() : s[4], backend);
     return Grads{grads.input, grads.weight, grads.bias};
   });
 }

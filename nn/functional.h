@@ -6,6 +6,7 @@
 #pragma once
 
 #include "core/random.h"
+#include "kernels/batch_norm.h"
 #include "kernels/conv.h"
 #include "kernels/loss.h"
 #include "kernels/pool.h"
@@ -67,10 +68,11 @@ Tensor adaptive_avg_pool2d(const Tensor& x, std::array<std::int64_t, 2> output_s
 // updated in place and the batch statistics saved for backward. fuse_relu6 applies ReLU6 in the
 // same pass and saves the output instead of a separate activation. `saving` says what is kept for
 // backward (nn/saved_activations.h): standard by default; with bn_from_output, x-hat alone, and the
-// output carries how to rebuild it; with bit_masks, a fused ReLU6's mask as bits.
+// output carries how to rebuild it; with bit_masks, a fused ReLU6's mask as bits. `backend` picks
+// the kernels (kernels/batch_norm.h), for the forward and its backward.
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                   const Tensor& bias, bool training, double momentum, double eps, bool fuse_relu6 = false,
-                  const nn::ActivationSaving& saving = {});
+                  const nn::ActivationSaving& saving = {}, const BatchNormBackend& backend = batch_norm_backend());
 // Dropout saves no tensor for backward, only its draw's (seed, offset): the backward recomputes the mask.
 Tensor dropout(const Tensor& x, double p, bool training = true, Generator* generator = nullptr);
 Tensor log_softmax(const Tensor& x, std::int64_t dim);  // saves its output

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "kernels/batch_norm.h"
 #include "kernels/elementwise.h"
 #include "nn/checkpoint.h"
 #include "nn/functional.h"
@@ -110,9 +111,11 @@ Tensor BatchNorm2d::normalize(const Tensor& x, bool fuse_relu6) {
   const bool batch_statistics = is_training() || !running_mean_.defined();
   const bool pass_running = update_running || !is_training();
   // What backward keeps (x-hat alone, masks as bits, compressed) is the run's ActivationSaving, set
-  // around forward and backward by the training step's ActivationSavingGuard (train/).
+  // around forward and backward by the training step's ActivationSavingGuard (train/). The kernels
+  // are the process's batch_norm_backend() (kernels/batch_norm.h: cuDNN on CUDA, the fast loops on
+  // the CPU, unless a benchmark or a test set another).
   return F::batch_norm(x, pass_running ? running_mean_ : Tensor(), pass_running ? running_var_ : Tensor(), weight_, bias_,
-                       batch_statistics, momentum, eps_, fuse_relu6, activation_saving());
+                       batch_statistics, momentum, eps_, fuse_relu6, activation_saving(), batch_norm_backend());
 }
 
 // ---- activations, dropout
