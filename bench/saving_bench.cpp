@@ -73,9 +73,8 @@ void stem_cases(bool cifar, const Options& options, const Sizes& sizes, std::vec
   std::vector<std::function<double()>> runs;
   for (std::size_t i = 0; i < ways().size(); ++i)
     runs.push_back([&, i] {
-      const nn::ActivationSavingGuard saving(ways()[i].saving);
       const auto start = std::chrono::steady_clock::now();
-      saved[i] = train::training_step(*model, optimizer, images, labels).activation_bytes;
+      saved[i] = train::training_step(*model, optimizer, images, labels, {.saving = ways()[i].saving}).activation_bytes;
       if (options.device.is_cuda()) cuda_synchronize(options.device.index());
       return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     });

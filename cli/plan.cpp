@@ -74,6 +74,8 @@ void print_plan(const train::TrainOptions& o, const train::MemoryPlan& plan, int
               train::optimizer_name(o.optimizer).c_str(), o.amp ? (", autocast " + std::string(dtype_name(*o.amp))).c_str() : "",
               checkpoint_words(o).c_str(), ddp_words(o).c_str(), size(plan.peak_bytes).c_str(),
               plan.peak_phase.c_str(), size(plan.peak_reserved_bytes).c_str());
+  std::printf("device needed: %s (the smallest --memory-limit the run fits in, fragmentation included)\n",
+              size(plan.device_needed_bytes).c_str());
   std::printf("\n%-16s %12s %12s %12s\n", "phase", "start", "peak", "end");
   for (const train::PhasePlan& p : plan.phases)
     std::printf("%-16s %12s %12s %12s\n", p.name.c_str(), size(p.start_bytes).c_str(), size(p.peak_bytes).c_str(),
@@ -103,13 +105,14 @@ void print_plan(const train::TrainOptions& o, const train::MemoryPlan& plan, int
 }
 
 void print_budget(const std::vector<train::BudgetOption>& options, std::int64_t budget) {
-  std::printf("\nunder a budget of %s:\n%-5s %11s %6s %11s %5s %-30s %15s  %s\n", size(budget).c_str(), "fits",
-              "micro-batch", "accum", "checkpoint", "bf16", "saving", "predicted peak", "cost, or why not");
+  std::printf("\nunder a budget of %s (fits: the device needed is within it):\n%-5s %11s %6s %11s %5s %-30s %15s %13s  %s\n",
+              size(budget).c_str(), "fits", "micro-batch", "accum", "checkpoint", "bf16", "saving", "predicted peak",
+              "device needed", "cost, or why not");
   for (const train::BudgetOption& b : options) {
-    const std::string why = b.fits ? b.cost : size(b.peak_bytes - budget) + " over (" + b.cost + ")";
-    std::printf("%-5s %11lld %6lld %11s %5s %-30s %15s  %s\n", b.fits ? "yes" : "no", static_cast<long long>(b.batch_size),
+    const std::string why = b.fits ? b.cost : size(b.device_needed_bytes - budget) + " over (" + b.cost + ")";
+    std::printf("%-5s %11lld %6lld %11s %5s %-30s %15s %13s  %s\n", b.fits ? "yes" : "no", static_cast<long long>(b.batch_size),
                 static_cast<long long>(b.accum), b.checkpoint_blocks.str().c_str(), b.bf16 ? "yes" : "no",
-                b.saving.str().c_str(), size(b.peak_bytes).c_str(), why.c_str());
+                b.saving.str().c_str(), size(b.peak_bytes).c_str(), size(b.device_needed_bytes).c_str(), why.c_str());
   }
   if (options.empty() || !options.front().fits) std::printf("nothing fits: a smaller model or a larger device is needed\n");
 }
@@ -120,7 +123,7 @@ nlohmann::json budget_json(const std::vector<train::BudgetOption>& options, std:
     j["options"].push_back({{"batch_size", b.batch_size}, {"accum", b.accum}, {"checkpoint_blocks", b.checkpoint_blocks.str()},
                             {"recomputed", b.recomputed},
                             {"bf16", b.bf16}, {"activation_saving", b.saving.str()}, {"peak_bytes", b.peak_bytes},
-                            {"fits", b.fits}, {"cost", b.cost}});
+                            {"device_needed_bytes", b.device_needed_bytes}, {"fits", b.fits}, {"cost", b.cost}});
   return j;
 }
 
@@ -140,6 +143,7 @@ nlohmann::json plan_json(const train::TrainOptions& o, const train::MemoryPlan& 
                    {"bucket_views", o.bucket_views},
                    {"peak_bytes", plan.peak_bytes},
                    {"peak_reserved_bytes", plan.peak_reserved_bytes},
+                   {"device_needed_bytes", plan.device_needed_bytes},
                    {"peak_phase", plan.peak_phase},
                    {"peak_layer", plan.peak_layer_index >= 0 ? nlohmann::json(plan.layers[static_cast<std::size_t>(plan.peak_layer_index)].name) : nlohmann::json(nullptr)},
                    {"data_bytes", plan.data_bytes}};

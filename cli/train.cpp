@@ -194,7 +194,8 @@ std::optional<train::MemoryPlan> predict(const train::TrainOptions& o, const tra
     train::MemoryPlan plan = train::plan_memory(o, shape.plan);
     std::cout << "planned peak: " << format_size(static_cast<std::size_t>(plan.peak_bytes)) << " allocated, "
               << format_size(static_cast<std::size_t>(plan.peak_reserved_bytes)) << " reserved, in "
-              << plan.peak_phase << " (frugal plan)" << std::endl;
+              << plan.peak_phase << "; device needed " << format_size(static_cast<std::size_t>(plan.device_needed_bytes))
+              << " (frugal plan)" << std::endl;
     return plan;
   } catch (const Error& e) {
     std::cout << "planned peak: none, the planner could not plan this run (" << e.message() << ")" << std::endl;

@@ -80,6 +80,10 @@ std::vector<MemoryFix> measured_fixes(const OomExplanation& e, const TrainOption
   return fixes;
 }
 
+bool fragmented(const OomExplanation& e) {
+  return e.reserved > 0 && static_cast<double>(e.fragmentation) >= kFragmentedShare * static_cast<double>(e.reserved);
+}
+
 std::string describe(const OomExplanation& e) {
   std::string text = "the failing request: " + format_size(e.allocator.rounded) + " of " +
                      std::string(memory_tag_name(e.request_tag)) + ", made by " + e.request_made_by + "\n";
@@ -92,6 +96,13 @@ std::string describe(const OomExplanation& e) {
   }
   text += row("cache (reserved but free)", e.cache, 2);
   text += row("fragmentation (inactive split)", e.fragmentation, 2);
+  if (fragmented(e))
+    text += "  fragmentation is " + std::to_string(static_cast<int>(100.0 * static_cast<double>(e.fragmentation) /
+                                                                  static_cast<double>(e.reserved) + 0.5)) +
+            "% of what is reserved: free, but in pieces between live blocks that this request cannot use. The "
+            "allocator's settings (FRUGAL_ALLOC_CONF: expandable, max_split) change how blocks are split and reused: "
+            "each was tried by replaying the planned run's requests under it, and one that needs less is among the "
+            "fixes\n";
   text += "largest live tensors:\n";
   for (const LiveTensor& t : e.largest) {
     const std::string tag(memory_tag_name(t.tag));

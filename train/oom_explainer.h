@@ -67,7 +67,13 @@ OomExplanation explain_oom(const OomReport& report, const LiveBlocks& live, Memo
 // The fixes that follow exactly from the measured bytes for `failing`: smaller batches with --accum
 // keeping the effective batch hold proportionally fewer activations.
 std::vector<MemoryFix> measured_fixes(const OomExplanation& explanation, const TrainOptions& failing);
-// The ledger, the activations by layer, the largest tensors and the fixes, one item a line.
+// Fragmentation is a large share of what is reserved: at least this. 5%: below it, allocator settings
+// save less than their replays can tell apart from the loader's timing (one small segment, 2 MiB of
+// a 100 MiB run, is 2%).
+inline constexpr double kFragmentedShare = 0.05;
+bool fragmented(const OomExplanation& explanation);
+// The ledger (saying so when fragmentation is a large share), the activations by layer, the largest
+// tensors and the fixes, one item a line.
 std::string describe(const OomExplanation& explanation);
 
 // An OutOfMemoryError during training, with the explanation (same message, file and line as the

@@ -519,12 +519,43 @@ std::vector<std::pair<std::string, TrainOptions>> fix_candidates(const TrainOpti
   return changes;
 }
 
+// The allocator's other policies (FRUGAL_ALLOC_CONF, core/caching_allocator.h), each with its
+// setting: expandable segments the other way, and blocks of 32 MiB or more kept whole (max_split
+// must be above kLargeBuffer, 20 MiB) when every block is split today. What fragmentation calls for; replayed, never guessed.
+constexpr std::size_t kSmallestMaxSplit = std::size_t{32} << 20;  // the next whole step above kLargeBuffer's 20 MiB
+
+std::vector<std::pair<std::string, ReplayOptions>> policy_candidates(const ReplayOptions& current) {
+  std::vector<std::pair<std::string, ReplayOptions>> policies;
+  ReplayOptions flipped = current;
+  flipped.expandable = !current.expandable;
+  policies.emplace_back(std::string("expandable:") + (flipped.expandable ? "on" : "off"), flipped);
+  if (current.max_split == kUnlimited) {
+    for (const bool expandable : {current.expandable, !current.expandable}) {
+      ReplayOptions whole = current;
+      whole.expandable = expandable;
+      whole.max_split = kSmallestMaxSplit;
+      policies.emplace_back(std::string("expandable:") + (expandable ? "on" : "off") + ",max_split:32MiB", whole);
+    }
+  }
+  return policies;
+}
+
 }  // namespace
 
 std::vector<MemoryFix> planned_fixes(const TrainOptions& failing, const PlanShape& shape) {
   std::vector<MemoryFix> fixes;
   try {
-    const std::int64_t needed = plan_memory(failing, shape).device_needed_bytes;
+    const MemoryPlan plan = plan_memory(failing, shape);
+    const std::int64_t needed = plan.device_needed_bytes;
+    // Fragmentation: the same requests under another allocator policy.
+    for (const auto& [setting, policy] : policy_candidates(replay_policy(CachingOptions::from_environment()))) {
+      const std::int64_t device = smallest_device(*plan.requests, policy) + loader_allowance(failing.workers);
+      if (device < needed)
+        fixes.push_back({"FRUGAL_ALLOC_CONF=" + setting + " (less fragmentation, the same numbers): needs a device of " +
+                             format_size(static_cast<std::size_t>(device)) + " instead of " +
+                             format_size(static_cast<std::size_t>(needed)),
+                         static_cast<std::size_t>(needed - device), false});
+    }
     for (const auto& [flags, o] : fix_candidates(failing, shape)) {
       const std::int64_t device = plan_memory(o, shape).device_needed_bytes;
       if (device < needed)

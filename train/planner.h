@@ -136,7 +136,9 @@ std::optional<std::int64_t> smallest_checkpoint_prefix(const TrainOptions& optio
 // the batch with accumulation keeping the step's samples, checkpointing blocks 1..k, activation
 // checkpointing of every block, bf16 autocast), each planned, those predicted to need less listed
 // largest saving first. k is the smallest that fits when the run had a --memory-limit, else half the
-// blocks. Empty when the failing configuration cannot be planned.
+// blocks. Also the allocator settings that fight fragmentation (FRUGAL_ALLOC_CONF: expandable
+// segments the other way, max_split), each predicted by replaying the planned run's requests under
+// it. Empty when the failing configuration cannot be planned.
 std::vector<MemoryFix> planned_fixes(const TrainOptions& failing, const PlanShape& shape);
 
 }  // namespace frugal::train

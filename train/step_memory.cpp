@@ -15,7 +15,8 @@ std::int64_t tag_now(const Allocator& allocator, MemoryTag tag) {
 
 }  // namespace
 
-StepMemory training_step(nn::Module& model, nn::Optimizer& optimizer, const Tensor& images, const Tensor& labels) {
+StepMemory training_step(nn::Module& model, nn::Optimizer& optimizer, const Tensor& images, const Tensor& labels,
+                         const StepRecipe& recipe) {
   Allocator& allocator = allocator_for(images.device());
   allocator.reset_peak_stats();
   StepMemory m;
@@ -27,7 +28,7 @@ StepMemory training_step(nn::Module& model, nn::Optimizer& optimizer, const Tens
       for (const Tensor& p : model.parameters()) m.grad_bytes += static_cast<std::int64_t>(autograd::grad(p).nbytes());
   };
   const StepHooks hooks{.next_batch = [&] { return data::Batch{images, labels, {}}; }, .on_phase = measure};
-  optimizer_step({.model = model, .optimizer = &optimizer}, {}, 1, images.size(0), hooks);
+  optimizer_step({.model = model, .optimizer = &optimizer}, recipe, 1, images.size(0), hooks);
   m.optimizer_bytes = tag_now(allocator, MemoryTag::optimizer);  // zero_grad frees gradients only
   m.peak_bytes = allocator.stats().requested_bytes.peak;
   return m;

@@ -9,6 +9,7 @@
 
 #include "nn/module.h"
 #include "nn/optim.h"
+#include "train/step.h"
 
 namespace frugal::train {
 
@@ -22,6 +23,8 @@ struct StepMemory {
 
 // images [N, C, H, W] and labels [N] i64 on the model's device. Resets the allocator's peak
 // statistics; the gradients are freed again at the end (zero_grad sets them to none).
-StepMemory training_step(nn::Module& model, nn::Optimizer& optimizer, const Tensor& images, const Tensor& labels);
+// `recipe`: how the step runs (what forward saves, autocast), as train/step.h's.
+StepMemory training_step(nn::Module& model, nn::Optimizer& optimizer, const Tensor& images, const Tensor& labels,
+                         const StepRecipe& recipe = {});
 
 }  // namespace frugal::train
