@@ -237,14 +237,15 @@ int TrainCommand::run() const {
   std::optional<TrainMemory> memory;  // the memory flags' recorder and output files
   std::optional<train::BatchChoice> batch_choice;
   std::optional<train::MemoryPlan> plan;
+  std::optional<train::RunShape> shape;  // the data, opened once: the checks, the batch search, the plan and the run read it
   try {
     o = options_from_flags();
     if (o.ddp) rank = {.ddp = true, .rank = dist::mpi_rank(), .ranks = o.ranks};
-    const train::RunShape shape = train::run_shape(o);
-    check_outputs(o, memory_, shape);
-    choose_batch(o, shape, batch_choice);
+    shape = train::run_shape(o);
+    check_outputs(o, memory_, *shape);
+    choose_batch(o, *shape, batch_choice);
     memory.emplace(rank.root() ? memory_ : MemoryFlags{}, o);  // a bad output path fails here, before any planning
-    if (rank.root()) plan = predict(o, shape);
+    if (rank.root()) plan = predict(o, *shape);
     if (plan) {
       if (!no_plan_check_) refuse_impossible(o, *plan);
       memory->set_plan(*plan);
@@ -278,7 +279,7 @@ int TrainCommand::run() const {
   // Loader reads must not fail with EINTR; under mpirun SIGTERM is the job's end (cli/interrupt.h).
   const InterruptScope stop_signals(/*restart_system_calls=*/true, /*catch_sigterm=*/!o.ddp);
   try {
-    const train::TrainResult result = train::train(o, hooks);
+    const train::TrainResult result = train::train(o, hooks, std::move(shape->splits));
     if (!result.root) return result.interrupted ? interrupted_exit_code() : 0;
     print_summary(std::cout, result);
     if (plan) print_planned_peak(std::cout, result, *plan);

@@ -149,11 +149,13 @@ std::int64_t exact(std::int64_t) { return 1; }
 }  // namespace
 
 RunShape run_shape(const TrainOptions& options) {
-  const data::DatasetSplits splits = data::open_dataset(options.data, options.test_data, {.image_size = options.image_size});
-  const data::DatasetPtr& train = splits.train;
+  data::DatasetSplits splits = data::open_dataset(options.data, options.test_data, {.image_size = options.image_size});
+  const data::DatasetPtr train = splits.train;
+  std::vector<std::string> sources = splits.sources;
   return {.plan = {.in_channels = train->sample_shape()[0], .num_classes = options.num_classes.value_or(train->num_classes())},
           .train_samples = train->size(),
-          .sources = splits.sources};
+          .sources = std::move(sources),
+          .splits = std::move(splits)};
 }
 
 std::int64_t largest_fitting(std::int64_t guess, std::int64_t smallest, std::int64_t cap,

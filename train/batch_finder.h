@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "data/open_dataset.h"
 #include "train/options.h"
 #include "train/planner.h"
 
@@ -40,11 +41,14 @@ inline constexpr std::int64_t kSmallestBatch = 2;
 // effective batch, and a larger micro-batch makes each trial step long on a CPU for nothing.
 inline constexpr std::int64_t kLargestAutoBatch = 4096;
 
-// What a run's data decides about its shape: read from the data's headers, no pass over the samples.
+// A run's data, opened once (from the data's headers, no pass over the samples), and what it decides
+// about the run's shape: what the output checks, the batch finder, the planner and the run itself
+// (train(), which takes the splits from here) read.
 struct RunShape {
   PlanShape plan;                  // input channels and classes (--num-classes wins over the data's)
   std::int64_t train_samples = 0;  // the training split's size
   std::vector<std::string> sources = {};  // the files and folders the data is read from (data/open_dataset.h)
+  data::DatasetSplits splits = {};        // the opened splits themselves
 };
 RunShape run_shape(const TrainOptions& options);
 

@@ -10,7 +10,11 @@
 namespace frugal::train {
 
 RunData open_run_data(const std::string& data, const std::string& test_data, std::int64_t image_size, bool augment) {
-  RunData run{data::open_dataset(data, test_data, {.image_size = image_size}), {}, {}};
+  return open_run_data(data::open_dataset(data, test_data, {.image_size = image_size}), image_size, augment);
+}
+
+RunData open_run_data(data::DatasetSplits splits, std::int64_t image_size, bool augment) {
+  RunData run{std::move(splits), {}, {}};
   const data::ImageStatistics stats = data::image_statistics(*run.splits.train);
   run.train_transforms = data::training_transforms(*run.splits.train, image_size, augment, stats);
   run.test_transforms = data::training_transforms(*run.splits.train, image_size, false, stats);

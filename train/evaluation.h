@@ -31,6 +31,8 @@ struct RunData {
   data::Compose train_transforms, test_transforms;  // augmentation in the first only
 };
 RunData open_run_data(const std::string& data, const std::string& test_data, std::int64_t image_size, bool augment);
+// The same for splits already open (run_shape's, train/batch_finder.h).
+RunData open_run_data(data::DatasetSplits splits, std::int64_t image_size, bool augment);
 
 // Test accuracy and loss of `model` (put in eval mode, no autograd) on `dataset` with `transforms`.
 // `should_stop` is asked after every batch (SIGINT): when it says so the evaluation ends there,

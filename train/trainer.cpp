@@ -66,7 +66,7 @@ struct Run {
   double epoch_loss_sum = 0.0;       // this run's samples of the epoch in progress (final_loss)
   std::int64_t epoch_samples = 0;
 
-  Run(const TrainOptions& o, const TrainHooks& h);
+  Run(const TrainOptions& o, const TrainHooks& h, std::optional<data::DatasetSplits> opened);
   void resume_from(const std::string& path);
   void save(const std::string& why);
   void message(const std::string& line) const {
@@ -77,14 +77,15 @@ struct Run {
   int world_size() const { return comms.world_size(); }
 };
 
-Run::Run(const TrainOptions& o, const TrainHooks& h) : options(o), hooks(h) {
+Run::Run(const TrainOptions& o, const TrainHooks& h, std::optional<data::DatasetSplits> opened) : options(o), hooks(h) {
   if (o.ddp) {
     comms = open_communicators(o);
     check_ranks_agree(*comms.host, rank_agreement_json(o));
   }
   if (o.memory_limit) set_memory_limit(o.device, *o.memory_limit);
   manual_seed(o.seed);  // the initial weights and the dropout draws
-  inputs = open_run_data(o.data, o.test_data, o.image_size, o.augment);
+  inputs = opened ? open_run_data(std::move(*opened), o.image_size, o.augment)
+                  : open_run_data(o.data, o.test_data, o.image_size, o.augment);
   const data::DatasetPtr& train_split = inputs.splits.train;
   num_classes = o.num_classes.value_or(train_split->num_classes());
   FRUGAL_CHECK_VALUE(num_classes >= train_split->num_classes(), "--num-classes ", num_classes, " but the data has ",
@@ -373,9 +374,10 @@ EpochEnd train_epoch(Run& run, StepInfo& last) {
 }
 
 // The run's setup (data, model, optimizer, resuming), reported as the setup phase.
-std::unique_ptr<Run> start_run(const TrainOptions& options, const TrainHooks& hooks) {
+std::unique_ptr<Run> start_run(const TrainOptions& options, const TrainHooks& hooks,
+                               std::optional<data::DatasetSplits> opened) {
   if (hooks.on_phase) hooks.on_phase({.phase = Phase::setup, .begin = true});
-  auto run = std::make_unique<Run>(options, hooks);
+  auto run = std::make_unique<Run>(options, hooks, std::move(opened));
   if (hooks.on_phase) hooks.on_phase({Phase::setup, false, run->position.epoch, run->position.global_step, run->model.get()});
   return run;
 }
@@ -391,9 +393,10 @@ std::string_view phase_name(Phase phase) {
 namespace {
 
 // `shape` is set once the data is open: what the planner needs to predict fixes for an out-of-memory.
-TrainResult run_training(const TrainOptions& options, const TrainHooks& hooks, PlanShape& shape) {
+TrainResult run_training(const TrainOptions& options, const TrainHooks& hooks, std::optional<data::DatasetSplits> opened,
+                         PlanShape& shape) {
   const auto start = Clock::now();
-  const std::unique_ptr<Run> started = start_run(options, hooks);
+  const std::unique_ptr<Run> started = start_run(options, hooks, std::move(opened));
   Run& run = *started;
   shape = {.in_channels = run.inputs.splits.train->sample_shape()[0], .num_classes = run.num_classes};
   LayerMemoryContexts contexts(*run.model);  // the layers name what they allocate (train/memory_context.h)
@@ -457,12 +460,12 @@ TrainResult run_training(const TrainOptions& options, const TrainHooks& hooks, P
 }  // namespace
 
 // An out-of-memory anywhere in the run leaves with the explanation of what filled the device.
-TrainResult train(const TrainOptions& options, const TrainHooks& hooks) {
+TrainResult train(const TrainOptions& options, const TrainHooks& hooks, std::optional<data::DatasetSplits> opened) {
   validate(options);
   OomExplainer explainer(default_caching_allocator(options.device));
   PlanShape shape{.in_channels = 0, .num_classes = 0};
   try {
-    return run_training(options, hooks, shape);
+    return run_training(options, hooks, std::move(opened), shape);
   } catch (const OutOfMemoryError& error) {
     const FixPlanner planner = hooks.plan_fixes ? hooks.plan_fixes : [&shape](const TrainOptions& failing) {
       return shape.in_channels > 0 ? planned_fixes(failing, shape) : std::vector<MemoryFix>{};

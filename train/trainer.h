@@ -150,6 +150,9 @@ struct TrainResult {
   std::vector<RankReport> per_rank;  // with --ddp: every rank's, in rank order
 };
 
-TrainResult train(const TrainOptions& options, const TrainHooks& hooks = {});
+// `opened`: the run's splits when the caller has opened them already (run_shape's, train/batch_finder.h,
+// so that `frugal train` opens its data once); otherwise options.data is opened here.
+TrainResult train(const TrainOptions& options, const TrainHooks& hooks = {},
+                  std::optional<data::DatasetSplits> opened = std::nullopt);
 
 }  // namespace frugal::train
