@@ -116,12 +116,14 @@ void step(nn::Module& model, const Way& way, const Tensor& images, const Tensor&
   const std::int64_t activations = activation_now(device);
   manual_seed(kDropoutSeed);  // the classifier's dropout draws the same mask in every step
   const auto start = std::chrono::steady_clock::now();
-  {
-    const nn::ActivationSavingGuard saving(way.saving);
-    const Tensor loss = functional::cross_entropy(model(images), labels);
-    m.saved_bytes = activation_now(device) - activations;
-    autograd::backward(loss);
-  }
+  // The trainer's micro-batch (train/step.h) with `way`'s saving, no update; what the forward left
+  // alive is read as it ends (the loss's graph dies with the micro-batch's result, after backward).
+  const train::StepHooks hooks{.next_batch = [&] { return data::Batch{images, labels, {}}; },
+                               .on_phase = [&](train::StepPhase phase, bool begin, std::int64_t) {
+                                 if (phase == train::StepPhase::forward && !begin)
+                                   m.saved_bytes = activation_now(device) - activations;
+                               }};
+  train::micro_batch({.model = model}, {.saving = way.saving}, hooks, 0, true, images.size(0));
   if (device.is_cuda()) cuda_synchronize(device.index());
   m.seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   m.grads.clear();
