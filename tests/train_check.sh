@@ -228,6 +228,27 @@ PY
       fail "no fix predicted by the planner: $err"
     cmp "$dir/c.safetensors" "$dir/before.safetensors" || fail "the OOM run changed the checkpoint"
     ;;
+  train_oom_fragmentation)
+    # Without expandable segments the default run's blocks split among live ones: at a device between
+    # what it needs with them (104 MiB without a loader worker) and without (112 MiB), it runs out of
+    # memory with fragmentation a large share of what is reserved. The report says so, and the
+    # planner's fixes name the allocator setting, its device predicted by replaying the run's requests.
+    make_subset "$dir" 512 32
+    expect_exit 3 env FRUGAL_ALLOC_CONF=expandable:off "$frugal" train --data "$dir" --workers 0 --no-eval --steps 4 \
+      --memory-limit 106MiB
+    size='[0-9.]+ (B|KiB|MiB|GiB)'
+    grep -qE "^  fragmentation is [0-9]+% of what is reserved: free, but in pieces between live blocks" <<<"$err" ||
+      fail "fragmentation not named: $err"
+    grep -qE "^  saves $size \(predicted\): FRUGAL_ALLOC_CONF=expandable:on \(less fragmentation, the same numbers\): needs a device of 104.00 MiB instead of 112.00 MiB$" <<<"$err" ||
+      fail "no allocator fix: $err"
+    # With expandable segments (the default) no setting needs less, and none is offered.
+    "$frugal" plan --workers 0 --json "$dir/plan.json" >/dev/null
+    python3 - "$dir/plan.json" <<'PY' || fail "the plan's device: $(cat "$dir/plan.json")"
+import json, sys
+p = json.load(open(sys.argv[1]))
+assert p["device_needed_bytes"] == 104 * 2**20 and p["peak_bytes"] <= p["device_needed_bytes"], p
+PY
+    ;;
   train_batch_auto)
     # --batch-size auto under a simulated 48 MiB device: the planner's largest batch (the next one up
     # planned over the usable budget), confirmed by trial steps, trained without running out of memory;

@@ -548,13 +548,15 @@ std::vector<MemoryFix> planned_fixes(const TrainOptions& failing, const PlanShap
     const MemoryPlan plan = plan_memory(failing, shape);
     const std::int64_t needed = plan.device_needed_bytes;
     // Fragmentation: the same requests under another allocator policy.
+    std::int64_t best = needed;  // a setting is listed only when it needs less than every simpler one before it
     for (const auto& [setting, policy] : policy_candidates(replay_policy(CachingOptions::from_environment()))) {
       const std::int64_t device = smallest_device(*plan.requests, policy) + loader_allowance(failing.workers);
-      if (device < needed)
-        fixes.push_back({"FRUGAL_ALLOC_CONF=" + setting + " (less fragmentation, the same numbers): needs a device of " +
-                             format_size(static_cast<std::size_t>(device)) + " instead of " +
-                             format_size(static_cast<std::size_t>(needed)),
-                         static_cast<std::size_t>(needed - device), false});
+      if (device >= best) continue;
+      best = device;
+      fixes.push_back({"FRUGAL_ALLOC_CONF=" + setting + " (less fragmentation, the same numbers): needs a device of " +
+                           format_size(static_cast<std::size_t>(device)) + " instead of " +
+                           format_size(static_cast<std::size_t>(needed)),
+                       static_cast<std::size_t>(needed - device), false});
     }
     for (const auto& [flags, o] : fix_candidates(failing, shape)) {
       const std::int64_t device = plan_memory(o, shape).device_needed_bytes;

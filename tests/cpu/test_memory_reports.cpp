@@ -305,7 +305,23 @@ TEST_CASE("OOM explanation: the ledger adds up to the allocator's statistics, an
   CHECK(text.find("the failing request: 5.00 MiB of activation, made by test.block.1 (ReLU)") != std::string::npos);
   CHECK(text.find("largest live tensors:") != std::string::npos);
   CHECK(text.find("(measured): --batch-size 32 --accum 2") != std::string::npos);
+  // The small segment's free pieces (the ReLU's hole and what is left of its 2 MiB) are split among
+  // live blocks: over 5% of the 12 MiB reserved, so the report names fragmentation.
+  CHECK(train::fragmented(e));
+  CHECK(text.find("  fragmentation is " + std::to_string(static_cast<int>(100.0 * static_cast<double>(e.fragmentation) / static_cast<double>(e.reserved) + 0.5)) + "% of what is reserved") != std::string::npos);
   a->check_invariants();
+}
+
+TEST_CASE("OOM explanation: fragmentation at a large share of what is reserved is named as the cause") {
+  train::OomExplanation e;
+  e.reserved = 100 * MiB;
+  e.fragmentation = 10 * MiB;
+  CHECK(train::fragmented(e));
+  CHECK(train::describe(e).find("  fragmentation is 10% of what is reserved: free, but in pieces between live blocks") !=
+        std::string::npos);
+  e.fragmentation = 4 * MiB;  // under kFragmentedShare (5%)
+  CHECK_FALSE(train::fragmented(e));
+  CHECK(train::describe(e).find("fragmentation is") == std::string::npos);
 }
 
 TEST_CASE("OOM explanation: an OOM the explainer did not see is rethrown as it was") {

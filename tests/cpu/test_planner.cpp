@@ -269,6 +269,26 @@ TEST_CASE("the planner runs the trainer's step: f16 autocast with its GradScaler
   CHECK(plan.device_needed_bytes <= plan.peak_reserved_bytes + (1 << 20));
 }
 
+TEST_CASE("the planner: an allocator setting is offered as a fix when replaying the run's requests under it needs less") {
+  train::TrainOptions o = full_mobilenet();
+  o.workers = 0;
+  // Without expandable segments blocks split among live ones; with them (the default) the same
+  // requests fit a smaller device, and that setting is the fix, predicted by the replay.
+  REQUIRE(setenv("FRUGAL_ALLOC_CONF", "expandable:off", 1) == 0);
+  const train::MemoryPlan fixed_segments = train::plan_memory(o);
+  const std::vector<train::MemoryFix> fixes = train::planned_fixes(o, {});
+  REQUIRE(unsetenv("FRUGAL_ALLOC_CONF") == 0);
+  const train::MemoryPlan expandable = train::plan_memory(o);
+  REQUIRE(expandable.device_needed_bytes < fixed_segments.device_needed_bytes);
+  const auto setting = std::find_if(fixes.begin(), fixes.end(), [](const train::MemoryFix& f) {
+    return f.text.rfind("FRUGAL_ALLOC_CONF=expandable:on ", 0) == 0;
+  });
+  REQUIRE(setting != fixes.end());
+  CHECK(setting->bytes == static_cast<std::size_t>(fixed_segments.device_needed_bytes - expandable.device_needed_bytes));
+  // Under the default no setting needs less: none is offered.
+  for (const train::MemoryFix& f : train::planned_fixes(o, {})) CHECK(f.text.find("FRUGAL_ALLOC_CONF") == std::string::npos);
+}
+
 namespace {
 // What `body` cost: the heap allocations it made on this thread, and the bytes the CPU's allocator
 // handed out meanwhile (a plan needs none: everything it builds is on the meta device).
