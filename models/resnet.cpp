@@ -22,12 +22,17 @@ std::shared_ptr<nn::Conv2d> conv1x1(std::int64_t in, std::int64_t out, std::int6
 }
 
 // torchvision's ReLU(inplace=True): the input's memory is overwritten; out of place to measure that.
-Tensor relu(Tensor x, bool inplace) { return inplace ? F::relu_(x) : F::relu(x); }
+// Its mask is kept as bits when the run's ActivationSaving says bit_masks (nn::activation_saving(),
+// set by the training step's ActivationSavingGuard in train/step.cpp), as nn::ReLU's.
+Tensor relu(Tensor x, bool inplace) {
+  const nn::ActivationSaving& saving = nn::activation_saving();
+  return inplace ? F::relu_(x, saving) : F::relu(x, saving);
+}
 
 // The block's output: the residual branch plus the shortcut, then ReLU on the sum (in place, the sum
 // is a fresh tensor, so nothing the branch saved is overwritten). With bn_from_output
-// (nn::activation_saving(), set by the training step's ActivationSavingGuard in train/) the sum is
-// made again from its addends in backward, as MobileNetV2's.
+// (nn::activation_saving(), set by the training step's ActivationSavingGuard in train/step.cpp) the
+// sum is made again from its addends in backward, as MobileNetV2's.
 Tensor add_shortcut_and_relu(const Tensor& branch, const Tensor& x, const std::shared_ptr<nn::Sequential>& downsample,
                              bool inplace) {
   const Tensor shortcut = downsample ? (*downsample)(x) : x;

@@ -246,6 +246,9 @@ SavedTensor::SavedTensor(const Tensor& t, bool activation) {
     form_ = rebuilt(t, meta_of(t)->rebuild);
     return;
   }
+  // Whether saved feature maps are compressed is the run's ActivationSaving, set around forward and
+  // backward by the training step's ActivationSavingGuard (train/step.cpp); none outside it. Read
+  // here, where every op's saved tensors pass, rather than by each op (nn/README.md, "Saving less").
   const nn::SavedCompression compression = nn::activation_saving().compress;
   if (compression != nn::SavedCompression::none && compressible(t, activation)) {
     form_ = compressed(t, compression);

@@ -185,11 +185,10 @@ namespace {
 
 constexpr double kReLUTop = std::numeric_limits<double>::infinity();  // ReLU's mask: 0 < y
 
-// With bit masks (nn/saved_activations.h) a ReLU or ReLU6 keeps its mask, 0 < y < top, as 1 bit per
-// element instead of its output: the output then lives only as long as the next layer needs it (a
-// pooling layer keeps nothing of it), and the gradient is the same (the rule is strict at both edges).
-bool masks_as_bits() { return nn::activation_saving().bit_masks; }
-
+// With bit masks (the caller's ActivationSaving, nn/saved_activations.h) a ReLU or ReLU6 keeps its
+// mask, 0 < y < top, as 1 bit per element instead of its output: the output then lives only as long
+// as the next layer needs it (a pooling layer keeps nothing of it), and the gradient is the same (the
+// rule is strict at both edges).
 template <typename Forward>
 Tensor masked_by_bits(const char* name, const Tensor& x, Forward forward, double top) {
   Recorder op(name, {x});
@@ -200,14 +199,14 @@ Tensor masked_by_bits(const char* name, const Tensor& x, Forward forward, double
 
 }  // namespace
 
-Tensor relu(const Tensor& x) {
-  if (masks_as_bits()) return masked_by_bits("relu", x, [](const Tensor& t) { return frugal::relu(t); }, kReLUTop);
+Tensor relu(const Tensor& x, const nn::ActivationSaving& saving) {
+  if (saving.bit_masks) return masked_by_bits("relu", x, [](const Tensor& t) { return frugal::relu(t); }, kReLUTop);
   return unary_op("relu", x, [](const Tensor& t) { return frugal::relu(t); },
                   [](const Tensor& g, const Tensor& y) { return frugal::relu_backward(g, y); }, true);
 }
 
-Tensor relu6(const Tensor& x) {
-  if (masks_as_bits()) return masked_by_bits("relu6", x, [](const Tensor& t) { return frugal::relu6(t); }, kReLU6Top);
+Tensor relu6(const Tensor& x, const nn::ActivationSaving& saving) {
+  if (saving.bit_masks) return masked_by_bits("relu6", x, [](const Tensor& t) { return frugal::relu6(t); }, kReLU6Top);
   return unary_op("relu6", x, [](const Tensor& t) { return frugal::relu6(t); },
                   [](const Tensor& g, const Tensor& y) { return frugal::relu6_backward(g, y); }, true);
 }
@@ -225,14 +224,14 @@ Tensor tanh(const Tensor& x) {
 namespace {
 // An in-place activation: x's values are replaced, and x's history continues through a new node
 // whose input is x's previous history. Its output is x itself, saved at its new version.
-// With bit masks it saves the mask 0 < x < `mask_top` as bits instead (masks_as_bits above).
+// With bit masks it saves the mask 0 < x < `mask_top` as bits instead (masked_by_bits above).
 template <typename Apply, typename Backward>
-Tensor& in_place(const char* name, Tensor& x, Apply apply, Backward backward, double mask_top) {
+Tensor& in_place(const char* name, Tensor& x, Apply apply, Backward backward, double mask_top, bool bit_masks) {
   FRUGAL_CHECK_VALUE(!(autograd::requires_grad(x) && autograd::is_leaf(x) && autograd::grad_mode_enabled()), name,
                      ": a leaf that requires grad cannot be modified in place (its gradient would be wrong)");
   Recorder op(name, {x});
   apply(x);
-  if (masks_as_bits()) {
+  if (bit_masks) {
     const Tensor bits = op.recording() ? pack_mask_between(x, 0.0, mask_top) : Tensor();
     op.finish(x, {bits}, [](const Grads& g, const Saved& s) { return Grads{apply_packed_mask(g[0], s[0])}; });
     return x;
@@ -242,14 +241,16 @@ Tensor& in_place(const char* name, Tensor& x, Apply apply, Backward backward, do
 }
 }  // namespace
 
-Tensor& relu_(Tensor& x) {
+Tensor& relu_(Tensor& x, const nn::ActivationSaving& saving) {
   return in_place("relu_", x, [](Tensor& t) { frugal::relu_(t); },
-                  [](const Tensor& g, const Tensor& y) { return frugal::relu_backward(g, y); }, kReLUTop);
+                  [](const Tensor& g, const Tensor& y) { return frugal::relu_backward(g, y); }, kReLUTop,
+                  saving.bit_masks);
 }
 
-Tensor& relu6_(Tensor& x) {
+Tensor& relu6_(Tensor& x, const nn::ActivationSaving& saving) {
   return in_place("relu6_", x, [](Tensor& t) { frugal::relu6_(t); },
-                  [](const Tensor& g, const Tensor& y) { return frugal::relu6_backward(g, y); }, kReLU6Top);
+                  [](const Tensor& g, const Tensor& y) { return frugal::relu6_backward(g, y); }, kReLU6Top,
+                  saving.bit_masks);
 }
 
 // ---- reductions

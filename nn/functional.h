@@ -30,15 +30,19 @@ Tensor exp(const Tensor& x);   // saves its output
 Tensor log(const Tensor& x);   // saves x
 Tensor sqrt(const Tensor& x);  // saves its output
 Tensor pow(const Tensor& x, double p);  // saves x
-Tensor relu(const Tensor& x);    // saves its output (relu(x) > 0 exactly where x > 0)
-Tensor relu6(const Tensor& x);   // saves its output (0 < y < 6 exactly where 0 < x < 6)
+// ReLU and ReLU6 save their output (relu(x) > 0 exactly where x > 0; 0 < y < 6 exactly where
+// 0 < x < 6). `saving` says what is kept (nn/saved_activations.h): standard by default; with
+// bit_masks, the mask 0 < y < top as 1 bit per element instead of the output (the same gradient).
+Tensor relu(const Tensor& x, const nn::ActivationSaving& saving = {});
+Tensor relu6(const Tensor& x, const nn::ActivationSaving& saving = {});
 Tensor sigmoid(const Tensor& x);  // saves its output
 Tensor tanh(const Tensor& x);     // saves its output
 // In place, as torchvision's ReLU6(inplace=True): x's memory is reused, so the op before it need
 // not keep a separate output. ValueError for a leaf that requires grad. Saves the result (which
-// is x), so modifying x again before backward is caught by the version check.
-Tensor& relu_(Tensor& x);
-Tensor& relu6_(Tensor& x);
+// is x), so modifying x again before backward is caught by the version check; with bit_masks, the
+// mask as bits, as the out-of-place ops.
+Tensor& relu_(Tensor& x, const nn::ActivationSaving& saving = {});
+Tensor& relu6_(Tensor& x, const nn::ActivationSaving& saving = {});
 
 // ---- reductions
 Tensor sum(const Tensor& x, std::vector<std::int64_t> dims = {}, bool keepdim = false);

@@ -98,7 +98,9 @@ Tensor BatchNorm2d::normalize(const Tensor& x, bool fuse_relu6) {
                      num_features_, ", H, W], got ", shape_str(x.shape()));
   // A checkpointed block recomputed during backward (nn/checkpoint.h) already updated the running
   // statistics in its forward: in training it then normalises with the batch statistics again but
-  // leaves the running ones (and the batch count) alone.
+  // leaves the running ones (and the batch count) alone. checkpoint_recomputing() is set by
+  // nn::checkpoint's backward (nn/checkpoint.cpp), which a CheckpointedSequential's marked children
+  // run through (the models mark them at construction, from their options).
   const bool update_running = is_training() && running_mean_.defined() && !checkpoint_recomputing();
   double momentum = momentum_.value_or(0.0);
   if (update_running) {
@@ -111,25 +113,27 @@ Tensor BatchNorm2d::normalize(const Tensor& x, bool fuse_relu6) {
   const bool batch_statistics = is_training() || !running_mean_.defined();
   const bool pass_running = update_running || !is_training();
   // What backward keeps (x-hat alone, masks as bits, compressed) is the run's ActivationSaving, set
-  // around forward and backward by the training step's ActivationSavingGuard (train/). The kernels
-  // are the process's batch_norm_backend() (kernels/batch_norm.h: cuDNN on CUDA, the fast loops on
-  // the CPU, unless a benchmark or a test set another).
+  // around forward and backward by the training step's ActivationSavingGuard (train/step.cpp). The
+  // kernels are the process's batch_norm_backend() (kernels/batch_norm.h: cuDNN on CUDA, the fast
+  // loops on the CPU, unless a benchmark or a test set another).
   return F::batch_norm(x, pass_running ? running_mean_ : Tensor(), pass_running ? running_var_ : Tensor(), weight_, bias_,
                        batch_statistics, momentum, eps_, fuse_relu6, activation_saving(), batch_norm_backend());
 }
 
 // ---- activations, dropout
 
+// Whether the mask is kept as bits is the run's ActivationSaving (bit_masks), set around forward and
+// backward by the training step's ActivationSavingGuard (train/step.cpp); standard outside it.
 Tensor ReLU::forward(const Tensor& x) {
-  if (!inplace_) return F::relu(x);
+  if (!inplace_) return F::relu(x, activation_saving());
   Tensor y = x;  // a handle on the caller's tensor: its memory is overwritten
-  return F::relu_(y);
+  return F::relu_(y, activation_saving());
 }
 
-Tensor ReLU6::forward(const Tensor& x) {
-  if (!inplace_) return F::relu6(x);
-  Tensor y = x;  // a handle on the caller's tensor: its memory is overwritten
-  return F::relu6_(y);
+Tensor ReLU6::forward(const Tensor& x) {  // as ReLU's
+  if (!inplace_) return F::relu6(x, activation_saving());
+  Tensor y = x;
+  return F::relu6_(y, activation_saving());
 }
 
 Dropout::Dropout(double p, Generator* generator) : Module("Dropout"), p_(p), generator_(generator) {

@@ -10,6 +10,7 @@
 #include "nn/autograd.h"
 #include "nn/functional.h"
 #include "nn/gradcheck.h"
+#include "nn/layers.h"
 #include "nn/node.h"
 #include "nn/saved_activations.h"
 
@@ -313,4 +314,22 @@ TEST_CASE("saving less: what backward rebuilds or decompresses is tagged activat
     const BatchNormCase c;
     CHECK(made_again(autograd::SavedTensor(c.forward())) == 0);
   }
+}
+
+TEST_CASE("saving less: ReLU and ReLU6 keep bit masks when their caller passes them; the layers pass the guard's") {
+  // F::relu and F::relu6 do not read the guard: nn::ReLU and nn::ReLU6 read it and pass it.
+  const nn::ActivationSavingGuard saving({.bit_masks = true});
+  const Tensor h = F::mul(leaf({4, 8, 16, 16}), 2.0);  // 8192 elements: a mask of 1024 bytes
+  const auto saved_beside_output = [](const auto& op) {
+    const std::int64_t before = tag_bytes(MemoryTag::activation);
+    const Tensor y = op();
+    return tag_bytes(MemoryTag::activation) - before - static_cast<std::int64_t>(y.nbytes());
+  };
+  const std::int64_t mask = h.numel() / 8;
+  CHECK(saved_beside_output([&] { return F::relu(h); }) == 0);  // standard by default: the output itself
+  CHECK(saved_beside_output([&] { return F::relu6(h); }) == 0);
+  CHECK(saved_beside_output([&] { return F::relu(h, {.bit_masks = true}); }) == mask);
+  CHECK(saved_beside_output([&] { return F::relu6(h, {.bit_masks = true}); }) == mask);
+  CHECK(saved_beside_output([&] { return nn::ReLU()(h); }) == mask);
+  CHECK(saved_beside_output([&] { return nn::ReLU6()(h); }) == mask);
 }
