@@ -22,7 +22,7 @@ std::int64_t make_divisible(double value, std::int64_t divisor) {
 }
 
 Conv2dNormActivation::Conv2dNormActivation(std::int64_t in_channels, std::int64_t out_channels, const Args& args)
-    : nn::Sequential("Conv2dNormActivation"), inplace_(args.inplace) {
+    : nn::Sequential("Conv2dNormActivation"), relu6_fused_into_norm_(args.inplace) {
   conv_ = push_back(std::make_shared<nn::Conv2d>(
       in_channels, out_channels,
       nn::Conv2dArgs{.kernel = args.kernel, .stride = args.stride, .padding = (args.kernel - 1) / 2,
@@ -31,12 +31,12 @@ Conv2dNormActivation::Conv2dNormActivation(std::int64_t in_channels, std::int64_
   activation_ = push_back(std::make_shared<nn::ReLU6>(args.inplace));
 }
 
+// In place: conv, then BatchNorm with ReLU6 fused into its pass (activation_ is not called). Out of
+// place: conv, BatchNorm, ReLU6.
 Tensor Conv2dNormActivation::forward(const Tensor& x) {
   const Tensor y = (*conv_)(x);
-  if (!inplace_) return (*activation_)((*norm_)(y));
-  // ReLU6(inplace=True) as part of BatchNorm's pass: activation_ is not called, its clamp is
-  // forward_relu6's (module call observers see the BatchNorm's call, which made the output).
-  return norm_->forward_relu6(y);
+  if (relu6_fused_into_norm_) return norm_->forward_relu6(y);
+  return (*activation_)((*norm_)(y));
 }
 
 InvertedResidual::InvertedResidual(std::int64_t in_channels, std::int64_t out_channels, std::int64_t stride,
@@ -59,8 +59,8 @@ Tensor InvertedResidual::forward(const Tensor& x) {
   if (!use_residual_) return (*conv_)(x);
   // The sum saves nothing for backward; the projection's BN output dies here, and the sum is what the
   // next block's first convolution keeps. With bn_from_output (nn::activation_saving(), set by the
-  // training step's ActivationSavingGuard in train/) that convolution keeps neither: the sum is made
-  // again from the input and the BN output, both rebuilt from what their BatchNorms saved.
+  // training step's ActivationSavingGuard in train/step.cpp) that convolution keeps neither: the sum
+  // is made again from the input and the BN output, both rebuilt from what their BatchNorms saved.
   const Tensor branch = (*conv_)(x);
   return nn::activation_saving().bn_from_output ? F::add_rebuilt(x, branch) : F::add(x, branch);
 }

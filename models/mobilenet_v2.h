@@ -5,6 +5,7 @@
 //   features.0        Conv2dNormActivation: 3x3 conv (stride 2), BatchNorm, ReLU6   (the stem)
 //   features.1..17    InvertedResidual blocks from the (t, c, n, s) table in mobilenet_v2.cpp
 //   features.18       Conv2dNormActivation: 1x1 conv to the last channel (1280), BatchNorm, ReLU6
+//   (each Conv2dNormActivation in place: the conv, then BatchNorm with the ReLU6 fused into its pass)
 //   then              adaptive average pooling to 1x1, flatten,
 //   classifier        Dropout(p), Linear(last channel, num_classes)
 //
@@ -49,12 +50,12 @@ struct MobileNetV2Options {
 // `divisor`, and never more than 10% below v.
 std::int64_t make_divisible(double value, std::int64_t divisor = 8);
 
-// Conv2d (no bias), BatchNorm2d, ReLU6 (in place unless `inplace` is false): torchvision's
-// Conv2dNormActivation, named 0, 1, 2, with its defaults (a 3x3 kernel padded to keep the size).
-// In place, the BatchNorm and the ReLU6 run as one pass (BatchNorm2d::forward_relu6): the same
-// values, gradients and saved tensors as the two layers one after the other, one read and write of
-// the data fewer each way. Out of place, the three layers run in turn, as torchvision's
-// ReLU6(inplace=False).
+// torchvision's Conv2dNormActivation, with its children and defaults (a 3x3 kernel padded to keep the
+// size): 0 Conv2d (no bias), 1 BatchNorm2d, 2 ReLU6 (in place unless `inplace` is false).
+// What runs, in place: the conv, then the BatchNorm with ReLU6 fused into its pass
+// (BatchNorm2d::forward_relu6), the same values, gradients and saved tensors as the two layers one
+// after the other, one read and write of the data fewer each way. Out of place: the three children
+// in turn, as torchvision's ReLU6(inplace=False).
 class Conv2dNormActivation : public nn::Sequential {
  public:
   struct Args {
@@ -68,10 +69,13 @@ class Conv2dNormActivation : public nn::Sequential {
   Tensor forward(const Tensor& x) override;
 
  private:
-  std::shared_ptr<nn::Conv2d> conv_;
-  std::shared_ptr<nn::BatchNorm2d> norm_;
+  std::shared_ptr<nn::Conv2d> conv_;       // "0"
+  std::shared_ptr<nn::BatchNorm2d> norm_;  // "1"; in place, it applies the ReLU6 too
+  // "2", called only out of place. In place it stays registered but is not called: its clamp is
+  // norm_'s, so the module tree is torchvision's and module call observers (the memory report's
+  // layer names, train/memory_context.h) name the BatchNorm, whose pass makes the output.
   std::shared_ptr<nn::ReLU6> activation_;
-  bool inplace_;
+  bool relu6_fused_into_norm_;  // Args::inplace
 };
 
 // Expand (1x1, unless expand_ratio is 1), depthwise 3x3, project (1x1, no activation); the input is
