@@ -39,6 +39,7 @@
 #include "train/recipe.h"
 #include "train/step.h"
 #include "train/trainer.h"
+#include "samples/arguments.h"
 #include "samples/checks.h"
 
 using namespace frugal;
@@ -156,24 +157,13 @@ double percent_off(std::int64_t measured, std::int64_t predicted) {
   return predicted ? 100.0 * static_cast<double>(measured - predicted) / static_cast<double>(predicted) : 0.0;
 }
 
-// The optional STEPS argument: a whole number from 2 (the first step is not timed) to 100000.
-std::optional<std::int64_t> parse_steps(int argc, char** argv) {
-  if (argc < 2) return kDefaultSteps;
-  char* end = nullptr;
-  const long long steps = std::strtoll(argv[1], &end, 10);
-  if (argc > 2 || *end != '\0' || steps < 2 || steps > 100000) return std::nullopt;
-  return steps;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   frugal::configure_cpu_runtime(argv);  // kernels/cpu_runtime.h
-  const std::optional<std::int64_t> steps = parse_steps(argc, argv);
-  if (!steps) {
-    std::fprintf(stderr, "usage: 10_mixed_precision [STEPS]: STEPS must be a whole number from 2 to 100000\n");
-    return 2;
-  }
+  // From 2: the first step is not timed.
+  const std::optional<std::int64_t> steps = samples::steps_argument(argc, argv, "10_mixed_precision", 2, 100000, kDefaultSteps);
+  if (!steps) return 2;
   std::printf("Sample 10: mixed precision (nn/amp.h, nn/grad_scaler.h), predicted and measured\n\n");
   if (!fs::exists(std::string(data::kFashionMnistFolder) + "/train-images-idx3-ubyte.gz")) {
     std::printf("Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist): nothing to train on.\n");

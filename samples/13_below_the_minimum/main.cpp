@@ -46,6 +46,7 @@
 #include "train/recipe.h"
 #include "train/step.h"
 #include "train/trainer.h"
+#include "samples/arguments.h"
 #include "samples/checks.h"
 
 using namespace frugal;
@@ -272,24 +273,12 @@ void fashion_mnist(Device device, std::int64_t steps) {
               "    epochs of `frugal train` per way)\n");
 }
 
-// The optional STEPS argument: a whole number from 1 to 100000.
-std::optional<std::int64_t> parse_steps(int argc, char** argv) {
-  if (argc < 2) return kDefaultSteps;
-  char* end = nullptr;
-  const long long steps = std::strtoll(argv[1], &end, 10);
-  if (argc > 2 || *end != '\0' || steps < 1 || steps > 100000) return std::nullopt;
-  return steps;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   frugal::configure_cpu_runtime(argv);  // kernels/cpu_runtime.h
-  const std::optional<std::int64_t> steps = parse_steps(argc, argv);
-  if (!steps) {
-    std::fprintf(stderr, "usage: 13_below_the_minimum [STEPS]: STEPS must be a whole number from 1 to 100000\n");
-    return 2;
-  }
+  const std::optional<std::int64_t> steps = samples::steps_argument(argc, argv, "13_below_the_minimum", 1, 100000, kDefaultSteps);
+  if (!steps) return 2;
   std::printf("Sample 13: saving fewer activation bytes than the standard graph (nn/saved_activations.h)\n\n");
   try {
     const Device device = cuda_available() ? Device::cuda(0) : Device::cpu();

@@ -36,6 +36,7 @@
 #include "train/oom_explainer.h"
 #include "train/planner.h"
 #include "train/trainer.h"
+#include "samples/arguments.h"
 #include "samples/checks.h"
 
 using namespace frugal;
@@ -96,18 +97,15 @@ std::string policy_name(const ReplayOptions& p) {
 
 int main(int argc, char** argv) {
   frugal::configure_cpu_runtime(argv);  // kernels/cpu_runtime.h
-  const std::int64_t steps = argc > 1 ? std::atoll(argv[1]) : kDefaultSteps;  // 0 when not a number
-  if (argc > 2 || steps < 1) {
-    std::fprintf(stderr, "usage: 14_device_needed [STEPS]: STEPS a whole number, at least 1\n");
-    return 2;
-  }
+  const std::optional<std::int64_t> steps = samples::steps_argument(argc, argv, "14_device_needed", 1, 100000, kDefaultSteps);
+  if (!steps) return 2;
   std::printf("Sample 14: the device a run needs (train/planner.h, device_needed_bytes)\n\n");
   if (!std::filesystem::exists(std::string(data::kFashionMnistFolder) + "/train-images-idx3-ubyte.gz")) {
     std::printf("Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist): nothing to train on.\n");
     return 0;
   }
   train::TrainOptions o;  // frugal train's defaults: MobileNetV2, batch 64, AdamW, one loader worker
-  o.steps = steps;
+  o.steps = *steps;
   o.evaluate = false;     // memory is the lesson; the test split's accuracy would double the time
   o.device = Device::cpu();
   samples::Checks checks;
@@ -140,7 +138,7 @@ int main(int argc, char** argv) {
 
     // 2. The run, for real, on a device of exactly that size.
     std::printf("2. frugal train's run for %lld steps under --memory-limit %.0fMiB (a simulated device on the CPU)\n",
-                static_cast<long long>(steps), mib(plan.device_needed_bytes));
+                static_cast<long long>(*steps), mib(plan.device_needed_bytes));
     const train::TrainResult run = train_under(o, plan.device_needed_bytes, shape);
     const double over = mib(plan.device_needed_bytes) / mib(run.peak_reserved_bytes) - 1;
     std::printf("   %s after %lld steps, %.0f images/s: peak %.2f MiB allocated, %.2f MiB reserved\n",
