@@ -316,7 +316,7 @@ TEST_CASE("saving less: what backward rebuilds or decompresses is tagged activat
   }
 }
 
-TEST_CASE("saving less: ReLU and ReLU6 keep bit masks when their caller passes them; the layers pass the guard's") {
+TEST_CASE("saving less: ReLU and ReLU6 keep bit masks when their caller passes them, as the layers do under the guard") {
   // F::relu and F::relu6 do not read the guard: nn::ReLU and nn::ReLU6 read it and pass it.
   const nn::ActivationSavingGuard saving({.bit_masks = true});
   const Tensor h = F::mul(leaf({4, 8, 16, 16}), 2.0);  // 8192 elements: a mask of 1024 bytes
