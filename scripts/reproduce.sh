@@ -183,6 +183,11 @@ stdout_json bench-train-threads1 "$frugal" bench train --device cpu --threads 1
 if [ "$long" = 1 ]; then
   # README.md: what scripts/run.sh trains, `frugal train` with its defaults (one epoch).
   with_json train-default "$frugal" train
+  # docs/memory-guide.md, "The device a run needs": each run trained whole under exactly the device its
+  # plan says it needs (the defaults and ways `frugal plan --budget 64MiB` offers; 2 to 4 minutes each).
+  run device-check python3 "$FRUGAL_ROOT/scripts/device-check.py" "$frugal" "" "--batch-size 16 --accum 4" \
+    "--batch-size 8 --accum 8" "--batch-size 32 --accum 2 --bn-from-output" "--batch-size 32 --accum 2 --checkpoint-blocks 1-13" \
+    "--checkpoint-activations --amp bf16" "--batch-size 16 --accum 4 --bn-from-output --bit-masks --compress-activations bf16"
   # docs/training.md, "The default recipe": one epoch at each learning rate tried (seed 0 unless said).
   with_json recipe-lr2e-3 "$frugal" train --lr 2e-3
   with_json recipe-lr2e-3-smoothing0.1 "$frugal" train --lr 2e-3 --label-smoothing 0.1

@@ -44,7 +44,7 @@ struct TrainOptions;
 
 // How a step computes, beside the model's own layers.
 struct StepRecipe {
-  std::optional<DType> amp;           // autocast forward and loss to f16 or bf16
+  std::optional<DType> amp = std::nullopt;  // autocast forward and loss to f16 or bf16
   double label_smoothing = 0.0;
   nn::ActivationSaving saving = {};   // what forward saves for backward (nn/saved_activations.h)
 };
@@ -65,9 +65,9 @@ enum class StepPhase : std::uint8_t { forward, backward, optimizer };
 struct StepHooks {
   // Required: the next micro-batch's images and labels, on the model's device. Called inside the
   // forward phase (taking a batch from a loader is part of a step's forward).
-  std::function<data::Batch()> next_batch;
+  std::function<data::Batch()> next_batch = {};
   // Each phase's begin (true) and end (false), with the micro-batch (0 for the optimizer phase).
-  std::function<void(StepPhase, bool begin, std::int64_t micro_batch)> on_phase;
+  std::function<void(StepPhase, bool begin, std::int64_t micro_batch)> on_phase = {};
 };
 
 // What one step trained on, summed over its micro-batches.

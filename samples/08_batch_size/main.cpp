@@ -119,8 +119,8 @@ void auto_batch(Device device, const train::RunShape& shape, samples::Checks& ch
     checks.expect(false, "a batch a quarter larger than the finder's runs out of memory");
     std::printf("\n");
   } catch (const OutOfMemoryError&) {
-    std::printf("   batch %lld: out of memory, as planned (it needs %.2f MiB reserved)\n\n", static_cast<long long>(o.batch_size),
-                mib(over.peak_reserved_bytes));
+    std::printf("   batch %lld: out of memory, as planned (it needs a %.2f MiB device)\n\n", static_cast<long long>(o.batch_size),
+                mib(over.device_needed_bytes));
   }
   set_memory_limit(device, kUnlimited);
 }

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <functional>
 #include <new>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -264,20 +265,50 @@ TEST_CASE("the planner runs the trainer's step: f16 autocast with its GradScaler
   const ReplayOptions policy = train::replay_policy(CachingOptions::from_environment());
   REQUIRE(plan.requests);
   CHECK(plan.device_needed_bytes == train::smallest_device(*plan.requests, policy));
-  CHECK_FALSE(replay(*plan.requests, {.limit = static_cast<std::size_t>(plan.device_needed_bytes)}).oom.has_value());
-  CHECK(replay(*plan.requests, {.limit = static_cast<std::size_t>(plan.device_needed_bytes - (1 << 20))}).oom.has_value());
+  const auto capped = [&policy](std::int64_t bytes) {
+    ReplayOptions limited = policy;
+    limited.limit = static_cast<std::size_t>(bytes);
+    return limited;
+  };
+  CHECK_FALSE(replay(*plan.requests, capped(plan.device_needed_bytes)).oom.has_value());
+  CHECK(replay(*plan.requests, capped(plan.device_needed_bytes - (1 << 20))).oom.has_value());
   CHECK(plan.device_needed_bytes <= plan.peak_reserved_bytes + (1 << 20));
 }
+
+namespace {
+// Sets (or, with nullptr, unsets) an environment variable for its lifetime, then puts back what was there.
+class EnvironmentScope {
+ public:
+  EnvironmentScope(const char* name, const char* value) : name_(name) {
+    if (const char* was = std::getenv(name)) before_ = was;
+    if (value) setenv(name, value, 1);
+    else unsetenv(name);
+  }
+  ~EnvironmentScope() {
+    if (before_) setenv(name_, before_->c_str(), 1);
+    else unsetenv(name_);
+  }
+  EnvironmentScope(const EnvironmentScope&) = delete;
+  EnvironmentScope& operator=(const EnvironmentScope&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> before_;
+};
+}  // namespace
 
 TEST_CASE("the planner: an allocator setting is offered as a fix when replaying the run's requests under it needs less") {
   train::TrainOptions o = full_mobilenet();
   o.workers = 0;
   // Without expandable segments blocks split among live ones; with them (the default) the same
-  // requests fit a smaller device, and that setting is the fix, predicted by the replay.
-  REQUIRE(setenv("FRUGAL_ALLOC_CONF", "expandable:off", 1) == 0);
+  // requests fit a smaller device, and that setting is the fix, predicted by the replay. The
+  // allocator's environment is this test's for its length (the sanitizer pass runs the suite with
+  // FRUGAL_ALLOC=direct, which would bypass the cache the settings are about).
+  const EnvironmentScope caching("FRUGAL_ALLOC", nullptr);
+  std::optional<EnvironmentScope> conf(std::in_place, "FRUGAL_ALLOC_CONF", "expandable:off");
   const train::MemoryPlan fixed_segments = train::plan_memory(o);
   const std::vector<train::MemoryFix> fixes = train::planned_fixes(o, {});
-  REQUIRE(unsetenv("FRUGAL_ALLOC_CONF") == 0);
+  conf.emplace("FRUGAL_ALLOC_CONF", nullptr);
   const train::MemoryPlan expandable = train::plan_memory(o);
   REQUIRE(expandable.device_needed_bytes < fixed_segments.device_needed_bytes);
   const auto setting = std::find_if(fixes.begin(), fixes.end(), [](const train::MemoryFix& f) {
