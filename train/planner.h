@@ -1,11 +1,13 @@
 // The memory planner: what a training run will hold in memory, predicted before it runs.
 //
-// It does not estimate. It builds the run's model and optimizer exactly as `frugal train` does
-// (train/trainer.h), but on the meta device (core/device.h: shapes and a caching allocator with fake
-// addresses, no memory, no kernels), and runs two optimizer steps there: the first makes
-// the optimizer's state, the second is what every later step looks like. The meta allocator records
-// every allocation and free with its tag (core/caching_allocator.h: record_history); the plan is
-// read off that record, so the allocator's rounding is in it too. What it cannot see: memory a
+// It does not estimate. It builds the run's model and recipe exactly as `frugal train` does
+// (train/recipe.h), but on the meta device (core/device.h: shapes and a caching allocator with fake
+// addresses, no memory, no kernels), and runs the trainer's own step (train/step.h) there six times,
+// the loader's batches made as the run holds them: the first step makes the optimizer's state, the
+// second is what every later step allocates, and the rest let the reuse of freed blocks settle. The
+// meta allocator records every allocation and free with its tag (core/caching_allocator.h:
+// record_history); the plan is read off that record, so the allocator's rounding is in it too, and
+// the record's requests, replayed on ever smaller simulated devices, give the device the run needs. What it cannot see: memory a
 // kernel or library takes outside frugal's allocator (cuDNN's and cuBLAS's own workspaces on a GPU).
 // What a plan costs grows with the model's layers, not with the batch, the images or the parameters'
 // sizes: nothing on the meta device touches an element (tests/cpu/test_planner.cpp holds it there).
@@ -18,7 +20,8 @@
 // split into accumulated micro-batches, activation checkpointing of some or all blocks, bf16
 // autocast), each planned, the ones that fit ranked cheapest first.
 // Under a device limit (smallest_checkpoint_prefix): the fewest blocks to checkpoint, from the first,
-// for a run to fit.
+// for a run to fit. After an out-of-memory (planned_fixes): each single change that needs a smaller
+// device, allocator settings included.
 // Not here: formatting (cli/plan.cpp).
 #pragma once
 
