@@ -81,7 +81,8 @@ std::vector<MemoryFix> measured_fixes(const OomExplanation& e, const TrainOption
 }
 
 bool fragmented(const OomExplanation& e) {
-  return e.reserved > 0 && static_cast<double>(e.fragmentation) >= kFragmentedShare * static_cast<double>(e.reserved);
+  return e.reserved > 0 && e.fragmentation >= e.allocator.rounded &&
+         static_cast<double>(e.fragmentation) >= kFragmentedShare * static_cast<double>(e.reserved);
 }
 
 std::string describe(const OomExplanation& e) {
@@ -99,7 +100,7 @@ std::string describe(const OomExplanation& e) {
   if (fragmented(e))
     text += "  fragmentation is " + std::to_string(static_cast<int>(100.0 * static_cast<double>(e.fragmentation) /
                                                                   static_cast<double>(e.reserved) + 0.5)) +
-            "% of what is reserved: free, but in pieces between live blocks that this request cannot use. The "
+            "% of what is reserved, more than the request: free, but in pieces between live blocks that it cannot use. The "
             "allocator's settings (FRUGAL_ALLOC_CONF: expandable, max_split) change how blocks are split and reused: "
             "each was tried by replaying the planned run's requests under it, and one that needs less is among the "
             "fixes\n";

@@ -71,6 +71,9 @@ std::vector<MemoryFix> measured_fixes(const OomExplanation& explanation, const T
 // save less than their replays can tell apart from the loader's timing (one small segment, 2 MiB of
 // a 100 MiB run, is 2%).
 inline constexpr double kFragmentedShare = 0.05;
+// Whether fragmentation caused the out-of-memory: the free bytes split among live blocks are at least
+// kFragmentedShare of what is reserved and would have held the request had they been in one piece.
+// (Less than the request, and the device was short whatever the blocks' layout.)
 bool fragmented(const OomExplanation& explanation);
 // The ledger (saying so when fragmentation is a large share), the activations by layer, the largest
 // tensors and the fixes, one item a line.
