@@ -127,7 +127,7 @@ timed plan-cost-classes1000000 "$frugal" plan --num-classes 1000000
 timed plan-cost-batch1048576-image4096 "$frugal" plan --batch-size 1048576 --image-size 4096
 # docs/memory-guide.md: the options under a budget; docs/training.md: the out-of-memory example's budget.
 with_json plan-budget64MiB "$frugal" plan --budget 64MiB
-with_json plan-batch32-budget56MiB "$frugal" plan --batch-size 32 --budget 56MiB
+with_json plan-batch32-budget64MiB "$frugal" plan --batch-size 32 --budget 64MiB
 with_json plan-batch256-budget24MiB "$frugal" plan --batch-size 256 --budget 24MiB
 # docs/memory-guide.md and docs/distributed.md: one of 4 data-parallel ranks.
 with_json plan-ddp4-batch16 "$frugal" plan --ddp 4 --batch-size 16
@@ -165,7 +165,7 @@ mpi train-ddp2-batch32-zero1 "$frugal" train --ddp --zero1 --batch-size 32 --ste
 
 # The samples whose figures docs/memory-guide.md and docs/tensor.md quote (each prints what it measured).
 for sample in 01_tensor_tour 02_caching_allocator 04_training_memory 05_streaming_data 06_small_model \
-  08_batch_size 09_checkpointing 11_memory_monitoring 12_data_parallel; do
+  08_batch_size 09_checkpointing 11_memory_monitoring 12_data_parallel 14_device_needed; do
   run "sample-$sample" "$bin/$sample"
 done
 
