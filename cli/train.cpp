@@ -149,8 +149,10 @@ void TrainCommand::apply_ddp_flags(train::TrainOptions& o) const {
 
 // The batch size and accumulation: --batch-size auto searches (train/batch_finder.h) unless resuming,
 // when the checkpoint's are the run's; --global-batch with a given batch size sets the accumulation.
+// Options it changes are validated again; a batch given by hand was validated with the rest.
 void TrainCommand::choose_batch(train::TrainOptions& o, const train::RunShape& shape,
                                 std::optional<train::BatchChoice>& choice) const {
+  if (step_.batch_size != "auto" && !global_batch_) return;
   if (step_.batch_size == "auto" && !o.resume.empty()) {
     const nlohmann::json identity = nlohmann::json::parse(train::load_checkpoint(o.resume).run_identity);
     o.batch_size = identity.at("batch-size").get<std::int64_t>();
