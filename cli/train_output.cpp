@@ -139,7 +139,7 @@ nlohmann::ordered_json batch_search_json(const train::BatchChoice& c) {
                      {"accum", t.accum},
                      {"how", t.planned ? "planned" : "trial"},
                      {"fits", t.fits},
-                     {"peak_reserved_bytes", t.peak_reserved_bytes}});
+                     {"needed_bytes", t.needed_bytes}});
   return {{"budget_bytes", c.budget_bytes},
           {"budget_source", c.budget_source},
           {"usable_bytes", c.usable_bytes},

@@ -35,7 +35,8 @@ nlohmann::ordered_json result_json(const train::TrainResult& result);
 // accuracy, loss, samples, and per_class [{class, correct, total, accuracy}].
 nlohmann::ordered_json eval_json(const train::EvalResult& result);
 // {"budget_bytes", "budget_source", "usable_bytes", "cap", "cap_reason", "planned_batch", "planner_error",
-//  "tried": [{"batch_size", "accum", "how": "planned"|"trial", "fits", "peak_reserved_bytes"}], "batch_size", "accum"}
+//  "tried": [{"batch_size", "accum", "how": "planned"|"trial", "fits", "needed_bytes"}], "batch_size", "accum"}
+// (needed_bytes: planned, the device the plan needs; a trial, the peak its two steps reserved)
 nlohmann::ordered_json batch_search_json(const train::BatchChoice& choice);
 // The document written atomically (core/mapped_file.h AtomicFile): a failure leaves no file.
 void write_json_file(const std::string& path, const nlohmann::ordered_json& document);

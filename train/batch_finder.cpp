@@ -41,8 +41,9 @@ struct UnlimitAfterTrial {
   ~UnlimitAfterTrial() { set_memory_limit(device, kUnlimited); }
 };
 
-// Two optimizer steps of the run as configured, quiet, nothing saved, under `limit`.
-std::int64_t train_two_steps(const TrainOptions& options, std::size_t limit) {
+// Two optimizer steps of the run as configured, quiet, nothing saved, under `limit`, on the splits
+// the search was given (opened once, for the search and the run).
+std::int64_t train_two_steps(const TrainOptions& options, std::size_t limit, const data::DatasetSplits& splits) {
   TrainOptions trial = options;
   trial.steps = 2;
   trial.epochs = 1;
@@ -55,7 +56,7 @@ std::int64_t train_two_steps(const TrainOptions& options, std::size_t limit) {
   TrainHooks quiet;
   quiet.plan_fixes = [](const TrainOptions&) { return std::vector<MemoryFix>{}; };  // the search only needs to know it failed
   const UnlimitAfterTrial unlimit{options.device};
-  return static_cast<std::int64_t>(train(trial, quiet).peak_reserved_bytes);
+  return static_cast<std::int64_t>(train(trial, quiet, splits).peak_reserved_bytes);
 }
 
 // The search's state: every batch tried once, in order, with what it needed.
@@ -91,10 +92,12 @@ class Search {
 
   bool trial_fits(std::int64_t batch) {
     if (const auto known = trials_.find(batch); known != trials_.end()) return known->second;
-    const auto trial = search_.trial ? search_.trial : train_two_steps;
+    const auto trial = search_.trial ? search_.trial : [this](const TrainOptions& o, std::size_t limit) {
+      return train_two_steps(o, limit, shape_.splits);
+    };
     BatchTrial t{batch, accum_for(batch), false, false, 0};
     try {
-      t.peak_reserved_bytes = trial(with_batch(batch), static_cast<std::size_t>(choice_.usable_bytes));
+      t.needed_bytes = trial(with_batch(batch), static_cast<std::size_t>(choice_.usable_bytes));
       t.fits = true;
     } catch (const OutOfMemoryError&) {
       t.fits = false;
@@ -210,7 +213,7 @@ BatchChoice find_batch_size(const TrainOptions& options, const RunShape& shape, 
   try {
     choice.planned_batch = largest_fitting(guess, kSmallestBatch, choice.cap, exact, [&](std::int64_t n) { return s.planned_fits(n); });
     FRUGAL_CHECK_AS(OutOfMemoryError, choice.planned_batch > 0, "batch size auto: even a batch of ", kSmallestBatch, " needs ",
-                    format_size(static_cast<std::size_t>(choice.tried.back().peak_reserved_bytes)), ", over the ",
+                    format_size(static_cast<std::size_t>(choice.tried.back().needed_bytes)), ", over the ",
                     format_size(static_cast<std::size_t>(choice.usable_bytes)), " usable of ",
                     format_size(static_cast<std::size_t>(choice.budget_bytes)), " (", choice.budget_source, ")");
     largest = choice.planned_batch;
@@ -242,8 +245,8 @@ std::string describe(const BatchChoice& c) {
   for (const BatchTrial& t : c.tried) {
     out << "  " << (t.planned ? "planned " : "trial   ") << t.batch_size;
     if (t.accum > 1) out << " x " << t.accum;
-    if (t.peak_reserved_bytes > 0)
-      out << ": " << format_size(static_cast<std::size_t>(t.peak_reserved_bytes)) << (t.fits ? ", fits" : ", over");
+    if (t.needed_bytes > 0)
+      out << ": " << format_size(static_cast<std::size_t>(t.needed_bytes)) << (t.fits ? ", fits" : ", over");
     else
       out << ": out of memory";
     out << "\n";

@@ -57,7 +57,9 @@ struct BatchTrial {
   std::int64_t batch_size = 0, accum = 1;
   bool planned = true;     // false: two real training steps
   bool fits = false;
-  std::int64_t peak_reserved_bytes = 0;  // planned (the device needed), or measured; 0 for a trial that ran out of memory
+  // What the batch needs: planned, the device the plan says it needs (MemoryPlan::device_needed_bytes);
+  // a trial, the peak its two steps reserved; 0 for a trial that ran out of memory.
+  std::int64_t needed_bytes = 0;
 };
 
 struct BatchChoice {

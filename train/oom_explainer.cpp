@@ -85,6 +85,29 @@ bool fragmented(const OomExplanation& e) {
          static_cast<double>(e.fragmentation) >= kFragmentedShare * static_cast<double>(e.reserved);
 }
 
+namespace {
+
+// The line that names fragmentation as the cause, and what the fixes say about the allocator's
+// settings: one that needs less is among them, or the planner tried them all (it lists its
+// predictions, settings included) and none does, or there is no prediction to speak for.
+std::string fragmentation_line(const OomExplanation& e) {
+  const auto any = [&e](const std::string& prefix) {
+    return std::any_of(e.fixes.begin(), e.fixes.end(), [&](const MemoryFix& f) { return f.text.rfind(prefix, 0) == 0; });
+  };
+  const bool planned = std::any_of(e.fixes.begin(), e.fixes.end(), [](const MemoryFix& f) { return !f.measured; });
+  const std::string settings =
+      any("FRUGAL_ALLOC_CONF=") ? "the allocator setting among the fixes needs less, found by replaying the planned run's requests under it"
+      : planned ? "none of the allocator's settings (FRUGAL_ALLOC_CONF: expandable, max_split) needs less for this run, "
+                  "replayed under each"
+                : "the allocator's settings (FRUGAL_ALLOC_CONF: expandable, max_split) change how blocks are split and reused";
+  return "  fragmentation is " +
+         std::to_string(static_cast<int>(100.0 * static_cast<double>(e.fragmentation) / static_cast<double>(e.reserved) + 0.5)) +
+         "% of what is reserved, more than the request: free, but in pieces between live blocks that it cannot use; " +
+         settings + "\n";
+}
+
+}  // namespace
+
 std::string describe(const OomExplanation& e) {
   std::string text = "the failing request: " + format_size(e.allocator.rounded) + " of " +
                      std::string(memory_tag_name(e.request_tag)) + ", made by " + e.request_made_by + "\n";
@@ -97,13 +120,7 @@ std::string describe(const OomExplanation& e) {
   }
   text += row("cache (reserved but free)", e.cache, 2);
   text += row("fragmentation (inactive split)", e.fragmentation, 2);
-  if (fragmented(e))
-    text += "  fragmentation is " + std::to_string(static_cast<int>(100.0 * static_cast<double>(e.fragmentation) /
-                                                                  static_cast<double>(e.reserved) + 0.5)) +
-            "% of what is reserved, more than the request: free, but in pieces between live blocks that it cannot use. The "
-            "allocator's settings (FRUGAL_ALLOC_CONF: expandable, max_split) change how blocks are split and reused: "
-            "each was tried by replaying the planned run's requests under it, and one that needs less is among the "
-            "fixes\n";
+  if (fragmented(e)) text += fragmentation_line(e);
   text += "largest live tensors:\n";
   for (const LiveTensor& t : e.largest) {
     const std::string tag(memory_tag_name(t.tag));

@@ -80,6 +80,16 @@ std::vector<LayerPlan> leaf_layers(const nn::Module& model, const TrainOptions& 
   return layers;
 }
 
+// The plan's phase of a step's phase.
+int plan_phase(StepPhase phase) {
+  switch (phase) {
+    case StepPhase::forward: return kForward;
+    case StepPhase::backward: return kBackward;
+    case StepPhase::optimizer: return kOptimizer;
+  }
+  FRUGAL_THROW(Error, "unknown step phase ", static_cast<int>(phase));
+}
+
 // ---- the run on the meta device ---------------------------------------------------------------------
 
 struct Recorded {
@@ -106,16 +116,22 @@ class PlannedLoader {
     ready_.push_back(make());
     return batch;
   }
+  // The bytes of one batch as make() allocates it (images and labels), without allocating one: the
+  // meta allocator's record must hold the run's requests only.
   std::int64_t batch_bytes() const {
-    return options_.batch_size * (shape_.in_channels * options_.image_size * options_.image_size * 4 + 8);
+    const std::int64_t n = options_.batch_size, side = options_.image_size;
+    return n * shape_.in_channels * side * side * static_cast<std::int64_t>(dtype_size(kImages)) +
+           n * static_cast<std::int64_t>(dtype_size(kLabels));
   }
 
  private:
+  static constexpr DType kImages = DType::f32, kLabels = DType::i64;  // as the loader hands them out
+
   data::Batch make() const {
     const MemoryTagScope tag(MemoryTag::data);
     const std::int64_t n = options_.batch_size, side = options_.image_size;
-    return {empty({n, shape_.in_channels, side, side}, {.device = Device::meta()}),
-            empty({n}, {.dtype = DType::i64, .device = Device::meta()}), {}};
+    return {empty({n, shape_.in_channels, side, side}, {.dtype = kImages, .device = Device::meta()}),
+            empty({n}, {.dtype = kLabels, .device = Device::meta()}), {}};
   }
   const TrainOptions& options_;
   const PlanShape& shape_;
@@ -162,11 +178,11 @@ Recorded run_on_meta(const TrainOptions& o, const PlanShape& shape, int steps) {
 
   LayerMarks layer_marks(meta, r.marks, leaves);
   nn::ModuleCallObserverScope observing(layer_marks);
-  constexpr int kPhaseOf[] = {kForward, kBackward, kOptimizer};  // by StepPhase
+
   int step = 0;
   const StepHooks hooks{.next_batch = [&loader] { return loader.next(); },
                         .on_phase = [&](StepPhase phase, bool begin, std::int64_t micro) {
-                          if (begin) r.marks.push_back({meta.history_size(), Mark::Kind::phase, kPhaseOf[static_cast<int>(phase)]});
+                          if (begin) r.marks.push_back({meta.history_size(), Mark::Kind::phase, plan_phase(phase)});
                           layer_marks.recording = begin && phase == StepPhase::forward && step == 1 && micro == 0;
                         }};
   for (; step < steps; ++step) optimizer_step(recipe.parts(*model, ddp.get()), step_recipe(o), o.accum, o.accum * o.batch_size, hooks);

@@ -79,14 +79,18 @@ ReplayOptions replay_policy(const CachingOptions& options);
 // The smallest device, in whole MiB, on which `requests` replay under `policy` without running out of
 // memory: a binary search between the most they hold allocated at once and what they reserve
 // unlimited, to a 64th of that range or 1 MiB, whichever is larger (so its cost stays the same for
-// any sizes: at most seven replays). Assumes a larger device never fails where a smaller one succeeds (the allocator empties
-// its cache and retries before failing, so more room never hurts).
+// any sizes: one unlimited replay and at most seven capped ones). The answer is a size that was
+// replayed and fitted. The search assumes that a larger device never fails where a smaller one fits;
+// a caching allocator does not promise that (emptying its cache at a smaller limit can pack segments
+// differently), so between the answer and the unlimited figure a size may exist that fails.
 std::int64_t smallest_device(const Trace& requests, const ReplayOptions& policy);
 
 // What device_needed_bytes adds for the loader's workers. On a CPU device a worker makes each batch's
 // temporaries (a sample decoded, converted, padded, normalised: a few KiB each) from the same
 // allocator as the step, at moments that depend on the threads' timing, so their small blocks end up
-// among the step's and keep small segments from being reused. One small segment (kSmallBuffer,
+// among the step's and keep small segments from being reused. Measured on the CPU only: on a GPU a
+// worker's batch comes from its side stream's pool (data/loader.h), which the plan, recording
+// everything on one stream, does not model, and its temporaries stay in host memory. One small segment (kSmallBuffer,
 // 2 MiB) per batch a worker may be making: measured on the default run, a whole epoch at the
 // replayed figure fails at step 119 (8 MiB of split small blocks), and at the figure with this
 // allowance completes (docs/memory-guide.md). Nothing without workers: then the batch is made

@@ -55,6 +55,7 @@ StepRecipe step_recipe(const TrainOptions& o) {
 
 MicroBatch micro_batch(const StepParts& parts, const StepRecipe& recipe, const StepHooks& hooks, std::int64_t index,
                        bool last, std::int64_t step_samples) {
+  FRUGAL_CHECK(hooks.next_batch != nullptr, "training step: no batch source (StepHooks::next_batch)");
   // What forward saves for backward, and how backward rebuilds it: set for both (nn/saved_activations.h).
   const nn::ActivationSavingGuard saving(recipe.saving);
   MicroBatch m;

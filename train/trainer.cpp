@@ -242,12 +242,21 @@ std::int64_t samples_in(std::int64_t first, std::int64_t count, std::int64_t bat
   return std::min((first + count) * batch_size, dataset_size) - first * batch_size;
 }
 
+// The run's phase of a step's phase (the run's add setup, epoch and evaluation around them).
+Phase run_phase(StepPhase phase) {
+  switch (phase) {
+    case StepPhase::forward: return Phase::forward;
+    case StepPhase::backward: return Phase::backward;
+    case StepPhase::optimizer: return Phase::optimizer;
+  }
+  FRUGAL_THROW(Error, "unknown step phase ", static_cast<int>(phase));
+}
+
 // One optimizer step of `micro_batches` loader batches (train/step.h), each micro-batch's forward and
 // backward and the update reported as phases; then the step's totals, added over the ranks.
 void optimizer_step(Run& run, std::int64_t micro_batches) {
   const TrainOptions& o = run.options;
   const std::int64_t step_samples = samples_in(run.position.batch, micro_batches, o.batch_size, run.samples_per_epoch);
-  const Phase kPhaseOf[] = {Phase::forward, Phase::backward, Phase::optimizer};  // by StepPhase
   const StepHooks hooks{
       .next_batch =
           [&run] {
@@ -259,7 +268,7 @@ void optimizer_step(Run& run, std::int64_t micro_batches) {
       .on_phase =
           [&](StepPhase phase, bool begin, std::int64_t) {
             if (run.hooks.on_phase)
-              run.hooks.on_phase({kPhaseOf[static_cast<int>(phase)], begin, run.position.epoch, run.position.global_step,
+              run.hooks.on_phase({run_phase(phase), begin, run.position.epoch, run.position.global_step,
                                   run.model.get()});
           }};
   const StepResult step = train::optimizer_step(run.recipe.parts(*run.model, run.ddp.get()), step_recipe(o),

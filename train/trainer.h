@@ -1,4 +1,4 @@
-// The training loop behind `frugal train`, and the evaluation behind `frugal eval`.
+// The training loop behind `frugal train`.
 //
 //   TrainOptions options;                      // train/options.h: defaults are the 1-epoch recipe
 //   TrainResult result = train(options, hooks);
@@ -24,7 +24,10 @@
 // Errors escape as frugal exceptions: an OutOfMemoryError during the run as a TrainingOutOfMemoryError
 // carrying the explanation of what filled the device (train/oom_explainer.h) when the device, real or
 // simulated by memory_limit, cannot hold the run.
-// Not here: the command line, the exit codes and what is printed (cli/train.cpp).
+// Not here: the step itself (train/step.h); the optimizer, schedule and scaler (train/recipe.h); the
+// ranks' collectives and agreements (train/ranks.h); the data and the test evaluation, also behind
+// `frugal eval` (train/evaluation.h); the command line, the exit codes and what is printed
+// (cli/train.cpp).
 #pragma once
 
 #include <array>

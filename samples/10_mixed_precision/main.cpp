@@ -196,8 +196,8 @@ int main(int argc, char** argv) {
       if (!mode.amp) f32 = m;
       if (mode.amp == DType::f16) f16 = m;
       const std::string name = mode.name;
-      // The planner runs two steps, the first making AdamW's state; a run that skipped all but one has
-      // no second step to compare with. A GPU's library workspaces are beyond the planner's sight.
+      // The planner's steps all update (the first makes AdamW's state); a run whose scaler skipped all
+      // but one update has no second step to compare with. A GPU's library workspaces are beyond the planner's sight.
       if (device.is_cpu() && *steps - static_cast<std::int64_t>(m.skipped.size()) >= 2)
         checks.expect(std::abs(percent_off(m.peak_bytes, m.plan.peak_bytes)) <= 1.0, name + ": the peak is the plan's, within 1%");
       if (device.is_cpu()) {
