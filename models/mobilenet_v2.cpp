@@ -58,11 +58,11 @@ InvertedResidual::InvertedResidual(std::int64_t in_channels, std::int64_t out_ch
 Tensor InvertedResidual::forward(const Tensor& x) {
   if (!use_residual_) return (*conv_)(x);
   // The sum saves nothing for backward; the projection's BN output dies here, and the sum is what the
-  // next block's first convolution keeps. With bn_from_output (nn::activation_saving(), set by the
-  // training step's ActivationSavingGuard in train/step.cpp) that convolution keeps neither: the sum
-  // is made again from the input and the BN output, both rebuilt from what their BatchNorms saved.
+  // next block's first convolution keeps. A sum that can be rebuilt: when its addends can (BatchNorm
+  // from its output, which BatchNorm2d applies), that convolution keeps neither, and the sum is made
+  // again from the input and the BN output; otherwise it is a plain add (F::add_rebuilt).
   const Tensor branch = (*conv_)(x);
-  return nn::activation_saving().bn_from_output ? F::add_rebuilt(x, branch) : F::add(x, branch);
+  return F::add_rebuilt(x, branch);
 }
 
 namespace {

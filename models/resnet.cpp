@@ -30,14 +30,13 @@ Tensor relu(Tensor x, bool inplace) {
 }
 
 // The block's output: the residual branch plus the shortcut, then ReLU on the sum (in place, the sum
-// is a fresh tensor, so nothing the branch saved is overwritten). With bn_from_output
-// (nn::activation_saving(), set by the training step's ActivationSavingGuard in train/step.cpp) the
-// sum is made again from its addends in backward, as MobileNetV2's.
+// is a fresh tensor, so nothing the branch saved is overwritten). When its addends can be rebuilt
+// (BatchNorm from its output, which BatchNorm2d applies) the sum is made again from them in backward,
+// as MobileNetV2's; otherwise it is a plain add (F::add_rebuilt).
 Tensor add_shortcut_and_relu(const Tensor& branch, const Tensor& x, const std::shared_ptr<nn::Sequential>& downsample,
                              bool inplace) {
   const Tensor shortcut = downsample ? (*downsample)(x) : x;
-  const bool rebuilt = nn::activation_saving().bn_from_output;
-  return relu(rebuilt ? F::add_rebuilt(branch, shortcut) : F::add(branch, shortcut), inplace);
+  return relu(F::add_rebuilt(branch, shortcut), inplace);
 }
 
 }  // namespace

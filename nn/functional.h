@@ -18,7 +18,8 @@ namespace frugal::functional {
 Tensor add(const Tensor& a, const Tensor& b);
 // a + b, whose result backward makes again from a and b instead of keeping it, when an addend is
 // itself rebuilt (a BatchNorm output saved as x-hat, nn/saved_activations.h) and the shapes match;
-// otherwise add. For a residual block's sum under bn_from_output.
+// otherwise exactly add (no addend is rebuilt unless BatchNorm saved from its output). For a residual
+// block's sum, which can call it whatever the saving mode.
 Tensor add_rebuilt(const Tensor& a, const Tensor& b);
 Tensor sub(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);  // saves a and b
