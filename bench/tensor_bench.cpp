@@ -94,7 +94,7 @@ void transpose_cases(const Timer& timer, std::vector<Result>& results) {
         for (std::int64_t j = 0; j < side; ++j) out[i * side + j] = in[j * side + i];
     })));
   } else {
-#if FRUGAL_WITH_CUDA
+#if FRUGAL_CUDA_LIBRARIES
     results.push_back(gbps("copy_transpose", "cublasSgeam", bytes, timer.seconds([&] {
       cuda_peers::cublas_transpose(dst.data<float>(), src.data<float>(), static_cast<int>(side));
     })));
@@ -110,7 +110,7 @@ void random_cases(const Timer& timer, std::vector<Result>& results) {
   results.push_back({"uniform_f32", "frugal", per_second(timer.seconds([&] { uniform_(out, 0.0, 1.0, &generator); })),
                      "Melem/s", true});
   if (timer.options.device.is_cuda()) {
-#if FRUGAL_WITH_CUDA
+#if FRUGAL_CUDA_LIBRARIES
     results.push_back({"uniform_f32", "cuRAND-Philox",
                        per_second(timer.seconds([&] {
                          cuda_peers::curand_uniform(out.data<float>(), static_cast<std::size_t>(n), 42);

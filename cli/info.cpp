@@ -29,6 +29,7 @@ json collect_info() {
   info["build"] = {{"type", FRUGAL_BUILD_TYPE},
                    {"cxx_compiler", FRUGAL_CXX_COMPILER},
                    {"cuda_compiled", status.compiled},
+                   {"cuda_emulated", status.emulated},
                    {"cuda_compiler", status.compiled ? FRUGAL_CUDA_COMPILER : ""},
                    {"cuda_architectures", status.compiled ? FRUGAL_CUDA_ARCHITECTURES : ""},
                    {"sanitizers", std::string(FRUGAL_SANITIZE_ENABLED) == "ON"}};
@@ -82,7 +83,13 @@ void print_info(const json& info) {
   std::cout << "frugal " << info["version"].get<std::string>() << "\n";
   std::cout << "build:      " << build["type"].get<std::string>() << ", " << build["cxx_compiler"].get<std::string>()
             << ", sanitizers " << (build["sanitizers"].get<bool>() ? "on" : "off") << "\n";
-  if (build["cuda_compiled"].get<bool>()) {
+  if (build["cuda_emulated"].get<bool>()) {
+    // No nvcc and no NVIDIA library: the CUDA sources built by the host compiler (docs/cuda-emulator.md).
+    std::cout << "CUDA build: the emulated runtime (FRUGAL_CUDA=emulated): CUDA sources built by the host compiler, "
+                 "kernels run in the emulator, cuda:N on the CPU\n";
+    std::cout << "libraries:  none: cuBLAS, cuDNN and NCCL need a GPU; GEMM, convolution and batch norm run frugal's "
+                 "own kernels, and --ddp across GPUs is unavailable\n";
+  } else if (build["cuda_compiled"].get<bool>()) {
     std::cout << "CUDA build: compiled in (nvcc " << build["cuda_compiler"].get<std::string>() << ", architectures "
               << build["cuda_architectures"].get<std::string>() << ")\n";
     std::cout << "CUDA:       runtime " << cuda["runtime_version"].get<std::string>() << ", driver "

@@ -15,6 +15,11 @@ void throw_no_cuda(const char* op) {
   FRUGAL_THROW(DeviceError, op, ": CUDA tensors need a build with CUDA (this one has FRUGAL_CUDA=OFF)");
 }
 
+void throw_library_unavailable(const char* library, const char* op, const char* instead) {
+  FRUGAL_THROW(DeviceError, op, ": ", library, " is not in the emulated CUDA build (FRUGAL_CUDA=emulated runs on the CPU, "
+               "where NVIDIA's libraries cannot run): ", instead);
+}
+
 void throw_meta_has_no_data(const char* op) {
   FRUGAL_THROW(DeviceError, op, ": a meta tensor has a shape but no data to read (the meta device only plans memory)");
 }

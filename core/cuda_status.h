@@ -11,8 +11,14 @@
 
 namespace frugal {
 
+// Whether this build links NVIDIA's libraries (cuBLAS, cuDNN, NCCL). A GPU build does; the emulated
+// CUDA build (FRUGAL_CUDA=emulated) cannot run them on a CPU, so its library-backed paths default to
+// frugal's hand-written kernels and asking for a library by name is a DeviceError.
+inline constexpr bool kCudaLibraries = FRUGAL_CUDA_LIBRARIES;
+
 struct CudaStatus {
   bool compiled = false;    // this build contains the CUDA backend
+  bool emulated = false;    // ... against the emulated CUDA runtime: cuda:N runs on the CPU (docs/cuda-emulator.md)
   bool usable = false;      // at least one device answered
   int device_count = 0;
   int runtime_version = 0;  // e.g. 13000 for CUDA 13.0 (0 when not compiled)

@@ -16,6 +16,10 @@ namespace frugal {
 // DeviceError naming `op`. Defined in every build, so callers need no guard around the declaration.
 [[noreturn]] void throw_no_cuda(const char* op);
 
+// DeviceError: `library` (cuBLAS, cuDNN, NCCL) is not in the emulated CUDA build (FRUGAL_CUDA=emulated
+// runs on the CPU, where NVIDIA's libraries cannot); `instead` names what does the work there.
+[[noreturn]] void throw_library_unavailable(const char* library, const char* op, const char* instead);
+
 // A meta tensor has no bytes to read: ops on meta tensors allocate their outputs and return
 // (`case DeviceType::Meta: break;`), but nothing can copy a meta tensor's values to another device.
 [[noreturn]] void throw_meta_has_no_data(const char* op);

@@ -26,7 +26,8 @@
 
 namespace frugal::emu {
 
-// ---- the runtime calls launchers make
+// ---- the runtime calls launchers make (the FRUGAL_CUDA=emulated build has the emulated runtime's)
+#if !defined(FRUGAL_CUDA_SOURCE_EMULATED)
 enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1 };
 enum cudaMemcpyKind { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice, cudaMemcpyDefault };
 using cudaStream_t = EmulatedStream*;
@@ -38,6 +39,8 @@ inline cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cud
 // Errors inside emulated kernels throw at once, so nothing is ever pending here.
 inline cudaError_t cudaGetLastError() { return cudaSuccess; }
 inline const char* cudaGetErrorString(cudaError_t error) { return error == cudaSuccess ? "no error" : "invalid value"; }
+
+#endif
 
 // ---- half precision types kernels name
 using __half = frugal::Half;
@@ -160,21 +163,23 @@ using frugal::emu::atomicExch;
 using frugal::emu::atomicMax;
 using frugal::emu::atomicMin;
 using frugal::emu::atomicSub;
+using frugal::emu::dim3;
+#if !defined(FRUGAL_CUDA_SOURCE_EMULATED)
 using frugal::emu::cudaError_t;
 using frugal::emu::cudaGetErrorString;
 using frugal::emu::cudaGetLastError;
 using frugal::emu::cudaMemcpy;
-using frugal::emu::cudaMemcpyKind;
-using frugal::emu::cudaStream_t;
-using frugal::emu::dim3;
-using frugal::emu::rsqrt;
-using frugal::emu::rsqrtf;
 using frugal::emu::cudaMemcpyDefault;
 using frugal::emu::cudaMemcpyDeviceToDevice;
 using frugal::emu::cudaMemcpyDeviceToHost;
 using frugal::emu::cudaMemcpyHostToDevice;
 using frugal::emu::cudaMemcpyHostToHost;
+using frugal::emu::cudaMemcpyKind;
+using frugal::emu::cudaStream_t;
 using frugal::emu::cudaSuccess;
+#endif
+using frugal::emu::rsqrt;
+using frugal::emu::rsqrtf;
 
 // Qualifiers: a kernel is a plain function; device functions are ordinary inline code.
 #define __global__

@@ -15,6 +15,7 @@
 #include <optional>
 #include <string_view>
 
+#include "core/cuda_status.h"
 #include "core/tensor.h"
 
 namespace frugal {
@@ -29,7 +30,7 @@ std::string_view batch_norm_impl_name(BatchNormImpl impl);
 // which every other dtype runs: for comparisons that must hold to the bit across dtypes (the
 // reference sums differently from the fast loops).
 struct BatchNormBackend {
-  BatchNormImpl cuda = BatchNormImpl::cudnn;
+  BatchNormImpl cuda = kCudaLibraries ? BatchNormImpl::cudnn : BatchNormImpl::native;  // core/cuda_status.h
   bool cpu_reference = false;
 };
 

@@ -14,6 +14,7 @@
 #include <limits>
 
 #include "core/cpu/parallel.h"
+#include "core/cuda_status.h"
 #include "core/dispatch.h"
 #include "kernels/conv_backends.h"
 #include "kernels/elementwise.h"
@@ -32,11 +33,11 @@ ConvImpl parse_conv_impl(std::string_view name) {
 }
 
 namespace {
-// The CUDA default, cudnn, or FRUGAL_CONV_IMPL=native|cudnn for the whole run (a bad value is an
+// The CUDA default, cudnn (native in a build without cuDNN, core/cuda_status.h), or FRUGAL_CONV_IMPL=native|cudnn for the whole run (a bad value is an
 // error at the first convolution, not a silent default).
 ConvImpl cuda_default() {
   const char* name = std::getenv("FRUGAL_CONV_IMPL");
-  return name ? parse_conv_impl(name) : ConvImpl::cudnn;
+  return name ? parse_conv_impl(name) : (kCudaLibraries ? ConvImpl::cudnn : ConvImpl::native);
 }
 // Unlimited, or FRUGAL_CONV_WORKSPACE_MB for the whole run.
 std::size_t default_workspace_limit() {

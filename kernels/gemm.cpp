@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 
+#include "core/cuda_status.h"
 #include "core/dispatch.h"
 #include "kernels/elementwise.h"
 #include "kernels/gemm_backends.h"
@@ -31,7 +32,10 @@ GemmImpl parse_gemm_impl(std::string_view name) {
 }
 
 namespace {
-std::array<GemmImpl, kNumDeviceTypes> g_impl = {GemmImpl::library, GemmImpl::library, GemmImpl::library};  // by DeviceType
+// By DeviceType. On CUDA cuBLAS, or where the build has no cuBLAS (the emulated CUDA build) the
+// shared-memory tiled kernel, which takes any shape.
+std::array<GemmImpl, kNumDeviceTypes> g_impl = {GemmImpl::library, kCudaLibraries ? GemmImpl::library : GemmImpl::tiled,
+                                                GemmImpl::library};
 }
 
 void set_gemm_impl(DeviceType device, GemmImpl impl) {

@@ -1,7 +1,10 @@
-// What a hand-written CUDA kernel source includes. The same source is built twice:
+// What a hand-written CUDA kernel source includes. The same source is built in three ways:
 //   - by nvcc, for the GPU: CUDA's own headers, and FRUGAL_LAUNCH is <<<...>>>;
 //   - by the host compiler, for the emulator (emu/): emu/cuda_emu.h supplies CUDA's names
-//     and FRUGAL_LAUNCH runs the kernel's blocks as fibers on the CPU.
+//     and FRUGAL_LAUNCH runs the kernel's blocks as fibers on the CPU, at once;
+//   - by the host compiler in the FRUGAL_CUDA=emulated build (FRUGAL_CUDA_SOURCE_EMULATED): the
+//     framework's own launchers, with FRUGAL_LAUNCH queueing the grid on a stream of the emulated
+//     CUDA runtime (emu/runtime/).
 // Nothing else in a kernel source needs to know which of the two it is.
 //
 //   FRUGAL_LAUNCH(grid, block, shared_bytes, stream, kernel)(args...);
@@ -31,6 +34,27 @@
 namespace frugal::cuda {
 template <typename T>
 using SharedPtr = T*;
+}
+
+#elif defined(FRUGAL_CUDA_SOURCE_EMULATED)
+
+// The FRUGAL_CUDA=emulated build: the same source by the host compiler, in frugal::cuda like the GPU
+// build, against the emulated CUDA runtime (emu/runtime/): a launch is queued on its stream and runs
+// in the kernel emulator when something waits for that stream.
+#include "core/cuda/check.h"
+#include "emu/cuda_emu.h"
+#include "emu/runtime/emulated_runtime.h"
+
+#define FRUGAL_LAUNCH(grid, block, shared_bytes, stream, ...) \
+  ::frugal::emu::runtime::launch_on_stream(#__VA_ARGS__, __VA_ARGS__, grid, block, shared_bytes, stream)
+#define FRUGAL_DYNAMIC_SHARED(type, name) const ::frugal::emu::SharedPtr<type> name = ::frugal::emu::dynamic_shared<type>()
+#define FRUGAL_SHARED_ARRAY(type, name, count)                                         \
+  static __attribute__((section("frugal_shared"))) type frugal_shared_##name[count]; \
+  const ::frugal::emu::SharedPtr<type> name = ::frugal::emu::static_shared(frugal_shared_##name, #name)
+#define FRUGAL_CUDA_NAMESPACE cuda
+namespace frugal::cuda {
+template <typename T>
+using SharedPtr = ::frugal::emu::SharedPtr<T>;
 }
 
 #else

@@ -22,6 +22,7 @@ std::string unusable_reason(cudaError_t error, int driver_version, int runtime_v
 CudaStatus query_status() {
   CudaStatus status;
   status.compiled = true;
+  status.emulated = FRUGAL_CUDA_EMULATED;
   // Neither call needs a device; the driver version is 0 when no driver is installed.
   cudaDriverGetVersion(&status.driver_version);
   cudaRuntimeGetVersion(&status.runtime_version);
