@@ -173,7 +173,11 @@ void* CudaBacking::do_allocate(std::size_t bytes, Stream) {
 void CudaBacking::do_free(void* ptr, std::size_t) {
   // At process exit the runtime may be torn down before a static allocator frees its cache; the
   // memory goes with the process anyway, so that is the one error let pass.
-  if (cudaSetDevice(index_) == cudaErrorCudartUnloading) return;  // cudaFree waits for this device's work
+  if (cudaSetDevice(index_) == cudaErrorCudartUnloading) return;
+  // A block freed on its own stream is free before the kernels queued on it have run: wait for them
+  // (as do_unmap does) rather than count on cudaFree's own synchronisation, which CUDA does not
+  // promise for every case and the emulated runtime does not give (docs/cuda-emulator.md).
+  FRUGAL_CUDA_CHECK(cudaDeviceSynchronize());
   const cudaError_t error = cudaFree(ptr);
   if (error == cudaErrorCudartUnloading) return;
   FRUGAL_CUDA_CHECK(error);

@@ -148,6 +148,24 @@ TEST_CASE("empty_cache gives every segment back once everything is freed") {
   }
 }
 
+// A block freed on its own stream is free at once, though kernels queued before the free may still
+// use it (stream order makes reuse on that stream safe); giving its segment back to the device must
+// wait for them. cudaFree happens to synchronize on a GPU; the emulated runtime refuses to free
+// memory that queued work uses, which is how this case was found.
+TEST_CASE("empty_cache gives a segment back only after the work queued on its blocks") {
+  for (bool expandable : {false, true}) {
+    CAPTURE(expandable);
+    CachingAllocator allocator = cuda_allocator(expandable);
+    {
+      DataPtr block = allocator.allocate(3 * kMiB);
+      check_cuda(cudaMemset(block.get(), 0x5a, 3 * kMiB));  // queued on the default stream, not waited for
+    }
+    allocator.empty_cache();
+    CHECK(allocator.caching_stats().reserved_bytes.current == 0);
+    CHECK(allocator.backing().held_bytes() == 0);
+  }
+}
+
 TEST_CASE("a block used by another stream is not reused until that stream's work is done") {
   CachingAllocator allocator = cuda_allocator();
   cudaStream_t a = nullptr, b = nullptr;
