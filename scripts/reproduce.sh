@@ -13,6 +13,8 @@
 #   --only REGEX                         only the entries whose name matches (grep -E)
 #   --bin DIR                            run the binaries in DIR as they are, without building
 #                                        (default: build, through scripts/common.sh, then build/bin)
+#   --emulated-bin DIR                   also the emulated CUDA build's entries (docs/cuda-emulator.md,
+#                                        sample 15), with the binaries of a FRUGAL_CUDA=emulated build in DIR
 #
 # In DIR: NAME.txt holds what the command printed (stdout and stderr), NAME.json its JSON where it has
 # --json (bench: the JSON is its output); index.tsv one line per entry (name, exit code, expected
@@ -28,13 +30,15 @@ set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
 usage() { sed -n '2,/^# Exit 2/s/^# \{0,1\}//p' "$0"; }
-long=0 out="" only="" bin=""
+long=0 out="" only="" bin="" emulated_bin=""
 while [ $# -gt 0 ]; do
   case $1 in
     --long) long=1 ;;
     --out) [ $# -ge 2 ] || { echo "reproduce.sh: --out needs a folder" >&2; exit 2; }; out=$2; shift ;;
     --only) [ $# -ge 2 ] || { echo "reproduce.sh: --only needs a pattern" >&2; exit 2; }; only=$2; shift ;;
     --bin) [ $# -ge 2 ] || { echo "reproduce.sh: --bin needs a folder" >&2; exit 2; }; bin=$2; shift ;;
+    --emulated-bin) [ $# -ge 2 ] && [ -d "$2" ] || { echo "reproduce.sh: --emulated-bin needs a folder" >&2; exit 2; }
+      emulated_bin=$(cd "$2" && pwd); shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "reproduce.sh: unknown argument '$1' (--help lists them)" >&2; exit 2 ;;
   esac
@@ -178,6 +182,17 @@ stdout_json bench-ops "$frugal" bench ops
 # this script downloads nothing) and Debian's python3-torch, those present; the JSON's notes say which.
 stdout_json bench-train "$frugal" bench train --device cpu --threads 2
 stdout_json bench-train-threads1 "$frugal" bench train --device cpu --threads 1
+
+# docs/cuda-emulator.md and sample 15's README: the emulated CUDA build (--emulated-bin), without the
+# emulator's race checks, as tests/train_check.sh's emulated_cuda_train runs it.
+if [ -n "$emulated_bin" ]; then
+  run emulated-info "$emulated_bin/frugal" info
+  timed emulated-train-cnn-cuda env FRUGAL_EMULATOR_HAZARDS=0 "$emulated_bin/frugal" train --device cuda:0 --model cnn \
+    --steps 3 --no-eval --json "$out/emulated-train-cnn-cuda.json"
+  timed emulated-train-cnn-cpu "$emulated_bin/frugal" train --device cpu --model cnn --steps 3 --no-eval \
+    --json "$out/emulated-train-cnn-cpu.json"
+  timed sample-15_emulated_gpu_step env FRUGAL_EMULATOR_HAZARDS=0 "$emulated_bin/15_emulated_gpu_step"
+fi
 
 # ---- the long entries (--long) ------------------------------------------------------------------
 if [ "$long" = 1 ]; then

@@ -5,6 +5,8 @@
 #   scripts/test.sh              the full build (CUDA compiled in when nvcc exists) and every suite
 #   scripts/test.sh --sanitize   a CPU-only ASan+UBSan build (warnings are errors) in build-sanitize/,
 #                                CPU, CLI and sample suites but the checks labelled slow
+#   scripts/test.sh --emulated   the emulated CUDA build (FRUGAL_CUDA=emulated) with ASan+UBSan in
+#                                build-emulated/: the GPU suite, the emulated training check, sample 15
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 frugal_install_packages
@@ -28,8 +30,20 @@ case ${1:-} in
     FRUGAL_ALLOC=direct ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
       ctest --output-on-failure --parallel "$(nproc)" -L 'cpu|cli|sample' -LE slow
     ;;
+  --emulated)
+    # The whole CUDA path without a GPU: the emulated CUDA build (FRUGAL_CUDA=emulated, docs/cuda-emulator.md)
+    # with ASan + UBSan, in build-emulated/. Only what runs there is built: the command, the GPU suite
+    # and sample 15. FRUGAL_ALLOC=direct makes every device tensor its own emulated cudaMalloc, so ASan
+    # sees each one's bounds; the GPU suite's allocator cases make their own caching allocators.
+    cmake -S "$FRUGAL_ROOT" -B "$FRUGAL_ROOT/build-emulated" -G Ninja -DFRUGAL_CUDA=emulated -DFRUGAL_SANITIZE=ON \
+      -DFRUGAL_WARNINGS_AS_ERRORS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+    cmake --build "$FRUGAL_ROOT/build-emulated" --parallel "$(nproc)" --target frugal frugal_gpu_tests 15_emulated_gpu_step
+    cd "$FRUGAL_ROOT/build-emulated"
+    FRUGAL_ALLOC=direct ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+      ctest --output-on-failure --parallel "$(nproc)" -L 'gpu|sample' -R '^gpu|^sample.15_emulated_gpu_step$'
+    ;;
   *)
-    echo "usage: scripts/test.sh [--sanitize]" >&2
+    echo "usage: scripts/test.sh [--sanitize | --emulated]" >&2
     exit 2
     ;;
 esac

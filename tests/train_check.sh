@@ -899,6 +899,43 @@ PY
     [ "$code" -eq 130 ] || fail "a run interrupted in its evaluation exited $code: $(cat "$dir/out" "$dir/err")"
     ! grep -q "test accuracy" "$dir/out" || fail "an interrupted evaluation reported an accuracy"
     ;;
+  emulated_cuda_train)
+    # The emulated CUDA build (FRUGAL_CUDA=emulated): `frugal train --device cuda:0` runs every kernel
+    # in the emulator and every allocation, copy and stream through the emulated runtime, and must be
+    # the CPU's run up to f32 rounding. The CNN (3 steps at the default batch of 64): losses within
+    # 1e-5 relative (the same f32 sums in another order); weights within 1e-3 of each tensor's largest
+    # (AdamW's first steps move a weight by about lr whatever its gradient's size, so a gradient near
+    # zero whose last bits differ moves its weight by up to 2 lr: measured 4e-4); the caching
+    # allocator's peaks the same bytes. A small MobileNetV2 (width 0.25, batch 8, 2 steps): BatchNorm
+    # over 8 samples amplifies the rounding differences (measured 1.4e-4), so losses within 1e-3.
+    "$frugal" info | grep -q "emulated runtime" || { echo "skipped: not the emulated CUDA build"; exit 77; }
+    make_subset "$dir" 192 64
+    export FRUGAL_EMULATOR_HAZARDS=0  # the kernels' race checks run in the GPU suite, kernel by kernel
+    for model in cnn mobilenet_v2; do
+      if [ "$model" = cnn ]; then args=(--model cnn --steps 3); else args=(--model mobilenet_v2 --width 0.25 --batch-size 8 --steps 2); fi
+      for device in cpu cuda:0; do
+        "$frugal" train --data "$dir" "${args[@]}" --workers 0 --device "$device" --save "$dir/$model-$device.st" \
+          --json "$dir/$model-$device.json" >"$dir/out" 2>"$dir/err" || fail "$model on $device: $(cat "$dir/err")"
+      done
+      python3 - "$dir/$model-cuda:0.json" "$dir/$model-cpu.json" "$model" <<'PY' || fail "$model: cuda:0 is not the CPU's run"
+import json, sys
+gpu, cpu = (json.load(open(p)) for p in sys.argv[1:3])
+tolerance = 1e-5 if sys.argv[3] == "cnn" else 1e-3
+for key in ("final_loss", "test_loss"):
+    if abs(gpu[key] - cpu[key]) > tolerance * abs(cpu[key]):
+        sys.exit(f"{key}: cuda:0 {gpu[key]}, cpu {cpu[key]}")
+if gpu["device"] != "cuda:0" or cpu["device"] != "cpu":
+    sys.exit(f"devices {gpu['device']} and {cpu['device']}")
+if gpu["peak_allocated_bytes"] != cpu["peak_allocated_bytes"]:
+    sys.exit(f"peak allocated: cuda:0 {gpu['peak_allocated_bytes']}, cpu {cpu['peak_allocated_bytes']}")
+PY
+      if [ "$model" = cnn ]; then
+        difference=$(max_difference "$dir/cnn-cuda:0.st" "$dir/cnn-cpu.st" relative model.)
+        python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) <= 1e-3 else 1)" "$difference" ||
+          fail "the CNN's weights on cuda:0 differ from the CPU's by $difference of a tensor's largest"
+      fi
+    done
+    ;;
   *) fail "unknown check $check" ;;
 esac
 echo "ok: $check"

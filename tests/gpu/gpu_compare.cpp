@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <string>
 
 namespace frugal::test {
 
@@ -33,6 +34,13 @@ void check_close(const Tensor& gpu, const Tensor& cpu, Tolerance tolerance, cons
   }
   CHECK_MESSAGE(worst <= 0, what, " ", gpu.dtype(), ": worst element ", worst_index, " gpu ", g[worst_index], " cpu ",
                 c[worst_index]);
+}
+
+void skipped_part(const char* library_name) {
+  const std::string library(library_name);
+  const std::string text = "the " + library + " part of this case is skipped: this build has no " + library +
+                           " (FRUGAL_CUDA=emulated runs on the CPU; NVIDIA's libraries need a GPU)";
+  MESSAGE(text);
 }
 
 }  // namespace frugal::test

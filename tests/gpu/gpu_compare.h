@@ -3,6 +3,10 @@
 // tests/gpu/test_gpu_*.cpp. Not here: exact comparisons (compare to_vector<double>() directly).
 #pragma once
 
+#include <algorithm>
+#include <vector>
+
+#include "core/cuda_status.h"
 #include "core/tensor.h"
 
 namespace frugal::test {
@@ -25,6 +29,20 @@ Tolerance elementwise_tolerance(DType dtype);
 Tolerance accumulation_tolerance(DType dtype);
 
 void check_close(const Tensor& gpu, const Tensor& cpu, Tolerance tolerance, const char* what);
+
+// Says (doctest MESSAGE) that the running case leaves out `library_name`'s part: no such library here.
+void skipped_part(const char* library_name);
+
+// The implementations of a library-backed op (GEMM, convolution, batch norm) this build can run:
+// frugal's kernels always, NVIDIA's library (the last of `all`) only where the build links it. The
+// emulated CUDA build has none, and the case says on stderr which one it leaves out and why.
+template <typename Impl>
+std::vector<Impl> runnable_impls(std::vector<Impl> all, Impl library, const char* library_name) {
+  if (kCudaLibraries) return all;
+  std::erase(all, library);
+  skipped_part(library_name);
+  return all;
+}
 inline void check_close(const Tensor& gpu, const Tensor& cpu, DType dtype, const char* what) {
   check_close(gpu, cpu, elementwise_tolerance(dtype), what);
 }

@@ -69,9 +69,17 @@ void compare_case(const Tensor& x, bool affine, bool fused) {
 }
 }  // namespace
 
+namespace {
+// The process's batch norm implementation for one case, set back however the case ends.
+struct BatchNormImplScope {
+  BatchNormImpl previous = batch_norm_impl();
+  ~BatchNormImplScope() { set_batch_norm_impl(previous); }
+};
+}  // namespace
+
 TEST_CASE("batch norm on the GPU matches the CPU, both implementations") {
-  const BatchNormImpl previous = batch_norm_impl();
-  for (BatchNormImpl impl : {BatchNormImpl::native, BatchNormImpl::cudnn}) {
+  const BatchNormImplScope restore;
+  for (BatchNormImpl impl : runnable_impls({BatchNormImpl::native, BatchNormImpl::cudnn}, BatchNormImpl::cudnn, "cuDNN")) {
     set_batch_norm_impl(impl);
     CAPTURE(batch_norm_impl_name(impl));
     for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
@@ -88,7 +96,6 @@ TEST_CASE("batch norm on the GPU matches the CPU, both implementations") {
           }
     }
   }
-  set_batch_norm_impl(previous);
 }
 
 namespace {

@@ -7,6 +7,7 @@
 #include "core/random.h"
 #include "kernels/conv.h"
 #include "tests/gpu/gpu_compare.h"
+#include "tests/skip.h"
 
 using namespace frugal;
 using namespace frugal::test;
@@ -40,7 +41,7 @@ struct ImplScope {
 }  // namespace
 
 TEST_CASE("conv2d on the GPU: exact on small integers, both implementations, forward and backward") {
-  for (ConvImpl impl : {ConvImpl::native, ConvImpl::cudnn}) {
+  for (ConvImpl impl : runnable_impls({ConvImpl::native, ConvImpl::cudnn}, ConvImpl::cudnn, "cuDNN")) {
     ImplScope scope(impl);
     for (const Case& c : cases()) {
       CAPTURE(conv_impl_name(impl));
@@ -59,7 +60,7 @@ TEST_CASE("conv2d on the GPU: exact on small integers, both implementations, for
 }
 
 TEST_CASE("conv2d on the GPU: close to the CPU on random values in every dtype, non-contiguous inputs") {
-  for (ConvImpl impl : {ConvImpl::native, ConvImpl::cudnn}) {
+  for (ConvImpl impl : runnable_impls({ConvImpl::native, ConvImpl::cudnn}, ConvImpl::cudnn, "cuDNN")) {
     ImplScope scope(impl);
     for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
       for (const Case& c : cases()) {
@@ -82,6 +83,7 @@ TEST_CASE("conv2d on the GPU: close to the CPU on random values in every dtype, 
 }
 
 TEST_CASE("conv2d on the GPU: cuDNN under a zero workspace limit picks an algorithm that needs none") {
+  if (!kCudaLibraries) FRUGAL_SKIP("cuDNN needs a GPU: this build has no cuDNN (FRUGAL_CUDA=emulated)");
   ImplScope scope(ConvImpl::cudnn);
   const std::size_t previous = conv_workspace_limit();
   set_conv_workspace_limit(0);

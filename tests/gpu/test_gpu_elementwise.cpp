@@ -46,7 +46,12 @@ TEST_CASE("reductions on the GPU match the CPU") {
 }
 
 TEST_CASE("GEMM on the GPU: every implementation exact on small integers, close on random values") {
-  for (GemmImpl impl : {GemmImpl::library, GemmImpl::naive, GemmImpl::tiled, GemmImpl::register_blocked}) {
+  struct Restore {
+    GemmImpl previous = gemm_impl(DeviceType::CUDA);
+    ~Restore() { set_gemm_impl(DeviceType::CUDA, previous); }
+  } const restore;
+  for (GemmImpl impl : runnable_impls({GemmImpl::naive, GemmImpl::tiled, GemmImpl::register_blocked, GemmImpl::library},
+                                      GemmImpl::library, "cuBLAS")) {
     set_gemm_impl(DeviceType::CUDA, impl);
     for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
       const Tensor a = randint(-4, 5, {67, 129}, {.dtype = DType::i64}).to(dtype);
@@ -57,7 +62,6 @@ TEST_CASE("GEMM on the GPU: every implementation exact on small integers, close 
       check_close(matmul(x.to(kGpu), y.to(kGpu)), matmul(x, y), accumulation_tolerance(dtype), "matmul");
     }
   }
-  set_gemm_impl(DeviceType::CUDA, GemmImpl::library);
 }
 
 TEST_CASE("softmax and log-softmax on the GPU match the CPU") {

@@ -9,6 +9,9 @@
 #include <vector>
 
 #include "core/random.h"
+#if FRUGAL_CUDA_EMULATED
+#include "emu/emulator.h"
+#endif
 #include "models/registry.h"
 #include "train/run_step.h"
 #include "nn/autograd.h"
@@ -22,6 +25,19 @@ using namespace frugal;
 using namespace frugal::test;
 
 namespace {
+#if FRUGAL_CUDA_EMULATED
+// In the emulated CUDA build whole models run in the kernel emulator, without its shared-memory race
+// checks (most of its time): each kernel they launch is race-checked by its own case of this suite.
+emu::Options without_race_checks() {
+  emu::Options options = emu::options();
+  options.check_hazards = false;
+  return options;
+}
+#define FRUGAL_WHOLE_MODEL_SCOPE const emu::OptionsScope whole_model(without_race_checks())
+#else
+#define FRUGAL_WHOLE_MODEL_SCOPE static_cast<void>(0)
+#endif
+
 const Tensor& named(const nn::StateDict& tensors, const std::string& name) {
   for (const auto& [key, tensor] : tensors)
     if (key == name) return tensor;
@@ -30,6 +46,7 @@ const Tensor& named(const nn::StateDict& tensors, const std::string& name) {
 }  // namespace
 
 TEST_CASE("models: MobileNetV2, ResNet-18 and ResNet-50 on cuda:0 match torchvision's float64 values within the f32 tolerances") {
+  FRUGAL_WHOLE_MODEL_SCOPE;
   for (const FixtureCase& c : fixture_cases()) {
     CAPTURE(c.folder);
     const auto model = models::make_model(c.model, c.options);
@@ -94,6 +111,7 @@ double relative_gradient_error(const SavingStep& a, const SavingStep& b) { retur
 // far more than 1e-10. Compression itself moves the GPU's gradients by ~1e-2 (checked > 1e-4, so
 // that a GPU that silently kept f64 would fail).
 TEST_CASE("below the minimum on cuda:0: MobileNetV2's step with BatchNorm from its output, bit masks and bf16 or int8 is the CPU's") {
+  FRUGAL_WHOLE_MODEL_SCOPE;
   const nn::ActivationSaving from_output{.bn_from_output = true};
   const nn::ActivationSaving compressed[] = {
       {.bn_from_output = true, .bit_masks = true, .compress = nn::SavedCompression::bf16},

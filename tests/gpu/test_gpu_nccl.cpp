@@ -6,6 +6,7 @@
 
 #include "core/cuda_status.h"
 #include "dist/nccl_communicator.h"
+#include "tests/skip.h"
 
 using namespace frugal;
 using namespace frugal::dist;
@@ -17,6 +18,7 @@ std::vector<float> host(const Tensor& t) { return t.to(Device::cpu()).to_vector<
 }  // namespace
 
 TEST_CASE("NCCL communicator, one rank: every collective keeps or copies the one rank's data") {
+  if (!kCudaLibraries) FRUGAL_SKIP("NCCL needs GPUs: this build has no NCCL (FRUGAL_CUDA=emulated)");
   LocalCommunicator bootstrap;
   const std::unique_ptr<Communicator> comm = make_nccl_communicator(bootstrap, 0);
   CHECK(comm->backend() == "nccl");
@@ -43,6 +45,7 @@ TEST_CASE("NCCL communicator, one rank: every collective keeps or copies the one
 }
 
 TEST_CASE("NCCL communicator: the collective waits for the caller's stream and the caller for it") {
+  if (!kCudaLibraries) FRUGAL_SKIP("NCCL needs GPUs: this build has no NCCL (FRUGAL_CUDA=emulated)");
   LocalCommunicator bootstrap;
   const std::unique_ptr<Communicator> comm = make_nccl_communicator(bootstrap, 0);
   Tensor big = zeros({1 << 22}, {.device = kGpu});
