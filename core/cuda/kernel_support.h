@@ -36,47 +36,40 @@ template <typename T>
 using SharedPtr = T*;
 }
 
-#elif defined(FRUGAL_CUDA_SOURCE_EMULATED)
-
-// The FRUGAL_CUDA=emulated build: the same source by the host compiler, in frugal::cuda like the GPU
-// build, against the emulated CUDA runtime (emu/runtime/): a launch is queued on its stream and runs
-// in the kernel emulator when something waits for that stream.
-#include "core/cuda/check.h"
-#include "emu/cuda_emu.h"
-#include "emu/runtime/emulated_runtime.h"
-
-#define FRUGAL_LAUNCH(grid, block, shared_bytes, stream, ...) \
-  ::frugal::emu::runtime::launch_on_stream(#__VA_ARGS__, __VA_ARGS__, grid, block, shared_bytes, stream)
-#define FRUGAL_DYNAMIC_SHARED(type, name) const ::frugal::emu::SharedPtr<type> name = ::frugal::emu::dynamic_shared<type>()
-#define FRUGAL_SHARED_ARRAY(type, name, count)                                         \
-  static __attribute__((section("frugal_shared"))) type frugal_shared_##name[count]; \
-  const ::frugal::emu::SharedPtr<type> name = ::frugal::emu::static_shared(frugal_shared_##name, #name)
-#define FRUGAL_CUDA_NAMESPACE cuda
-namespace frugal::cuda {
-template <typename T>
-using SharedPtr = ::frugal::emu::SharedPtr<T>;
-}
-
-#else
+#else  // the host compiler: the kernel emulator runs the grid
 
 #include "emu/cuda_emu.h"
 
-#define FRUGAL_LAUNCH(grid, block, shared_bytes, stream, ...) \
-  ::frugal::emu::launch(#__VA_ARGS__, __VA_ARGS__, grid, block, shared_bytes, stream)
 #define FRUGAL_DYNAMIC_SHARED(type, name) const ::frugal::emu::SharedPtr<type> name = ::frugal::emu::dynamic_shared<type>()
 // A static array shared by the fibers of the running block (blocks run one at a time, launches take
 // turns). All of them live in one section, which the emulator poisons at every block's start.
 #define FRUGAL_SHARED_ARRAY(type, name, count)                                         \
   static __attribute__((section("frugal_shared"))) type frugal_shared_##name[count]; \
   const ::frugal::emu::SharedPtr<type> name = ::frugal::emu::static_shared(frugal_shared_##name, #name)
-// ... and the emulated build frugal::cuda_emulated::..., so both link into one test and compare.
+
+#if defined(FRUGAL_CUDA_SOURCE_EMULATED)
+// The FRUGAL_CUDA=emulated build: the framework's own launchers, in frugal::cuda as on a GPU, against
+// the emulated CUDA runtime (emu/runtime/): a launch is queued on its stream and runs in the emulator
+// when something waits for that stream.
+#include "core/cuda/check.h"
+#include "emu/runtime/emulated_runtime.h"
+#define FRUGAL_LAUNCH(grid, block, shared_bytes, stream, ...) \
+  ::frugal::emu::runtime::launch_on_stream(#__VA_ARGS__, __VA_ARGS__, grid, block, shared_bytes, stream)
+#define FRUGAL_CUDA_NAMESPACE cuda
+#else
+// The kernel tests: the grid runs at once, and the launchers live in frugal::cuda_emulated, so that
+// they link into one test beside the CPU kernels (and, in a CUDA build, the GPU's) and compare.
+#define FRUGAL_LAUNCH(grid, block, shared_bytes, stream, ...) \
+  ::frugal::emu::launch(#__VA_ARGS__, __VA_ARGS__, grid, block, shared_bytes, stream)
 #define FRUGAL_CUDA_NAMESPACE cuda_emulated
-namespace frugal::cuda_emulated {
+#define FRUGAL_CUDA_CHECK(call) FRUGAL_LIBRARY_CHECK("CUDA (emulated)", call, cudaSuccess, cudaGetErrorString)
+#define FRUGAL_CUDA_CHECK_LAUNCH() FRUGAL_CUDA_CHECK(cudaGetLastError())
+#endif
+
+namespace frugal::FRUGAL_CUDA_NAMESPACE {
 template <typename T>
 using SharedPtr = ::frugal::emu::SharedPtr<T>;
 }
-#define FRUGAL_CUDA_CHECK(call) FRUGAL_LIBRARY_CHECK("CUDA (emulated)", call, cudaSuccess, cudaGetErrorString)
-#define FRUGAL_CUDA_CHECK_LAUNCH() FRUGAL_CUDA_CHECK(cudaGetLastError())
 
 #endif
 
