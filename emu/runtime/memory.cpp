@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -152,11 +153,13 @@ void on_segv(int signal_number, siginfo_t* info, void* context) {
 }  // namespace
 
 void install_fault_handler() {
-  struct sigaction action {};
+  struct sigaction action {}, previous {};
   action.sa_sigaction = on_segv;
   action.sa_flags = SA_SIGINFO | SA_ONSTACK;
   sigemptyset(&action.sa_mask);
-  sigaction(SIGSEGV, &action, &g_previous_segv);
+  sigaction(SIGSEGV, &action, &previous);
+  // Installed twice in a row, it must not hand a fault on to itself.
+  if (!((previous.sa_flags & SA_SIGINFO) && previous.sa_sigaction == on_segv)) g_previous_segv = previous;
 }
 
 namespace {
@@ -222,7 +225,12 @@ void give_range(Arena& arena, std::uintptr_t begin, std::size_t bytes) {
 }
 
 void protect(std::uintptr_t begin, std::size_t bytes, bool accessible) {
-  mprotect(reinterpret_cast<void*>(begin), round_up(bytes, kPage), accessible ? PROT_READ | PROT_WRITE : PROT_NONE);
+  if (mprotect(reinterpret_cast<void*>(begin), round_up(bytes, kPage), accessible ? PROT_READ | PROT_WRITE : PROT_NONE) == 0)
+    return;
+  // Past vm.max_map_count mappings the kernel refuses; going on would fault later with a false story.
+  std::fprintf(stderr, "frugal emulated CUDA: mprotect of %zu bytes at %p failed (%s): too many device blocks "
+               "for the host's vm.max_map_count?\n", bytes, reinterpret_cast<void*>(begin), std::strerror(errno));
+  std::abort();
 }
 
 // A block joins the accessible ones: readable by device work from now on, and for ASan exactly its
@@ -446,7 +454,8 @@ CUresult cuMemAddressReserve(CUdeviceptr* pointer, std::size_t size, std::size_t
   const int device = current_device();
   if (!valid_device(device)) return fail_driver(CUDA_ERROR_INVALID_DEVICE, "cuMemAddressReserve: no current device");
   Arena& arena = memory().arenas[device];
-  const std::uintptr_t begin = take_range(arena, size, std::max(alignment, kGranularity));
+  // + an unmapped guard page, so that chunks mapped at its end never touch the next allocation.
+  const std::uintptr_t begin = take_range(arena, size + kPage, std::max(alignment, kGranularity));
   if (!begin) return fail_driver(CUDA_ERROR_OUT_OF_MEMORY, "cuMemAddressReserve: no address space left for " + std::to_string(size) + " bytes");
   arena.reservations.emplace(begin, size);
   *pointer = begin;
@@ -463,7 +472,7 @@ CUresult cuMemAddressFree(CUdeviceptr pointer, std::size_t size) {
   if (mapped != arena->mappings.end() && mapped->first < pointer + size)
     return fail_driver(CUDA_ERROR_ILLEGAL_STATE, "cuMemAddressFree: " + hex(mapped->first) + " is still mapped (cuMemUnmap first)");
   arena->reservations.erase(pointer);
-  give_range(*arena, pointer, size);
+  give_range(*arena, pointer, size + kPage);
   return CUDA_SUCCESS;
 }
 

@@ -7,8 +7,9 @@
 // result without waiting is wrong, yet often passes, because the work happened to finish first. The
 // emulator makes that luck impossible:
 //   - Work is queued on its stream and runs only when something waits for it: a stream, event or
-//     device synchronize, a blocking copy, or another stream's cudaStreamWaitEvent being run. Until
-//     then nothing of it has happened.
+//     device synchronize, a blocking copy, or another stream's cudaStreamWaitEvent being run; and
+//     a new copy or memset first runs what its stream has queued (see the next point). Until then
+//     nothing of it has happened.
 //   - The destination of a queued copy or memset is filled with 0xFF bytes (NaN, -1) when it is
 //     queued, after the work queued before it on its stream has run (that work may read the old
 //     bytes, legitimately); fresh cudaMalloc, cuMemCreate and cudaHostAlloc memory is filled so too.
@@ -18,7 +19,9 @@
 // but they are not written until it runs; with FRUGAL_ALLOC=direct each output is a fresh, poisoned
 // block, so an early reader sees NaN there too.
 // The legacy default stream (stream 0) waits for every blocking stream of its device and they for
-// it; streams made with cudaStreamNonBlocking wait for nothing they are not told to.
+// it; streams made with cudaStreamNonBlocking wait for nothing they are not told to. Host functions
+// (cudaLaunchHostFunc) run like any queued item: with device memory readable and the runtime's lock
+// held, so one that blocks on another thread's runtime call would deadlock here where a GPU would not.
 //
 // Errors name the call and what was wrong (cudaGetErrorString of the last error gives that account):
 // a copy whose kind contradicts its pointers, a pointer freed while queued work uses it, an event
@@ -26,6 +29,7 @@
 // pageable host pointer. A kernel that fails in the emulator (an out-of-bounds shared access, a
 // race) surfaces at the call that ran it, as asynchronous errors do on a GPU.
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -155,13 +159,23 @@ Item wait_item(CUstream_st* other) {
   return Item{"wait for stream " + hex(other), {}, other, other->submitted, {}};
 }
 
+// Whether work queued on `stream` must wait for `other`'s: the legacy default stream's semantics.
+bool orders_before(const CUstream_st* other, const CUstream_st* stream) {
+  if (other->device != stream->device || other == stream) return false;
+  return stream->legacy ? blocking(other) : (blocking(stream) && other->legacy);
+}
+
+// The streams whose queued work what is queued next on `stream` must wait for.
+std::vector<CUstream_st*> pending_before(const CUstream_st* stream) {
+  std::vector<CUstream_st*> before;
+  for (const auto& other : queues().streams)
+    if (orders_before(other.get(), stream) && other->completed < other->submitted) before.push_back(other.get());
+  return before;
+}
+
 // Queues `item` after the waits the legacy default stream's semantics add.
 void enqueue(CUstream_st* stream, Item item) {
-  for (const auto& other : queues().streams) {
-    if (other->device != stream->device || other.get() == stream || other->completed == other->submitted) continue;
-    const bool orders = stream->legacy ? blocking(other.get()) : (blocking(stream) && other->legacy);
-    if (orders) push(stream, wait_item(other.get()));
-  }
+  for (CUstream_st* other : pending_before(stream)) push(stream, wait_item(other));
   push(stream, std::move(item));
 }
 
@@ -190,6 +204,15 @@ cudaError_t run_all(CUstream_st* stream) {
   if (stream->completed == stream->submitted) return cudaSuccess;
   ++queues().statistics.waits;
   return run_until(stream, stream->submitted);
+}
+
+// Runs everything that must come before new work on `stream`: its own queue, and what the legacy
+// default stream's semantics order before it (the blocking streams for stream 0, stream 0 for a
+// blocking stream). Before a poison fill or a synchronous read.
+cudaError_t settle(CUstream_st* stream) {
+  for (CUstream_st* other : pending_before(stream))
+    if (const cudaError_t error = run_all(other); error != cudaSuccess) return error;
+  return run_all(stream);
 }
 
 const char* kind_name(cudaMemcpyKind kind) {
@@ -234,7 +257,7 @@ cudaError_t copy(const char* call, void* dst, const void* src, std::size_t bytes
   const Use dst_use{reinterpret_cast<std::uintptr_t>(dst), bytes}, src_use{reinterpret_cast<std::uintptr_t>(src), bytes};
   switch (actual) {
     case cudaMemcpyHostToHost: {
-      if (const cudaError_t e = run_all(stream); e != cudaSuccess) return e;
+      if (const cudaError_t e = settle(stream); e != cudaSuccess) return e;
       std::memmove(dst, src, bytes);
       return cudaSuccess;
     }
@@ -246,7 +269,7 @@ cudaError_t copy(const char* call, void* dst, const void* src, std::size_t bytes
       if (from.kind == MemoryKind::pageable)
         staged = std::make_shared<std::vector<unsigned char>>(static_cast<const unsigned char*>(src),
                                                               static_cast<const unsigned char*>(src) + bytes);
-      if (const cudaError_t e = run_all(stream); e != cudaSuccess) return e;
+      if (const cudaError_t e = settle(stream); e != cudaSuccess) return e;
       {
         DeviceAccess access;
         poison(dst, bytes);
@@ -260,7 +283,7 @@ cudaError_t copy(const char* call, void* dst, const void* src, std::size_t bytes
     }
     case cudaMemcpyDeviceToHost: {
       ++s.copies_device_to_host, s.bytes_device_to_host += n;
-      if (const cudaError_t e = run_all(stream); e != cudaSuccess) return e;
+      if (const cudaError_t e = settle(stream); e != cudaSuccess) return e;
       if (!async || to.kind == MemoryKind::pageable) {  // returns only once the copy is complete
         DeviceAccess access;
         std::memcpy(dst, src, bytes);
@@ -272,8 +295,9 @@ cudaError_t copy(const char* call, void* dst, const void* src, std::size_t bytes
     }
     case cudaMemcpyDeviceToDevice: {
       ++s.copies_device_to_device;
-      if (const cudaError_t e = run_all(stream); e != cudaSuccess) return e;
-      {
+      if (const cudaError_t e = settle(stream); e != cudaSuccess) return e;
+      const bool overlapping = dst_use.begin < src_use.begin + bytes && src_use.begin < dst_use.begin + bytes;
+      if (!overlapping) {  // an overlapping copy's source is its destination: poisoning would destroy it
         DeviceAccess access;
         poison(dst, bytes);
       }
@@ -322,6 +346,12 @@ void enqueue_kernel(cudaStream_t stream, const char* name, const std::vector<Ker
   std::lock_guard lock(runtime_mutex());
   CUstream_st* target = nullptr;
   if (resolve(stream, name, target) != cudaSuccess) return;  // the launch's error, for FRUGAL_CUDA_CHECK_LAUNCH
+  if (target->device != current_device()) {
+    fail(cudaErrorInvalidResourceHandle, std::string("kernel ") + name + ": launched on a stream of cuda:" +
+                                             std::to_string(target->device) + " while cuda:" +
+                                             std::to_string(current_device()) + " is current");
+    return;
+  }
   Item item{std::string("kernel ") + name, std::move(work), nullptr, 0, {}};
   for (const KernelPointer& pointer : pointers) {
     if (!pointer.address) continue;
@@ -331,7 +361,15 @@ void enqueue_kernel(cudaStream_t stream, const char* name, const std::vector<Ker
                                         " is " + describe(pointer.address) + ", which a GPU kernel cannot reach");
       return;
     }
-    item.uses.push_back({reinterpret_cast<std::uintptr_t>(pointer.address), 1});
+    if (place.kind == MemoryKind::device && place.device != target->device) {
+      fail(cudaErrorIllegalAddress, std::string("kernel ") + name + ": pointer argument " + std::to_string(pointer.argument) +
+                                        " is " + describe(pointer.address) + ", but the kernel runs on cuda:" +
+                                        std::to_string(target->device) + " (peer access is not emulated)");
+      return;
+    }
+    // From the pointer to the end of its allocation: whatever of it the kernel may touch.
+    const auto address = reinterpret_cast<std::uintptr_t>(pointer.address);
+    item.uses.push_back({address, std::max<std::size_t>(place.begin + place.bytes - address, 1)});
   }
   ++queues().statistics.kernel_launches;
   enqueue(target, std::move(item));
@@ -527,7 +565,7 @@ cudaError_t cudaMemset(void* pointer, int value, std::size_t bytes) {
     return fail(cudaErrorInvalidValue, "cudaMemset: " + describe(pointer) + " does not hold " + std::to_string(bytes) +
                                            " bytes of device memory");
   ++queues().statistics.memsets;
-  if (const cudaError_t e = run_all(stream); e != cudaSuccess) return e;
+  if (const cudaError_t e = settle(stream); e != cudaSuccess) return e;
   {
     DeviceAccess access;
     poison(pointer, bytes);
@@ -634,6 +672,10 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
     return fail(cudaErrorInvalidResourceHandle, "cudaEventRecord: event " + hex(event) + " belongs to cuda:" +
                                                     std::to_string(event->device) + " but the stream to cuda:" +
                                                     std::to_string(target->device) + " (an event is recorded on its own device's streams)");
+  // When the legacy default stream's semantics order other work before it (on stream 0, the
+  // blocking streams' queues; on a blocking stream, stream 0's), the record is a queued marker
+  // after waits for that work.
+  if (!pending_before(target).empty()) enqueue(target, Item{"event record", [] {}, nullptr, 0, {}});
   event->stream = target;
   event->sequence = target->submitted;  // complete once everything queued so far has run
   return cudaSuccess;

@@ -60,7 +60,7 @@ ChildEnd run_in_child(const std::function<void()>& body) {
     // (doctest's own handler would report the case and carry on in the child).
     signal(SIGSEGV, SIG_DFL);
     frugal::emu::runtime::install_fault_handler();
-    freopen("/dev/null", "w", stdout);
+    if (!std::freopen("/dev/null", "w", stdout)) _exit(4);
     dup2(pipe_ends[1], STDERR_FILENO);
     close(pipe_ends[0]);
     body();
@@ -143,6 +143,23 @@ TEST_CASE("emulated runtime: a kernel on another stream reads poison unless an e
     CHECK(cudaStreamDestroy(copy_stream) == cudaSuccess);
     CHECK(cudaFree(device) == cudaSuccess);
   }
+}
+
+TEST_CASE("emulated runtime: stream 0 waits for blocking streams, not for non-blocking ones") {
+  constexpr int n = 32;
+  std::vector<float> host(n, 1.0f), back(n);
+  float* device = nullptr;
+  REQUIRE(cudaMalloc(reinterpret_cast<void**>(&device), n * sizeof(float)) == cudaSuccess);
+  REQUIRE(cudaMemcpy(device, host.data(), n * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
+  cudaStream_t blocking_stream = nullptr;
+  REQUIRE(cudaStreamCreate(&blocking_stream) == cudaSuccess);
+  launch_add_one(device, n, blocking_stream);
+  // A copy on stream 0 comes after the blocking stream's kernel, as CUDA's legacy stream orders it.
+  REQUIRE(cudaMemcpy(back.data(), device, n * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess);
+  CHECK(back[0] == 2.0f);
+  CHECK(cudaStreamQuery(blocking_stream) == cudaSuccess);
+  CHECK(cudaStreamDestroy(blocking_stream) == cudaSuccess);
+  CHECK(cudaFree(device) == cudaSuccess);
 }
 
 TEST_CASE("emulated runtime: a copy whose kind contradicts its pointers is an error naming the call") {
