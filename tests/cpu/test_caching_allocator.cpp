@@ -545,9 +545,11 @@ TEST_CASE("the statistics of what callers asked for agree with the blocks while 
   // invariant checker (which compares them) never sees one without the other.
   CachingAllocator a(std::make_unique<SimulatedBacking>());
   std::atomic<int> running{2};
+  std::atomic<int> checks{0};
+  std::atomic<bool> checker_done{false};
   std::vector<std::thread> threads;
   for (int t = 0; t < 2; ++t)
-    threads.emplace_back([&a, &running, t] {
+    threads.emplace_back([&a, &running, &checks, &checker_done, t] {
       std::mt19937 rng(t);
       MemoryTagScope scope(t == 0 ? MemoryTag::activation : MemoryTag::data);
       std::vector<DataPtr> held;
@@ -555,9 +557,11 @@ TEST_CASE("the statistics of what callers asked for agree with the blocks while 
         if (held.size() > 16 || (rng() % 2 == 0 && !held.empty())) held.pop_back();
         else held.push_back(a.allocate(1 + rng() % (64 * KiB)));
       }
+      // On a loaded machine both threads could finish before the checker's first look: each waits,
+      // still holding its blocks, until at least one check has run beside it.
+      while (checks.load() == 0 && !checker_done.load()) std::this_thread::yield();
       running -= 1;
     });
-  int checks = 0;
   std::string broken;
   while (running > 0 && broken.empty()) {
     try {
@@ -567,6 +571,7 @@ TEST_CASE("the statistics of what callers asked for agree with the blocks while 
       broken = e.what();
     }
   }
+  checker_done = true;
   for (auto& thread : threads) thread.join();
   CHECK_MESSAGE(broken.empty(), broken);
   CHECK(checks > 0);
