@@ -8,6 +8,7 @@
 #include <cmath>
 #include <functional>
 
+#include "core/cuda_status.h"
 #include "core/random.h"
 #include "kernels/batch_norm.h"
 #include "kernels/batch_norm_ops.h"
@@ -241,14 +242,17 @@ TEST_CASE("ChannelWalk visits a channel's elements as (n, s) with additions only
 }
 
 TEST_CASE("batch norm: the implementation switch, and the CPU's one implementation") {
-  CHECK(batch_norm_impl() == BatchNormImpl::cudnn);  // the library by default
+  // The library by default where the build links cuDNN; frugal's kernels where it cannot (a build
+  // without CUDA, or the emulated CUDA build: core/cuda_status.h's kCudaLibraries).
+  const BatchNormImpl by_default = kCudaLibraries ? BatchNormImpl::cudnn : BatchNormImpl::native;
+  CHECK(batch_norm_impl() == by_default);
   CHECK(batch_norm_impl_name(BatchNormImpl::native) == "native");
   const Tensor x = two_channels();
   const Tensor before = batch_norm_train(x, Tensor(), Tensor(), Tensor(), Tensor(), 0.1, kEps).output;
   set_batch_norm_impl(BatchNormImpl::native);
   CHECK(batch_norm_impl() == BatchNormImpl::native);
   CHECK(values(batch_norm_train(x, Tensor(), Tensor(), Tensor(), Tensor(), 0.1, kEps).output) == values(before));
-  set_batch_norm_impl(BatchNormImpl::cudnn);
+  set_batch_norm_impl(by_default);
 }
 
 TEST_CASE("batch norm names the op and the operands on bad input") {
