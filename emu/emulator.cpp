@@ -90,6 +90,9 @@ struct Thread {
 struct Block {
   const char* kernel = "";
   bool abandoning = false;  // a thread failed: the others are resumed only to unwind
+  // t_options.check_hazards at launch, kept here because every shared-memory access asks, and a
+  // thread_local with a dynamic initialiser costs a call to its TLS wrapper each time it is read.
+  bool check_hazards = true;
   std::vector<Thread> threads;
   std::vector<unsigned char> shared;  // dynamic shared memory (operator new aligns it to 16 bytes)
   HazardChecker hazards;
@@ -134,8 +137,14 @@ std::string where(const Block& block, const Thread* thread) {
   return out.str();
 }
 
+[[noreturn, gnu::cold, gnu::noinline]] void report_outside_kernel(const char* what) {
+  FRUGAL_THROW(KernelError, what, " called outside an emulated kernel");
+}
+
+// Called for every index and shared-memory access, hence the report out of line (see report_hazard).
 Thread& running_thread(const char* what) {
-  FRUGAL_CHECK_AS(KernelError, t_thread != nullptr, what, " called outside an emulated kernel");
+  if (t_thread == nullptr) [[unlikely]]
+    report_outside_kernel(what);
   return *t_thread;
 }
 
@@ -417,8 +426,21 @@ const char* access_verb(SharedAccess kind) {
   return "?";
 }
 
+// The reports below are out of line and cold on purpose: check_shared_access runs for every
+// shared-memory word a kernel touches, and an error message built inline gives it a frame of
+// string temporaries that AddressSanitizer poisons and unpoisons on every call (measured: 53% of
+// an ASan emulated training step, 2026-12-05, before they moved here).
+
+// Written as memcheck would: who, how many bytes, where, and which end of the span.
+[[noreturn, gnu::cold, gnu::noinline]] void report_out_of_bounds(const Block& block, const Thread& thread,
+                                                                 const SharedSpan& span, std::ptrdiff_t offset,
+                                                                 std::size_t bytes, SharedAccess kind) {
+  FRUGAL_THROW(KernelError, where(block, &thread), " ", access_verb(kind), " ", bytes, " bytes at offset ", offset, " of ",
+               span_name(span), ", ", offset < 0 ? "before its start" : "past its end", " (", span.bytes, " bytes)");
+}
+
 // Written as compute-sanitizer's racecheck would: the kind, where, and both threads.
-[[noreturn]] void report_hazard(const Block& block, const Thread& thread, SharedAccess kind, const Hazard& hazard,
+[[noreturn, gnu::cold, gnu::noinline]] void report_hazard(const Block& block, const Thread& thread, SharedAccess kind, const Hazard& hazard,
                                 const SharedSpan& span, std::ptrdiff_t offset) {
   const Thread& earlier = block.threads[static_cast<std::size_t>(hazard.earlier_thread)];
   const int warp = thread.linear / kWarpSize;
@@ -492,11 +514,10 @@ SharedSpan dynamic_shared_span() {
 void* check_shared_access(const SharedSpan& span, std::ptrdiff_t offset, std::size_t bytes, SharedAccess kind) {
   const Thread& thread = running_thread("a shared-memory access");
   const Block& block = *t_block;
-  if (offset < 0 || static_cast<std::size_t>(offset) + bytes > span.bytes)
-    FRUGAL_THROW(KernelError, where(block, &thread), " ", access_verb(kind), " ", bytes, " bytes at offset ", offset, " of ",
-                 span_name(span), ", ", offset < 0 ? "before its start" : "past its end", " (", span.bytes, " bytes)");
+  if (offset < 0 || static_cast<std::size_t>(offset) + bytes > span.bytes) [[unlikely]]
+    report_out_of_bounds(block, thread, span, offset, bytes, kind);
   unsigned char* address = span.begin + offset;
-  if (!t_options.check_hazards) return address;
+  if (!block.check_hazards) return address;
   // Static arrays share one region, the section; dynamic shared memory is its own.
   const bool dynamic = span.name == nullptr;
   const std::ptrdiff_t span_start = dynamic ? 0 : span.begin - reinterpret_cast<unsigned char*>(__start_frugal_shared);
@@ -516,6 +537,7 @@ void run_grid(const char* kernel, dim3 grid, dim3 block_dim, std::size_t shared_
   std::lock_guard lock(g_launch_mutex);
   Block block;
   block.kernel = kernel;
+  block.check_hazards = t_options.check_hazards;
   block.shared.resize(shared_bytes);
   const std::size_t count = std::size_t{block_dim.x} * block_dim.y * block_dim.z;
   struct Reset {
