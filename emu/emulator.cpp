@@ -107,8 +107,9 @@ extern "C" char __stop_frugal_shared[] __attribute__((weak));
 std::mutex g_launch_mutex;
 
 // Every thread starts from the defaults, except that FRUGAL_EMULATOR_HAZARDS=0 turns the race checks
-// off for the whole process: a whole training step in the emulated CUDA build spends about 60% of
-// its time checking shared-memory accesses that the kernel tests already check one kernel at a time.
+// off for the whole process: a whole training step in the emulated CUDA build spends about 40% of
+// its time checking shared-memory accesses that the kernel tests already check one kernel at a time
+// (docs/cuda-emulator.md has the measurement).
 Options initial_options() {
   static const Options initial = [] {
     Options o;

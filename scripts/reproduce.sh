@@ -192,6 +192,11 @@ if [ -n "$emulated_bin" ]; then
   timed emulated-train-cnn-cpu "$emulated_bin/frugal" train --device cpu --model cnn --steps 3 --no-eval \
     --json "$out/emulated-train-cnn-cpu.json"
   timed sample-15_emulated_gpu_step env FRUGAL_EMULATOR_HAZARDS=0 "$emulated_bin/15_emulated_gpu_step"
+  # docs/cuda-emulator.md's share of a step spent in the race checks: one step with them, one without.
+  for hazards in 1 0; do
+    timed "emulated-step-cnn-cuda-hazards$hazards" env FRUGAL_EMULATOR_HAZARDS=$hazards "$emulated_bin/frugal" train \
+      --device cuda:0 --model cnn --steps 1 --workers 0 --no-eval
+  done
 fi
 
 # ---- the long entries (--long) ------------------------------------------------------------------

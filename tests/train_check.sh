@@ -909,6 +909,9 @@ PY
     # allocator's peaks the same bytes. A small MobileNetV2 (width 0.25, batch 8, 2 steps): BatchNorm
     # over 8 samples amplifies the rounding differences (measured 1.4e-4), so losses within 1e-3.
     "$frugal" info | grep -q "emulated runtime" || { echo "skipped: not the emulated CUDA build"; exit 77; }
+    # A mistyped device count is an error naming the variable, not quietly one device.
+    if FRUGAL_EMULATED_DEVICES=2x "$frugal" info >"$dir/out" 2>"$dir/err"; then fail "FRUGAL_EMULATED_DEVICES=2x was accepted"; fi
+    grep -q "FRUGAL_EMULATED_DEVICES=2x: .*whole number from 1 to 8" "$dir/err" || fail "FRUGAL_EMULATED_DEVICES=2x: $(cat "$dir/err")"
     make_subset "$dir" 192 64
     export FRUGAL_EMULATOR_HAZARDS=0  # the kernels' race checks run in the GPU suite, kernel by kernel
     for model in cnn mobilenet_v2; do

@@ -28,6 +28,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/error.h"
 #include "emu/runtime/state.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -103,12 +104,16 @@ ArenaBounds g_bounds[kMaxDevices];
 int g_bound_count = 0;
 struct sigaction g_previous_segv {};
 
+// An unset variable means the default; a set one must be a whole number in [low, high], or the
+// first CUDA call fails saying so (a typo must not quietly give a different device).
 std::size_t environment_number(const char* name, std::size_t fallback, std::size_t low, std::size_t high) {
   const char* text = std::getenv(name);
   if (!text || !*text) return fallback;
   char* end = nullptr;
+  errno = 0;
   const unsigned long long value = std::strtoull(text, &end, 10);
-  if (end == text || *end != '\0' || value < low || value > high) return fallback;
+  FRUGAL_CHECK_VALUE(*text != '-' && end != text && *end == '\0' && errno == 0 && value >= low && value <= high, name,
+                     "=", text, ": the emulated CUDA runtime needs a whole number from ", low, " to ", high);
   return static_cast<std::size_t>(value);
 }
 
@@ -334,6 +339,11 @@ void poison(void* pointer, std::size_t bytes) {
   counters().poisoned_bytes += static_cast<std::int64_t>(bytes);
 }
 
+void poison_device(void* pointer, std::size_t bytes) {
+  DeviceAccess access;
+  poison(pointer, bytes);
+}
+
 }  // namespace frugal::emu::runtime
 
 using namespace frugal::emu::runtime;
@@ -356,10 +366,7 @@ cudaError_t cudaMalloc(void** pointer, std::size_t bytes) {
   if (!begin) return fail(cudaErrorMemoryAllocation, "cudaMalloc: the emulated device's address space is exhausted");
   arena.used += bytes;
   add_block(arena, begin, bytes, true);
-  {
-    DeviceAccess access;  // fresh device memory reads as NaN until written: uninitialised reads show
-    poison(reinterpret_cast<void*>(begin), bytes);
-  }
+  poison_device(reinterpret_cast<void*>(begin), bytes);  // fresh memory reads as NaN until written
   *pointer = reinterpret_cast<void*>(begin);
   return cudaSuccess;
 }

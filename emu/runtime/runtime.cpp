@@ -270,10 +270,7 @@ cudaError_t copy(const char* call, void* dst, const void* src, std::size_t bytes
         staged = std::make_shared<std::vector<unsigned char>>(static_cast<const unsigned char*>(src),
                                                               static_cast<const unsigned char*>(src) + bytes);
       if (const cudaError_t e = settle(stream); e != cudaSuccess) return e;
-      {
-        DeviceAccess access;
-        poison(dst, bytes);
-      }
+      poison_device(dst, bytes);
       Item item{what, [=] { std::memcpy(dst, staged ? staged->data() : src, bytes); }, nullptr, 0, {dst_use}};
       if (!staged) item.uses.push_back(src_use);
       enqueue(stream, std::move(item));
@@ -297,10 +294,7 @@ cudaError_t copy(const char* call, void* dst, const void* src, std::size_t bytes
       ++s.copies_device_to_device;
       if (const cudaError_t e = settle(stream); e != cudaSuccess) return e;
       const bool overlapping = dst_use.begin < src_use.begin + bytes && src_use.begin < dst_use.begin + bytes;
-      if (!overlapping) {  // an overlapping copy's source is its destination: poisoning would destroy it
-        DeviceAccess access;
-        poison(dst, bytes);
-      }
+      if (!overlapping) poison_device(dst, bytes);  // an overlapping copy's source is its destination
       enqueue(stream, Item{what, [=] { std::memmove(dst, src, bytes); }, nullptr, 0, {dst_use, src_use}});
       return cudaSuccess;
     }
@@ -560,16 +554,12 @@ cudaError_t cudaMemset(void* pointer, int value, std::size_t bytes) {
   if (const cudaError_t e = resolve(nullptr, "cudaMemset", stream); e != cudaSuccess) return e;
   if (bytes == 0) return cudaSuccess;
   const Place place = locate(pointer);
-  if (place.kind != MemoryKind::device || place.begin == 0 ||
-      reinterpret_cast<std::uintptr_t>(pointer) + bytes > place.begin + place.bytes)
-    return fail(cudaErrorInvalidValue, "cudaMemset: " + describe(pointer) + " does not hold " + std::to_string(bytes) +
-                                           " bytes of device memory");
+  if (place.kind != MemoryKind::device)
+    return fail(cudaErrorInvalidValue, "cudaMemset: " + describe(pointer) + " is not device memory");
+  if (const cudaError_t e = check_range("cudaMemset", "destination", pointer, bytes, place); e != cudaSuccess) return e;
   ++queues().statistics.memsets;
   if (const cudaError_t e = settle(stream); e != cudaSuccess) return e;
-  {
-    DeviceAccess access;
-    poison(pointer, bytes);
-  }
+  poison_device(pointer, bytes);
   enqueue(stream, Item{"cudaMemset, " + std::to_string(bytes) + " bytes", [=] { std::memset(pointer, value, bytes); },
                        nullptr, 0, {{reinterpret_cast<std::uintptr_t>(pointer), bytes}}});
   return cudaSuccess;

@@ -57,6 +57,8 @@ class DeviceAccess {
 // Fills with 0xFF bytes (NaN in every floating dtype, -1 in the signed ones); device memory needs a
 // DeviceAccess.
 void poison(void* pointer, std::size_t bytes);
+// poison() on device memory, opening it to the host for the fill only.
+void poison_device(void* pointer, std::size_t bytes);
 
 // ---- queues (runtime.cpp): what pending work on any stream reads or writes [begin, begin + bytes);
 // empty when nothing does.
