@@ -71,7 +71,7 @@ void print_plan(const train::TrainOptions& o, const train::MemoryPlan& plan, int
   std::printf("%s, batch %lld x %lld of %lldx%lld, %s%s%s%s: predicted peak %s allocated (in %s), %s reserved\n",
               o.model.c_str(), static_cast<long long>(o.accum), static_cast<long long>(o.batch_size),
               static_cast<long long>(o.image_size), static_cast<long long>(o.image_size),
-              train::optimizer_name(o.optimizer).c_str(), o.amp ? (", autocast " + std::string(dtype_name(*o.amp))).c_str() : "",
+              (train::optimizer_name(o.optimizer) + (o.optimizer_in_backward ? " in backward" : "")).c_str(), o.amp ? (", autocast " + std::string(dtype_name(*o.amp))).c_str() : "",
               checkpoint_words(o).c_str(), ddp_words(o).c_str(), size(plan.peak_bytes).c_str(),
               plan.peak_phase.c_str(), size(plan.peak_reserved_bytes).c_str());
   std::printf("device needed: %s (the smallest --memory-limit the run fits in, fragmentation included)\n",
@@ -80,6 +80,9 @@ void print_plan(const train::TrainOptions& o, const train::MemoryPlan& plan, int
   for (const train::PhasePlan& p : plan.phases)
     std::printf("%-16s %12s %12s %12s\n", p.name.c_str(), size(p.start_bytes).c_str(), size(p.peak_bytes).c_str(),
                 size(p.end_bytes).c_str());
+  std::printf("(allocated bytes over the %d planned steps: start when the phase first began, in step 1, before the\n"
+              "optimizer has state; peak the most at any moment of it; end when it last ended, in step %d)\n",
+              train::kPlannedSteps, train::kPlannedSteps);
   std::printf("\n%-28s %-22s %11s %11s %11s %11s %11s\n", "layer", "type", "params", "grads", "optimizer", "saved", "workspace");
   train::LayerPlan total{.name = "total"};
   for (const train::LayerPlan& l : grouped(plan.layers, depth)) {
@@ -105,14 +108,15 @@ void print_plan(const train::TrainOptions& o, const train::MemoryPlan& plan, int
 }
 
 void print_budget(const std::vector<train::BudgetOption>& options, std::int64_t budget) {
-  std::printf("\nunder a budget of %s (fits: the device needed is within it):\n%-5s %11s %6s %11s %5s %-30s %15s %13s  %s\n",
-              size(budget).c_str(), "fits", "micro-batch", "accum", "checkpoint", "bf16", "saving", "predicted peak",
+  std::printf("\nunder a budget of %s (fits: the device needed is within it):\n%-5s %11s %6s %11s %5s %-30s %6s %15s %13s  %s\n",
+              size(budget).c_str(), "fits", "micro-batch", "accum", "checkpoint", "bf16", "saving", "in-bwd", "predicted peak",
               "device needed", "cost, or why not");
   for (const train::BudgetOption& b : options) {
     const std::string why = b.fits ? b.cost : size(b.device_needed_bytes - budget) + " over (" + b.cost + ")";
-    std::printf("%-5s %11lld %6lld %11s %5s %-30s %15s %13s  %s\n", b.fits ? "yes" : "no", static_cast<long long>(b.batch_size),
+    std::printf("%-5s %11lld %6lld %11s %5s %-30s %6s %15s %13s  %s\n", b.fits ? "yes" : "no", static_cast<long long>(b.batch_size),
                 static_cast<long long>(b.accum), b.checkpoint_blocks.str().c_str(), b.bf16 ? "yes" : "no",
-                b.saving.str().c_str(), size(b.peak_bytes).c_str(), size(b.device_needed_bytes).c_str(), why.c_str());
+                b.saving.str().c_str(), b.optimizer_in_backward ? "yes" : "no", size(b.peak_bytes).c_str(),
+                size(b.device_needed_bytes).c_str(), why.c_str());
   }
   if (options.empty() || !options.front().fits) std::printf("nothing fits: a smaller model or a larger device is needed\n");
 }
@@ -122,7 +126,8 @@ nlohmann::json budget_json(const std::vector<train::BudgetOption>& options, std:
   for (const train::BudgetOption& b : options)
     j["options"].push_back({{"batch_size", b.batch_size}, {"accum", b.accum}, {"checkpoint_blocks", b.checkpoint_blocks.str()},
                             {"recomputed", b.recomputed},
-                            {"bf16", b.bf16}, {"activation_saving", b.saving.str()}, {"peak_bytes", b.peak_bytes},
+                            {"bf16", b.bf16}, {"activation_saving", b.saving.str()},
+                            {"optimizer_in_backward", b.optimizer_in_backward}, {"peak_bytes", b.peak_bytes},
                             {"device_needed_bytes", b.device_needed_bytes}, {"fits", b.fits}, {"cost", b.cost}});
   return j;
 }
@@ -133,6 +138,7 @@ nlohmann::json plan_json(const train::TrainOptions& o, const train::MemoryPlan& 
                    {"accum", o.accum},
                    {"image_size", o.image_size},
                    {"optimizer", train::optimizer_name(o.optimizer)},
+                   {"optimizer_in_backward", o.optimizer_in_backward},
                    {"amp", o.amp ? nlohmann::json(std::string(dtype_name(*o.amp))) : nlohmann::json(nullptr)},
                    {"checkpoint_activations", o.checkpoint_activations},
                    {"checkpoint_blocks", models::checkpointed_blocks(o.checkpoint_activations, o.checkpoint_blocks).str()},

@@ -5,7 +5,8 @@
 //     memory: --checkpoint-activations, --checkpoint-blocks, --(no-)inplace-activations, and what the
 //     graph saves: --bn-from-output, --bit-masks, --compress-activations (nn/saved_activations.h);
 //   StepFlags (train, plan; eval: --batch-size, --workers, --image-size, --num-classes): what one
-//     step is: --batch-size, --accum, --optimizer, --momentum, --amp, --workers, --image-size, --num-classes;
+//     step is: --batch-size, --accum, --optimizer, --optimizer-in-backward, --momentum, --amp, --workers,
+//     --image-size, --num-classes;
 //   DdpFlags (train, plan): --bucket-cap, --bucket-views, --zero1 (how many ranks differs: `train --ddp`
 //     takes mpirun's, `plan --ddp N` N);
 //   DataFlags (train, eval): --data, --test-data;  DeviceFlag (train, eval): --device.
@@ -54,6 +55,7 @@ struct StepFlags {
   std::optional<double> momentum;
   std::optional<int> workers;
   std::string optimizer, amp;
+  bool optimizer_in_backward = false;
 
   void add_to(CLI::App& command, FlagsFor flags_for);
   bool batch_size_given() const { return !batch_size.empty() && batch_size != "auto"; }

@@ -43,7 +43,7 @@ int report_out_of_memory(const OutOfMemoryError& e, const train::TrainOptions& o
   if (const auto* explained = dynamic_cast<const train::TrainingOutOfMemoryError*>(&e))
     std::cerr << train::describe(explained->explanation());
   std::cerr << "Smaller batches (--batch-size, with --accum to keep the effective batch), --checkpoint-blocks, "
-               "--checkpoint-activations, --bn-from-output, --compress-activations or --amp bf16 need less. "
+               "--checkpoint-activations, --bn-from-output, --compress-activations, --optimizer-in-backward or --amp bf16 need less. "
             << (o.save.empty() ? "" : "The last checkpoint, " + o.save + ", is intact.") << "\n";
   return kExitOutOfMemory;
 }
@@ -213,7 +213,7 @@ void refuse_impossible(const train::TrainOptions& o, const train::MemoryPlan& pl
   FRUGAL_THROW(OutOfMemoryError, "the plan of this run allocates ", format_size(static_cast<std::size_t>(plan.peak_bytes)),
                " at its peak (in ", plan.peak_phase, "), more than --memory-limit ", format_size(*o.memory_limit),
                ": it cannot fit, so it was not started. Smaller batches (--batch-size, with --accum to keep the "
-               "effective batch), --checkpoint-activations or --amp bf16 need less: frugal plan --budget ",
+               "effective batch), --checkpoint-activations, --optimizer-in-backward or --amp bf16 need less: frugal plan --budget ",
                format_size(*o.memory_limit), " ranks them; --no-plan-check starts it anyway");
 }
 

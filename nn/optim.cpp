@@ -63,12 +63,23 @@ void Optimizer::create_state(const Tensor& param, ParamState& state) const {
 }
 
 void Optimizer::step() {
+  step_selected([](std::size_t) { return true; });
+}
+
+void Optimizer::step_parameter(std::size_t index) {
+  FRUGAL_CHECK_INDEX(index < state_.size(), name_, ".step_parameter: parameter ", index, " of ", state_.size());
+  step_selected([index](std::size_t i) { return i == index; });
+}
+
+void Optimizer::step_selected(const std::function<bool(std::size_t)>& selected) {
   autograd::NoGradGuard no_grad;
   std::size_t index = 0;  // the parameter's number over all groups
   for (const ParamGroup& group : groups_) {
     std::vector<Batch> batches;
     for (const Tensor& param : group.params) {
-      ParamState& state = state_[index++];
+      const std::size_t number = index++;
+      if (!selected(number)) continue;
+      ParamState& state = state_[number];
       const Tensor grad = autograd::grad(param);
       if (!grad.defined()) continue;
       if (state.step == 0) create_state(param, state);

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -47,6 +48,11 @@ class Optimizer {
 
   // One update of every parameter that has a gradient, with no autograd recording.
   virtual void step();
+  // The same update of parameter `index` alone (numbered over all groups in order), if it has a
+  // gradient: the arithmetic step() does for it, one kernel call of one tensor. What
+  // OptimizerInBackward (nn/optimizer_in_backward.h) runs the moment a gradient is complete.
+  void step_parameter(std::size_t index);
+  std::size_t parameter_count() const { return state_.size(); }
   // Forgets every gradient: set_to_none frees their memory (PyTorch >= 2.0's default); otherwise
   // they are filled with zeros and kept.
   virtual void zero_grad(bool set_to_none = true);
@@ -88,6 +94,7 @@ class Optimizer {
     std::int64_t step = 0;        // steps this parameter has taken
   };
   void create_state(const Tensor& param, ParamState& state) const;
+  void step_selected(const std::function<bool(std::size_t index)>& selected);
 
   std::vector<ParamGroup> groups_;
   std::vector<std::string> state_names_;

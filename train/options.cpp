@@ -54,6 +54,15 @@ void validate(const TrainOptions& o) {
                      o.num_classes.value_or(0));
   FRUGAL_CHECK_VALUE(!o.amp || *o.amp == DType::f16 || *o.amp == DType::bf16, "--amp must be f16 or bf16");
   FRUGAL_CHECK_VALUE(o.save_every >= 0, "--save-every must be >= 0, got ", o.save_every);
+  // Each of these needs every gradient complete before any update (nn/optimizer_in_backward.h).
+  if (o.optimizer_in_backward) {
+    FRUGAL_CHECK_VALUE(o.accum == 1, "--optimizer-in-backward updates each weight inside backward, but with --accum ",
+                       o.accum, " a gradient is complete only in the last micro-batch: use one or the other");
+    FRUGAL_CHECK_VALUE(o.amp != DType::f16, "--optimizer-in-backward cannot run with --amp f16: its loss scaler checks "
+                       "every gradient for overflow before any update (--amp bf16 needs no scaler)");
+    FRUGAL_CHECK_VALUE(!o.ddp, "--optimizer-in-backward cannot run with --ddp: each gradient must be averaged over the "
+                       "ranks before its update");
+  }
   FRUGAL_CHECK_VALUE(o.save_every == 0 || !o.save.empty(), "--save-every needs --save FILE");
   // --checkpoint-activations means every block; with a --checkpoint-blocks naming fewer, one of the
   // two is a mistake, and which one cannot be guessed.

@@ -55,6 +55,8 @@ struct TrainOptions {
   std::int64_t batch_size = 64;
   std::int64_t accum = 1;                    // micro-batches of batch_size per optimizer step
   OptimizerKind optimizer = OptimizerKind::adamw;
+  bool optimizer_in_backward = false;        // each update inside backward, its gradient freed at once
+                                             // (nn/optimizer_in_backward.h): the same numbers
   double lr = 1e-2;
   double momentum = 0.9;                     // SGD's momentum; AdamW's beta1
   double weight_decay = 0.05;                // on weights only: biases and norm parameters are not decayed

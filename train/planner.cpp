@@ -27,11 +27,6 @@ namespace {
 // Room for every event of the planned steps of a large model (ResNet-50 at batch 256 records about
 // 20 000 a step).
 constexpr std::size_t kMaxEvents = std::size_t{1} << 22;
-// The first step makes the optimizer's state and the second is what every later step looks like, as
-// far as what is allocated goes; how the freed blocks are reused, and so what is reserved, settles
-// over a few more (measured against whole epochs: docs/memory-guide.md).
-constexpr int kPlannedSteps = 6;
-
 // A point in the allocator's record: a phase starts, or a layer's forward starts or ends.
 struct Mark {
   enum class Kind : std::uint8_t { phase, enter, exit };
@@ -413,6 +408,7 @@ std::string cost_words(const BudgetOption& b, const TrainOptions& given) {
     else add("recompute blocks " + b.checkpoint_blocks.str() + " (" + std::to_string(static_cast<int>(100 * b.recomputed + 0.5)) +
              "% of the blocks)");
   }
+  if (b.optimizer_in_backward && !given.optimizer_in_backward) add("optimizer in backward (the same numbers)");
   if (b.bf16 && given.amp != DType::bf16) add("bf16 autocast (changes the numbers)");
   if (b.saving.str() != given.saving.str()) {
     if (b.saving.bn_from_output && !given.saving.bn_from_output) add("BatchNorm from its output (rebuilt in backward)");
@@ -437,6 +433,26 @@ std::vector<BudgetOption> fit_budget(const TrainOptions& options, std::int64_t b
   const std::int64_t samples = options.batch_size * options.accum;
   const std::int64_t blocks = block_count(options);
   std::vector<BudgetOption> found;
+  // Plans one combination, unless an earlier loop already did.
+  const auto consider = [&](BudgetOption b) {
+    const bool duplicate = std::any_of(found.begin(), found.end(), [&b](const BudgetOption& f) {
+      return f.batch_size == b.batch_size && f.checkpoint_blocks == b.checkpoint_blocks && f.bf16 == b.bf16 &&
+             f.saving.str() == b.saving.str() && f.optimizer_in_backward == b.optimizer_in_backward;
+    });
+    if (duplicate) return;
+    TrainOptions o = with_blocks(options, b.checkpoint_blocks);
+    o.batch_size = b.batch_size;
+    o.accum = b.accum;
+    o.saving = b.saving;
+    o.optimizer_in_backward = b.optimizer_in_backward;
+    if (b.bf16) o.amp = DType::bf16;
+    const MemoryPlan plan = plan_memory(o, shape);
+    b.peak_bytes = plan.peak_bytes;
+    b.device_needed_bytes = plan.device_needed_bytes;
+    b.fits = b.device_needed_bytes <= budget_bytes;
+    b.cost = cost_words(b, options);
+    found.push_back(std::move(b));
+  };
   for (const bool bf16 : {options.amp == DType::bf16, true}) {
     for (const models::BlockSelection& checkpoint : checkpoint_candidates(options)) {
       for (const nn::ActivationSaving& saving : saving_candidates(options)) {
@@ -449,23 +465,14 @@ std::vector<BudgetOption> fit_budget(const TrainOptions& options, std::int64_t b
                          .checkpoint_blocks = checkpoint,
                          .recomputed = static_cast<double>(checkpoint.count(blocks)) / static_cast<double>(blocks),
                          .bf16 = bf16,
-                         .saving = saving};
-          const bool duplicate = std::any_of(found.begin(), found.end(), [&b](const BudgetOption& f) {
-            return f.batch_size == b.batch_size && f.checkpoint_blocks == b.checkpoint_blocks && f.bf16 == b.bf16 &&
-                   f.saving.str() == b.saving.str();
-          });
-          if (duplicate) continue;
-          TrainOptions o = with_blocks(options, checkpoint);
-          o.batch_size = b.batch_size;
-          o.accum = b.accum;
-          o.saving = saving;
-          if (bf16) o.amp = DType::bf16;
-          const MemoryPlan plan = plan_memory(o, shape);
-          b.peak_bytes = plan.peak_bytes;
-          b.device_needed_bytes = plan.device_needed_bytes;
-          b.fits = b.device_needed_bytes <= budget_bytes;
-          b.cost = cost_words(b, options);
-          found.push_back(std::move(b));
+                         .saving = saving,
+                         .optimizer_in_backward = options.optimizer_in_backward};
+          consider(b);
+          // The optimizer in backward needs each gradient final inside backward (train/options.cpp).
+          if (!b.optimizer_in_backward && accum == 1 && !options.ddp && (bf16 || options.amp != DType::f16)) {
+            b.optimizer_in_backward = true;
+            consider(b);
+          }
         }
       }
     }
@@ -521,6 +528,11 @@ std::vector<std::pair<std::string, TrainOptions>> fix_candidates(const TrainOpti
     TrainOptions o = failing;
     o.amp = DType::bf16;
     changes.emplace_back("--amp bf16", o);
+  }
+  if (!failing.optimizer_in_backward && failing.accum == 1 && failing.amp != DType::f16 && !failing.ddp) {
+    TrainOptions o = failing;
+    o.optimizer_in_backward = true;
+    changes.emplace_back("--optimizer-in-backward", o);
   }
   if (!failing.saving.bn_from_output) {
     TrainOptions o = failing;

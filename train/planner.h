@@ -50,9 +50,16 @@ struct LayerPlan {
   std::int64_t workspace_bytes = 0;  // the most workspace-tagged bytes alive during its forward calls
 };
 
+// The optimizer steps a plan runs. The first makes the optimizer's state and the second is what every
+// later step looks like, as far as what is allocated goes; how the freed blocks are reused, and so
+// what is reserved, settles over a few more (measured against whole epochs: docs/memory-guide.md).
+inline constexpr int kPlannedSteps = 6;
+
+// One phase over the planned steps. Allocated bytes (block sizes): at the phase's first start (in
+// step 1, before the optimizer has state), its last end (in step kPlannedSteps), the most in between.
 struct PhasePlan {
   std::string name = {};  // init, forward, backward, optimizer step
-  std::int64_t start_bytes = 0, end_bytes = 0, peak_bytes = 0;  // allocated (block sizes)
+  std::int64_t start_bytes = 0, end_bytes = 0, peak_bytes = 0;
   std::int64_t peak_reserved_bytes = 0;
 };
 
@@ -114,6 +121,7 @@ struct BudgetOption {
   double recomputed = 0.0;  // the fraction of the model's blocks that is: the recompute cost's measure
   bool bf16 = false;
   nn::ActivationSaving saving = {};  // what the graph saves (nn/saved_activations.h)
+  bool optimizer_in_backward = false;  // --optimizer-in-backward (one micro-batch per step only)
   std::int64_t peak_bytes = 0;           // allocated at the peak
   std::int64_t device_needed_bytes = 0;  // the smallest device it runs on (MemoryPlan::device_needed_bytes)
   bool fits = false;                     // device_needed_bytes is within the budget
@@ -124,8 +132,10 @@ struct BudgetOption {
 // micro-batches, down to 2 samples each), the checkpointed blocks (as given; the first quarter, half
 // and three quarters of the blocks, where the feature maps, and so the activations, are largest; all),
 // autocast as given or bf16, and (with the blocks as given) what the graph saves: as given,
-// BatchNorm from its output, and that with bit masks and bf16 compression; each planned. Sorted:
-// those that fit first, cheapest first (no change; then more micro-batches, which cost speed only;
+// BatchNorm from its output, and that with bit masks and bf16 compression; and, with one micro-batch
+// per step (no f16 loss scaling, no DDP), the optimizer in backward; each planned. Sorted:
+// those that fit first, cheapest first (no change, or the optimizer in backward, which costs nothing;
+// then more micro-batches, which cost speed only;
 // then recomputing, the fewer blocks the cheaper: all of them costs about one more forward, and
 // BatchNorm from its output is priced as recomputing a third of the blocks (kRebuildCost in
 // planner.cpp); then bf16 autocast or compression, which change the numbers), those that do not by

@@ -93,6 +93,7 @@ Recipe make_recipe(const nn::Module& model, dist::DistributedDataParallel* ddp, 
   r.schedule = make_schedule(*r.optimizer, o, total_steps);
   r.scaler = std::make_unique<nn::GradScaler>(kInitialScale, kGrowthFactor, kBackoffFactor, kGrowthInterval,
                                               /*enabled=*/o.amp == DType::f16);
+  if (o.optimizer_in_backward) r.in_backward = std::make_unique<nn::OptimizerInBackward>(*r.optimizer);
   return r;
 }
 

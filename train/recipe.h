@@ -14,6 +14,7 @@
 #include "nn/lr_schedule.h"
 #include "nn/module.h"
 #include "nn/optim.h"
+#include "nn/optimizer_in_backward.h"
 #include "train/options.h"
 #include "train/step.h"
 
@@ -28,15 +29,17 @@ std::unique_ptr<nn::Optimizer> make_optimizer(const nn::Module& model, dist::Dis
                                               const TrainOptions& options);
 
 // What updates the weights: the optimizer, its schedule laid over `total_steps` optimizer steps, and
-// the GradScaler (enabled with --amp f16 only; a disabled one passes everything through).
+// the GradScaler (enabled with --amp f16 only; a disabled one passes everything through), and with
+// --optimizer-in-backward the hooks that run the optimizer inside backward.
 struct Recipe {
   std::unique_ptr<nn::Optimizer> optimizer;
   std::unique_ptr<nn::LRScheduler> schedule;
   std::unique_ptr<nn::GradScaler> scaler;
+  std::unique_ptr<nn::OptimizerInBackward> in_backward;  // --optimizer-in-backward: the optimizer's hooks
 
   // The step's view of them, for `model` (and its DDP wrapper, if any).
   StepParts parts(nn::Module& model, dist::DistributedDataParallel* ddp) const {
-    return {model, optimizer.get(), scaler.get(), schedule.get(), ddp};
+    return {model, optimizer.get(), scaler.get(), schedule.get(), ddp, in_backward.get()};
   }
 };
 Recipe make_recipe(const nn::Module& model, dist::DistributedDataParallel* ddp, const TrainOptions& options,

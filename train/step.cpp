@@ -9,6 +9,7 @@
 #include "nn/functional.h"
 #include "nn/grad_scaler.h"
 #include "nn/lr_schedule.h"
+#include "nn/optimizer_in_backward.h"
 #include "train/memory_context.h"
 #include "train/options.h"
 
@@ -86,13 +87,26 @@ StepResult optimizer_step(const StepParts& parts, const StepRecipe& recipe, std:
   FRUGAL_CHECK(parts.optimizer != nullptr, "optimizer_step: no optimizer");
   FRUGAL_CHECK_VALUE(micro_batches >= 1, "optimizer_step: ", micro_batches, " micro-batches");
   StepResult result;
+  // The optimizer in backward: armed for the step's one backward, which updates each parameter as
+  // its gradient completes and frees the gradient (nn/optimizer_in_backward.h).
+  std::optional<nn::OptimizerInBackward::Armed> in_backward;
+  if (parts.in_backward) {
+    FRUGAL_CHECK_VALUE(micro_batches == 1 && !parts.ddp && !(parts.scaler && parts.scaler->is_enabled()),
+                       "training step: the optimizer in backward needs one micro-batch per step, no DDP and no f16 "
+                       "loss scaling (each needs every gradient complete before any update)");
+    in_backward.emplace(*parts.in_backward);
+  }
   for (std::int64_t m = 0; m < micro_batches; ++m)
     add_totals(result.totals, micro_batch(parts, recipe, hooks, m, m == micro_batches - 1, step_samples));
+  const bool updated_in_backward = in_backward.has_value();
+  in_backward.reset();
   const StepPhaseScope phase(hooks, StepPhase::optimizer, 0);
   if (parts.ddp) parts.ddp->synchronize();  // every bucket's gradients averaged over the ranks
   {
     const MemoryContextScope made_by("optimizer step");  // the optimizer's state is made by the first one
-    if (parts.scaler) {
+    if (updated_in_backward) {
+      // every parameter with a gradient was updated during backward, its gradient already freed
+    } else if (parts.scaler) {
       result.updated = parts.scaler->step(*parts.optimizer);  // false: a gradient overflowed, no update
       parts.scaler->update();
     } else {

@@ -13,6 +13,11 @@
 //   optimizer   DDP's buckets awaited, GradScaler's unscale/skip-on-overflow/step, its update,
 //               zero_grad (gradients freed), the schedule's next lr
 //
+// With the optimizer in backward (StepParts::in_backward, --optimizer-in-backward), each parameter's
+// update runs inside backward as soon as its gradient is complete, and the optimizer phase is the
+// schedule's next lr alone; one micro-batch per step, no GradScaler, no DDP (the updates need each
+// gradient final when backward produces it).
+//
 // The modes a step runs in (autocast, how activations are saved) are set here, where they apply, for
 // the length of the call. On the meta device (shapes, no values) everything runs and allocates as on
 // a real one; only the loss and accuracy cannot be read, so the totals stay 0.
@@ -33,6 +38,7 @@
 namespace frugal::nn {
 class GradScaler;
 class LRScheduler;
+class OptimizerInBackward;
 }  // namespace frugal::nn
 namespace frugal::dist {
 class DistributedDataParallel;
@@ -58,6 +64,7 @@ struct StepParts {
   nn::GradScaler* scaler = nullptr;
   nn::LRScheduler* schedule = nullptr;
   dist::DistributedDataParallel* ddp = nullptr;
+  nn::OptimizerInBackward* in_backward = nullptr;  // given: `optimizer`'s updates run inside backward
 };
 
 enum class StepPhase : std::uint8_t { forward, backward, optimizer };

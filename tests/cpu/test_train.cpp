@@ -63,6 +63,9 @@ TEST_CASE("train options: each bad value is a ValueError naming its flag") {
   bad([](train::TrainOptions& o) { o.zero1 = true; }, "--zero1 and --bucket-views need --ddp");
   bad([](train::TrainOptions& o) { o.ddp = true, o.bucket_cap_bytes = 10; }, "--bucket-cap must be at least 1 KiB");
   bad([](train::TrainOptions& o) { o.ddp = true, o.ddp_timeout = 0; }, "--ddp-timeout");
+  bad([](train::TrainOptions& o) { o.optimizer_in_backward = true, o.accum = 2; }, "with --accum 2 a gradient is complete only");
+  bad([](train::TrainOptions& o) { o.optimizer_in_backward = true, o.amp = DType::f16; }, "cannot run with --amp f16");
+  bad([](train::TrainOptions& o) { o.optimizer_in_backward = true, o.ddp = true; }, "cannot run with --ddp");
   CHECK_NOTHROW(train::validate(train::TrainOptions{}));
   CHECK_THROWS_AS(train::parse_optimizer("adam"), ValueError);
   CHECK(train::schedule_name(train::parse_schedule("onecycle")) == "onecycle");
@@ -382,6 +385,31 @@ TEST_CASE("train: K accumulated micro-batches give the parameters of one batch K
     }
     CHECK(difference <= 1e-5 * largest);
   }
+}
+
+TEST_CASE("train: --optimizer-in-backward trains the same weights bit for bit with fewer gradient bytes") {
+  TempDir dir;
+  write_idx_folder(dir, 96);
+  train::TrainOptions o = small_cnn_run(dir.path);
+  o.steps = 3;
+  o.batch_size = 32;
+  o.save = dir / "ordinary.safetensors";
+  const train::TrainResult ordinary = train::train(o);
+  o.optimizer_in_backward = true;
+  o.save = dir / "in_backward.safetensors";
+  const train::TrainResult in_backward = train::train(o);
+  // Read after both runs: weights read back are live tensors that a run's peak would count.
+  const nn::StateDict ordinary_weights = train::load_checkpoint(dir / "ordinary.safetensors").model;
+  const nn::StateDict in_backward_weights = train::load_checkpoint(o.save).model;
+  REQUIRE(ordinary_weights.size() == in_backward_weights.size());
+  for (std::size_t i = 0; i < ordinary_weights.size(); ++i) {
+    CAPTURE(ordinary_weights[i].first);
+    CHECK(ordinary_weights[i].second.to_vector<float>() == in_backward_weights[i].second.to_vector<float>());
+  }
+  CHECK(in_backward.final_loss == ordinary.final_loss);
+  const auto grad = static_cast<std::size_t>(MemoryTag::grad);
+  CHECK(in_backward.peak_bytes_by_tag[grad] < ordinary.peak_bytes_by_tag[grad]);
+  CHECK(in_backward.peak_allocated_bytes < ordinary.peak_allocated_bytes);
 }
 
 TEST_CASE("train: a run without a leak reports none, an out-of-memory leaves with the explanation of what filled the device") {
