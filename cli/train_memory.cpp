@@ -60,6 +60,7 @@ TrainMemory::~TrainMemory() = default;
 void TrainMemory::attach(train::TrainHooks& hooks) {
   if (!recorder_) return;
   observing_ = std::make_unique<nn::ModuleCallObserverScope>(*recorder_);
+  observing_backward_ = std::make_unique<autograd::BackwardNodeObserverScope>(*recorder_);
   hooks.on_phase = [recorder = recorder_.get(), next = hooks.on_phase](const train::PhaseEvent& event) {
     recorder->on_phase(event);
     if (next) next(event);

@@ -58,6 +58,7 @@ class TrainMemory {
   std::unique_ptr<train::MemoryRecorder> recorder_;
   // Scopes nest (the last made is the first ended), so this one ends with the object, not earlier.
   std::unique_ptr<nn::ModuleCallObserverScope> observing_;
+  std::unique_ptr<autograd::BackwardNodeObserverScope> observing_backward_;
   std::unique_ptr<AtomicFile> html_, trace_, report_;
   std::string description_;
   std::optional<nlohmann::ordered_json> report_json_;

@@ -153,7 +153,7 @@ AnomalyModeGuard::~AnomalyModeGuard() { t_anomaly_mode = previous_; }
 
 // ---- recording
 
-Node::Node() : sequence_(g_next_sequence.fetch_add(1)) {}
+Node::Node() : sequence_(g_next_sequence.fetch_add(1)), forward_context_(current_memory_context()) {}
 
 // ---- saved tensors
 

@@ -51,6 +51,28 @@ void register_post_accumulate_grad_hook(const Tensor& leaf, PostAccumulateHook h
 // Keeps the gradient of a non-leaf in its .grad too (leaves always keep theirs).
 void retain_grad(const Tensor& t);
 
+// ---- watching backward
+// Sees each node of this thread's backward just before and just after it runs (the memory timeline
+// marks each node's span, so a peak inside backward can name the node running then).
+class BackwardNodeObserver {
+ public:
+  virtual ~BackwardNodeObserver() = default;
+  virtual void before_node(const Node& node) = 0;
+  virtual void after_node(const Node& node) = 0;  // also when its backward threw
+};
+// Installs an observer for this thread while the scope lives; an inner scope replaces the outer
+// one until it ends.
+class BackwardNodeObserverScope {
+ public:
+  explicit BackwardNodeObserverScope(BackwardNodeObserver& observer);
+  ~BackwardNodeObserverScope();
+  BackwardNodeObserverScope(const BackwardNodeObserverScope&) = delete;
+  BackwardNodeObserverScope& operator=(const BackwardNodeObserverScope&) = delete;
+
+ private:
+  BackwardNodeObserver* previous_;
+};
+
 // ---- modes
 // Grad mode on (the default): ops on tensors that require grad are recorded. Off: nothing is
 // recorded and nothing saved (inference, optimizer steps).

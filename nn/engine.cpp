@@ -18,6 +18,25 @@ namespace frugal::autograd {
 
 namespace {
 
+thread_local BackwardNodeObserver* t_node_observer = nullptr;  // BackwardNodeObserverScope's
+
+// Tells the observer, if any, that `node` runs for the scope's length (an exception included).
+class ObservedNode {
+ public:
+  explicit ObservedNode(const Node& node) : node_(node), observer_(t_node_observer) {
+    if (observer_) observer_->before_node(node_);
+  }
+  ~ObservedNode() {
+    if (observer_) observer_->after_node(node_);
+  }
+  ObservedNode(const ObservedNode&) = delete;
+  ObservedNode& operator=(const ObservedNode&) = delete;
+
+ private:
+  const Node& node_;
+  BackwardNodeObserver* observer_;
+};
+
 struct Pending {
   int dependencies = 0;               // incoming edges not yet delivered
   std::vector<Tensor> grad_outputs;   // summed per output as they arrive
@@ -60,6 +79,12 @@ void check_finite(const Tensor& g, const Node& node, std::size_t input) {
 }
 
 }  // namespace
+
+BackwardNodeObserverScope::BackwardNodeObserverScope(BackwardNodeObserver& observer) : previous_(t_node_observer) {
+  t_node_observer = &observer;
+}
+
+BackwardNodeObserverScope::~BackwardNodeObserverScope() { t_node_observer = previous_; }
 
 void backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
   backward(std::vector<Tensor>{root}, grad.defined() ? std::vector<Tensor>{grad} : std::vector<Tensor>{}, retain_graph);
@@ -113,8 +138,12 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
           if (Tensor replaced = hook(grads_in[i]); replaced.defined()) grads_in[i] = std::move(replaced);
       if (grads_in[i].defined() && node->retain_grad_hooks[i]) node->retain_grad_hooks[i](grads_in[i]);
     }
-    std::vector<Tensor> grads_out = node->backward(std::move(grads_in));  // the received gradients die here
-    if (!retain_graph) node->release_saved();
+    std::vector<Tensor> grads_out;
+    {
+      const ObservedNode observed(*node);
+      grads_out = node->backward(std::move(grads_in));  // the received gradients die here
+      if (!retain_graph) node->release_saved();
+    }
     for (std::size_t i = 0; i < node->next_edges.size(); ++i) {
       const Edge& next = node->next_edges[i];
       if (!next.node) continue;

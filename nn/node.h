@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/allocator.h"
 #include "nn/autograd.h"
 
 namespace frugal::autograd {
@@ -85,9 +86,13 @@ class Node {
   // the gradient the hooks made. Empty where nobody retains it.
   std::vector<GradHook> retain_grad_hooks;
   std::uint64_t sequence() const { return sequence_; }  // creation order: later nodes run first
+  // This thread's memory context when the op ran forward: the layer that recorded it, under
+  // train::LayerMemoryContexts ("features.3.conv.0 (Conv2d)"); what its backward is working for.
+  MemoryContextId forward_context() const { return forward_context_; }
 
  private:
   std::uint64_t sequence_;
+  MemoryContextId forward_context_;
 };
 
 // The edge a gradient for `t` travels along: its grad_fn, or its leaf accumulator, or none.

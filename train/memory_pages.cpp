@@ -20,7 +20,8 @@ nlohmann::json timeline_data(const MemoryTimeline& timeline) {
   const std::vector<TimelinePoint> points = timeline_points(timeline);
   const TimelinePeak peak = timeline_peak(timeline, points);
   nlohmann::json tags = nlohmann::json::array(), times = nlohmann::json::array(), bytes = nlohmann::json::array(),
-                 reserved = nlohmann::json::array(), phases = nlohmann::json::array(), layers = nlohmann::json::array();
+                 reserved = nlohmann::json::array(), phases = nlohmann::json::array(), layers = nlohmann::json::array(),
+                 nodes = nlohmann::json::array();
   for (std::size_t t = 0; t < kNumMemoryTags; ++t) tags.push_back(tag_name(t));
   for (const TimelinePoint& p : points) {
     times.push_back(micros(p.time_ns, timeline.begin_ns));
@@ -31,6 +32,8 @@ nlohmann::json timeline_data(const MemoryTimeline& timeline) {
     phases.push_back({m.name, micros(m.begin_ns, timeline.begin_ns), micros(m.end_ns, timeline.begin_ns)});
   for (const TimelineMark& m : timeline.layers)
     layers.push_back({m.name, m.depth, micros(m.begin_ns, timeline.begin_ns), micros(m.end_ns, timeline.begin_ns)});
+  for (const TimelineMark& m : timeline.backward_nodes)
+    nodes.push_back({m.name, m.depth, micros(m.begin_ns, timeline.begin_ns), micros(m.end_ns, timeline.begin_ns)});
   return {{"step", timeline.step},
           {"device", timeline.device},
           {"end", micros(timeline.end_ns, timeline.begin_ns)},
@@ -40,6 +43,7 @@ nlohmann::json timeline_data(const MemoryTimeline& timeline) {
           {"reserved", reserved},
           {"phases", phases},
           {"layers", layers},
+          {"backward_nodes", nodes},
           {"peak", {{"bytes", peak.point.allocated()}, {"phase", peak.phase}, {"layer", peak.layer}}}};
 }
 
@@ -164,7 +168,7 @@ constexpr const char* kPageScript = R"page(;</script>
   });
 
   // The peak.
-  const peakBytes = total(peak), peakPhase = innermost(d.phases, d.t[peak]), peakLayer = innermost(d.layers, d.t[peak]);
+  const peakBytes = total(peak), peakPhase = innermost(d.phases, d.t[peak]), peakLayer = innermost(d.layers, d.t[peak]) || innermost(d.backward_nodes, d.t[peak]);
   add(svg, "line", {id: "peak-line", x1: x(d.t[peak]), x2: x(d.t[peak]), y1: T, y2: T + H, stroke: "#d62728", "stroke-width": 1.5});
   add(svg, "text", {x: x(d.t[peak]) + 4, y: T + 12, "font-size": 11, fill: "#d62728"}, "peak " + size(peakBytes));
 
@@ -175,7 +179,7 @@ constexpr const char* kPageScript = R"page(;</script>
     "Reserved at most <b id=\"reserved-max\" data-bytes=\"" + Math.max(...d.reserved) + "\">" + size(Math.max(...d.reserved)) + "</b>; " +
     "<span id=\"events\">" + (n - 1) + "</span> allocator events.";
   document.getElementById("peak-phase").textContent = peakPhase || "(between phases)";
-  document.getElementById("peak-layer").textContent = peakLayer || "(none: no module was running)";
+  document.getElementById("peak-layer").textContent = peakLayer || "(none: no module or backward node was running)";
 
   const body = document.querySelector("#tags tbody");
   tags.forEach((tag, k) => {
@@ -196,7 +200,7 @@ constexpr const char* kPageScript = R"page(;</script>
     if (t < 0 || t > end) { tip.style.display = "none"; return; }
     let i = 0;
     while (i + 1 < n && d.t[i + 1] <= t) ++i;
-    tip.textContent = (t / 1000).toFixed(2) + " ms  " + (innermost(d.phases, t) || "-") + "  " + (innermost(d.layers, t) || "") + "\n" +
+    tip.textContent = (t / 1000).toFixed(2) + " ms  " + (innermost(d.phases, t) || "-") + "  " + (innermost(d.layers, t) || innermost(d.backward_nodes, t) || "") + "\n" +
       tags.map((tag, k) => tag + ": " + size(d.bytes[i][k])).join("\n") + "\nallocated: " + size(total(i)) + "\nreserved: " + size(d.reserved[i]);
     tip.style.display = "block";
     tip.style.left = (event.pageX + 12) + "px";
@@ -259,7 +263,7 @@ std::string memory_timeline_html(const MemoryTimeline& timeline) {
 }
 
 nlohmann::json memory_timeline_chrome_trace(const MemoryTimeline& timeline) {
-  constexpr int kPhaseThread = 1000, kModuleThread = 1001;  // beside the allocator's stream ids
+  constexpr int kPhaseThread = 1000, kModuleThread = 1001, kNodeThread = 1002;  // beside the allocator's stream ids
   nlohmann::json trace = nlohmann::json::parse(timeline.allocator_trace);
   nlohmann::json& events = trace["traceEvents"];
   const auto us = [](std::int64_t ns) { return static_cast<double>(ns) / 1000.0; };
@@ -267,6 +271,7 @@ nlohmann::json memory_timeline_chrome_trace(const MemoryTimeline& timeline) {
                     {"args", {{"name", "frugal train: step " + std::to_string(timeline.step) + " on " + timeline.device}}}});
   events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", kPhaseThread}, {"args", {{"name", "phases"}}}});
   events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", kModuleThread}, {"args", {{"name", "modules"}}}});
+  events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", kNodeThread}, {"args", {{"name", "backward nodes"}}}});
   for (const TimelinePoint& p : timeline_points(timeline)) {
     nlohmann::json by_tag = nlohmann::json::object();
     for (std::size_t t = 0; t < kNumMemoryTags; ++t) by_tag[tag_name(t)] = p.bytes[t];
@@ -274,11 +279,13 @@ nlohmann::json memory_timeline_chrome_trace(const MemoryTimeline& timeline) {
     events.push_back({{"name", "reserved"}, {"ph", "C"}, {"ts", us(p.time_ns)}, {"pid", 0}, {"args", {{"reserved", p.reserved}}}});
   }
   const auto slice = [&](const TimelineMark& m, int thread) {
-    events.push_back({{"name", m.name}, {"cat", thread == kPhaseThread ? "phase" : "module"}, {"ph", "X"},
+    const char* category = thread == kPhaseThread ? "phase" : thread == kModuleThread ? "module" : "backward node";
+    events.push_back({{"name", m.name}, {"cat", category}, {"ph", "X"},
                       {"ts", us(m.begin_ns)}, {"dur", us(m.end_ns - m.begin_ns)}, {"pid", 0}, {"tid", thread}});
   };
   for (const TimelineMark& m : timeline.phases) slice(m, kPhaseThread);
   for (const TimelineMark& m : timeline.layers) slice(m, kModuleThread);
+  for (const TimelineMark& m : timeline.backward_nodes) slice(m, kNodeThread);
   return trace;
 }
 

@@ -10,6 +10,8 @@
 
 #include "core/allocator_registry.h"
 #include "core/error.h"
+#include "nn/node.h"
+#include "train/memory_context.h"
 
 namespace frugal::train {
 
@@ -68,7 +70,9 @@ TimelinePeak timeline_peak(const MemoryTimeline& timeline, const std::vector<Tim
   FRUGAL_CHECK(!points.empty(), "a timeline has at least its starting point");
   const auto highest = std::max_element(points.begin(), points.end(),
                                         [](const TimelinePoint& a, const TimelinePoint& b) { return a.allocated() < b.allocated(); });
-  return {*highest, innermost_at(timeline.phases, highest->time_ns), innermost_at(timeline.layers, highest->time_ns)};
+  std::string layer = innermost_at(timeline.layers, highest->time_ns);
+  if (layer.empty()) layer = innermost_at(timeline.backward_nodes, highest->time_ns);
+  return {*highest, innermost_at(timeline.phases, highest->time_ns), layer};
 }
 
 TagBytes tag_maxima(const std::vector<TimelinePoint>& points) {
@@ -184,6 +188,17 @@ void MemoryRecorder::after_call(const nn::Module& module, const Tensor* /*output
   calls_.pop_back();
   timeline_->layers.push_back(
       {module_name(module), static_cast<int>(calls_.size()) + 1, call.begin_ns, allocator_.history_time_ns()});
+}
+
+void MemoryRecorder::before_node(const autograd::Node& /*node*/) {
+  if (in_step_) node_begin_ns_ = allocator_.history_time_ns();
+}
+
+void MemoryRecorder::after_node(const autograd::Node& node) {
+  if (!in_step_ || node_begin_ns_ < 0) return;
+  timeline_->backward_nodes.push_back({"the backward of " + std::string(node.name()) + " in " + made_by(node.forward_context()), 1,
+                                       node_begin_ns_, allocator_.history_time_ns()});
+  node_begin_ns_ = -1;
 }
 
 const std::string& MemoryRecorder::module_name(const nn::Module& module) {

@@ -1,9 +1,9 @@
 // MemoryRecorder: what `frugal train --memory-timeline/--chrome-trace/--memory-report/--report` see of
-// the device's memory while the run goes on. It listens to the trainer's phases (TrainHooks::on_phase)
-// and, as a ModuleCallObserver, to every module call, and drives the caching allocator's recording
-// (CachingAllocator::record_history) to keep:
-//   - one optimizer step's whole allocator history, with the phases and module calls laid beside it
-//     as marks on the history's clock (MemoryTimeline): the step's memory over time, by tag;
+// the device's memory while the run goes on. It listens to the trainer's phases (TrainHooks::on_phase),
+// as a ModuleCallObserver to every module call and as a BackwardNodeObserver to every node backward
+// runs, and drives the caching allocator's recording (CachingAllocator::record_history) to keep:
+//   - one optimizer step's whole allocator history, with the phases, module calls and backward nodes
+//     laid beside it as marks on the history's clock (MemoryTimeline): the step's memory over time, by tag;
 //   - per phase (setup, forward, backward, optimizer step, evaluation) the memory at its end and the
 //     highest allocated bytes while it ran (PhaseMemory), found in the history of each phase run;
 //   - the wall-clock spans of setup, each epoch and each evaluation (PhaseSpan), for a gantt chart.
@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/caching_allocator.h"
+#include "nn/autograd.h"
 #include "nn/module.h"
 #include "train/trainer.h"
 
@@ -31,8 +32,11 @@ using TagBytes = std::array<std::size_t, kNumMemoryTags>;
 // A phase or a module call, from begin_ns to end_ns on the allocator history's clock
 // (CachingAllocator::history_time_ns).
 struct TimelineMark {
-  std::string name;  // "forward", or a module's dotted name ("features.3.conv.0"; the root is "model")
-  int depth = 0;     // phases 0; module calls 1 + how many module calls enclose it (the root model: 1)
+  // "forward"; a module's dotted name ("features.3.conv.0"; the root is "model"); a backward node and
+  // the layer that recorded it ("the backward of conv2d in features.3.conv.0 (Conv2d)")
+  std::string name;
+  int depth = 0;     // phases 0; module calls 1 + how many module calls enclose it (the root model: 1);
+                     // backward nodes 1
   std::int64_t begin_ns = 0, end_ns = 0;
 };
 
@@ -45,6 +49,7 @@ struct MemoryTimeline {
   std::size_t start_reserved = 0;
   std::vector<AllocEvent> events;   // every allocator event of the step, in order
   std::vector<TimelineMark> phases, layers;
+  std::vector<TimelineMark> backward_nodes;  // each node backward ran, in the order they ended
   std::string allocator_trace;      // the allocator's Chrome trace of these events (write_chrome_trace)
 };
 
@@ -61,7 +66,9 @@ std::vector<TimelinePoint> timeline_points(const MemoryTimeline& timeline);
 struct TimelinePeak {
   TimelinePoint point;
   std::string phase;  // the phase running then, "" between phases
-  std::string layer;  // the innermost module running then, "" when none was (backward, optimizer step)
+  // The innermost module running then; in backward, the node running and the layer it works for;
+  // "" when neither (between nodes, the optimizer step).
+  std::string layer;
 };
 TimelinePeak timeline_peak(const MemoryTimeline& timeline, const std::vector<TimelinePoint>& points);
 TagBytes tag_maxima(const std::vector<TimelinePoint>& points);  // each tag's highest bytes over the step
@@ -87,7 +94,7 @@ struct PhaseSpan {
 // Bytes the process holds in RAM now (resident pages of /proc/self/statm); 0 where that is unknown.
 std::size_t host_resident_bytes();
 
-class MemoryRecorder final : public nn::ModuleCallObserver {
+class MemoryRecorder final : public nn::ModuleCallObserver, public autograd::BackwardNodeObserver {
  public:
   struct Options {
     std::optional<std::int64_t> timeline_step;  // record this step (from 1) as a MemoryTimeline
@@ -105,6 +112,8 @@ class MemoryRecorder final : public nn::ModuleCallObserver {
   void on_phase(const PhaseEvent& event);  // plug into TrainHooks::on_phase
   void before_call(const nn::Module& module) override;
   void after_call(const nn::Module& module, const Tensor* output) override;
+  void before_node(const autograd::Node& node) override;
+  void after_node(const autograd::Node& node) override;
 
   // The recorded step; nullopt when the run ended before it. Error when the step made more than
   // kMaxEvents allocator events (the history lost its start).
@@ -135,6 +144,7 @@ class MemoryRecorder final : public nn::ModuleCallObserver {
   std::array<std::optional<PhaseMemory>, kNumPhases> phase_memory_;
   std::vector<PhaseSpan> spans_;
   std::vector<OpenCall> calls_;  // module calls begun and not yet ended, outermost first
+  std::int64_t node_begin_ns_ = -1;  // the backward node running, when one is (nodes do not nest)
   const nn::Module* model_ = nullptr;
   std::unordered_map<const nn::Module*, std::string> names_;
 };

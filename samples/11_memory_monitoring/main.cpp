@@ -136,6 +136,7 @@ void timeline(train::TrainOptions o) {
   o.evaluate = false;
   train::MemoryRecorder recorder(default_caching_allocator(o.device), {.timeline_step = 2});
   const nn::ModuleCallObserverScope observe(recorder);
+  const autograd::BackwardNodeObserverScope observe_backward(recorder);  // names the node running at a peak in backward
   train::TrainHooks hooks;
   hooks.on_phase = [&recorder](const train::PhaseEvent& event) { recorder.on_phase(event); };
   train::train(o, hooks);

@@ -9,8 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "core/allocator_registry.h"
 #include "core/backing.h"
 #include "core/caching_allocator.h"
+#include "nn/autograd.h"
+#include "nn/functional.h"
 #include "nn/module.h"
 #include "train/memory_pages.h"
 #include "train/memory_recorder.h"
@@ -126,6 +129,43 @@ TEST_CASE("memory recorder: the chosen step's bytes by tag, its phases, modules 
   CHECK(t.layers[2].depth == 1);
   CHECK(t.phases[0].begin_ns <= t.layers[2].begin_ns);
   CHECK(t.layers[2].end_ns <= t.phases[0].end_ns);
+}
+
+TEST_CASE("memory recorder: a peak inside backward names the autograd node running and the layer that recorded it") {
+  CachingAllocator& allocator = default_caching_allocator(Device::cpu());
+  train::MemoryRecorder recorder(allocator, {.timeline_step = 1});
+  const autograd::BackwardNodeObserverScope observing(recorder);
+  const auto phase = [&](train::Phase p, bool begin) { recorder.on_phase({p, begin, 0, 0, nullptr}); };
+  Tensor x = zeros({1 << 20});  // 4 MiB
+  autograd::set_requires_grad(x);
+  phase(train::Phase::forward, true);
+  Tensor loss;
+  {
+    const MemoryContextScope layer("my layer");
+    loss = functional::sum(functional::mul(x, 2.0));  // mul's output is freed: only the 4-byte loss is left
+  }
+  phase(train::Phase::forward, false);
+  phase(train::Phase::backward, true);
+  // sum's backward makes the 4 MiB gradient of mul's output; mul's backward makes x's 4 MiB gradient
+  // while that one is still alive: the peak, inside mul's node.
+  autograd::backward(loss);
+  phase(train::Phase::backward, false);
+  phase(train::Phase::optimizer, true);
+  phase(train::Phase::optimizer, false);
+  REQUIRE(recorder.timeline().has_value());
+  const train::MemoryTimeline& t = *recorder.timeline();
+  REQUIRE(t.backward_nodes.size() == 3);  // sum's, mul's and x's accumulator, in the order they ran
+  for (const train::TimelineMark& node : t.backward_nodes) {
+    CAPTURE(node.name);
+    CHECK(node.name.rfind("the backward of ", 0) == 0);
+    CHECK(node.name.find(" in my layer") != std::string::npos);
+    CHECK(node.begin_ns <= node.end_ns);
+  }
+  const train::TimelinePeak peak = train::timeline_peak(t, train::timeline_points(t));
+  CHECK(peak.phase == "backward");
+  CHECK(peak.layer == t.backward_nodes[1].name);
+  CHECK(peak.layer.find("mul") != std::string::npos);
+  autograd::set_grad(x, Tensor());
 }
 
 TEST_CASE("memory recorder: each phase's peak and end, over all its runs") {
