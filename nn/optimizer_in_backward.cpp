@@ -34,11 +34,12 @@ OptimizerInBackward::OptimizerInBackward(Optimizer& optimizer)
   std::size_t index = 0;
   for (const ParamGroup& group : optimizer.param_groups())
     for (const Tensor& param : group.params) {
+      const std::size_t number = index++;
+      if (!autograd::requires_grad(param)) continue;  // never gets a gradient: the ordinary step skips it too
       const std::weak_ptr<State> weak = state_;
-      autograd::register_post_accumulate_grad_hook(param, [weak, index](const Tensor& leaf) {
-        if (const std::shared_ptr<State> state = weak.lock(); state && state->armed) state->apply(index, leaf);
+      autograd::register_post_accumulate_grad_hook(param, [weak, number](const Tensor& leaf) {
+        if (const std::shared_ptr<State> state = weak.lock(); state && state->armed) state->apply(number, leaf);
       });
-      ++index;
     }
 }
 

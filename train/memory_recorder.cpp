@@ -191,14 +191,16 @@ void MemoryRecorder::after_call(const nn::Module& module, const Tensor* /*output
 }
 
 void MemoryRecorder::before_node(const autograd::Node& /*node*/) {
-  if (in_step_) node_begin_ns_ = allocator_.history_time_ns();
+  if (in_step_) node_begins_.push_back(allocator_.history_time_ns());
 }
 
 void MemoryRecorder::after_node(const autograd::Node& node) {
-  if (!in_step_ || node_begin_ns_ < 0) return;
-  timeline_->backward_nodes.push_back({"the backward of " + std::string(node.name()) + " in " + made_by(node.forward_context()), 1,
-                                       node_begin_ns_, allocator_.history_time_ns()});
-  node_begin_ns_ = -1;
+  if (!in_step_ || node_begins_.empty()) return;
+  // Depth 1 for the outermost; a node inside a checkpoint's backward is deeper, so it names a peak.
+  const int depth = static_cast<int>(node_begins_.size());
+  timeline_->backward_nodes.push_back({"the backward of " + std::string(node.name()) + " in " + made_by(node.forward_context()),
+                                       depth, node_begins_.back(), allocator_.history_time_ns()});
+  node_begins_.pop_back();
 }
 
 const std::string& MemoryRecorder::module_name(const nn::Module& module) {

@@ -36,7 +36,7 @@ struct TimelineMark {
   // the layer that recorded it ("the backward of conv2d in features.3.conv.0 (Conv2d)")
   std::string name;
   int depth = 0;     // phases 0; module calls 1 + how many module calls enclose it (the root model: 1);
-                     // backward nodes 1
+                     // backward nodes 1, and one more inside each enclosing node (a checkpoint's)
   std::int64_t begin_ns = 0, end_ns = 0;
 };
 
@@ -144,7 +144,9 @@ class MemoryRecorder final : public nn::ModuleCallObserver, public autograd::Bac
   std::array<std::optional<PhaseMemory>, kNumPhases> phase_memory_;
   std::vector<PhaseSpan> spans_;
   std::vector<OpenCall> calls_;  // module calls begun and not yet ended, outermost first
-  std::int64_t node_begin_ns_ = -1;  // the backward node running, when one is (nodes do not nest)
+  // When each running backward node began, innermost last: a checkpoint's node runs a backward of
+  // its own inside its own.
+  std::vector<std::int64_t> node_begins_;
   const nn::Module* model_ = nullptr;
   std::unordered_map<const nn::Module*, std::string> names_;
 };

@@ -4,6 +4,8 @@
 // rounding. A real run, and the page rendered by a browser, are checked by tests/train_check.sh.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -13,6 +15,7 @@
 #include "core/backing.h"
 #include "core/caching_allocator.h"
 #include "nn/autograd.h"
+#include "nn/checkpoint.h"
 #include "nn/functional.h"
 #include "nn/module.h"
 #include "train/memory_pages.h"
@@ -131,29 +134,35 @@ TEST_CASE("memory recorder: the chosen step's bytes by tag, its phases, modules 
   CHECK(t.layers[2].end_ns <= t.phases[0].end_ns);
 }
 
-TEST_CASE("memory recorder: a peak inside backward names the autograd node running and the layer that recorded it") {
-  CachingAllocator& allocator = default_caching_allocator(Device::cpu());
-  train::MemoryRecorder recorder(allocator, {.timeline_step = 1});
+namespace {
+// Step 1 of a recorder watching backward's nodes on the CPU: `forward` makes the loss inside the
+// forward phase, and backward runs inside the backward phase.
+train::MemoryTimeline record_backward(const std::function<Tensor()>& forward) {
+  train::MemoryRecorder recorder(default_caching_allocator(Device::cpu()), {.timeline_step = 1});
   const autograd::BackwardNodeObserverScope observing(recorder);
   const auto phase = [&](train::Phase p, bool begin) { recorder.on_phase({p, begin, 0, 0, nullptr}); };
-  Tensor x = zeros({1 << 20});  // 4 MiB
-  autograd::set_requires_grad(x);
   phase(train::Phase::forward, true);
-  Tensor loss;
-  {
-    const MemoryContextScope layer("my layer");
-    loss = functional::sum(functional::mul(x, 2.0));  // mul's output is freed: only the 4-byte loss is left
-  }
+  const Tensor loss = forward();
   phase(train::Phase::forward, false);
   phase(train::Phase::backward, true);
-  // sum's backward makes the 4 MiB gradient of mul's output; mul's backward makes x's 4 MiB gradient
-  // while that one is still alive: the peak, inside mul's node.
   autograd::backward(loss);
   phase(train::Phase::backward, false);
   phase(train::Phase::optimizer, true);
   phase(train::Phase::optimizer, false);
   REQUIRE(recorder.timeline().has_value());
-  const train::MemoryTimeline& t = *recorder.timeline();
+  return *recorder.timeline();
+}
+}  // namespace
+
+TEST_CASE("memory recorder: a peak inside backward names the autograd node running and the layer that recorded it") {
+  Tensor x = zeros({1 << 20});  // 4 MiB
+  autograd::set_requires_grad(x);
+  // sum's backward makes the 4 MiB gradient of mul's output; mul's backward makes x's 4 MiB gradient
+  // while that one is still alive: the peak, inside mul's node.
+  const train::MemoryTimeline t = record_backward([&] {
+    const MemoryContextScope layer("my layer");
+    return functional::sum(functional::mul(x, 2.0));  // mul's output is freed: only the 4-byte loss is left
+  });
   REQUIRE(t.backward_nodes.size() == 3);  // sum's, mul's and x's accumulator, in the order they ran
   for (const train::TimelineMark& node : t.backward_nodes) {
     CAPTURE(node.name);
@@ -165,6 +174,28 @@ TEST_CASE("memory recorder: a peak inside backward names the autograd node runni
   CHECK(peak.phase == "backward");
   CHECK(peak.layer == t.backward_nodes[1].name);
   CHECK(peak.layer.find("mul") != std::string::npos);
+  autograd::set_grad(x, Tensor());
+}
+
+TEST_CASE("memory recorder: the nodes of a checkpoint's inner backward are marked inside its own node") {
+  Tensor x = zeros({1024});
+  autograd::set_requires_grad(x);
+  const train::MemoryTimeline t = record_backward([&] {
+    return functional::sum(nn::checkpoint([](const std::vector<Tensor>& in) { return functional::mul(in[0], 3.0); }, {x}));
+  });
+  const std::vector<train::TimelineMark>& nodes = t.backward_nodes;
+  const auto outer = std::find_if(nodes.begin(), nodes.end(), [](const train::TimelineMark& m) {
+    return m.name.find("backward of checkpoint") != std::string::npos;
+  });
+  REQUIRE(outer != nodes.end());
+  CHECK(outer->depth == 1);
+  const auto inner = std::find_if(nodes.begin(), nodes.end(), [](const train::TimelineMark& m) {
+    return m.name.find("backward of mul") != std::string::npos;
+  });
+  REQUIRE(inner != nodes.end());
+  CHECK(inner->depth == 2);
+  CHECK(outer->begin_ns <= inner->begin_ns);
+  CHECK(inner->end_ns <= outer->end_ns);
   autograd::set_grad(x, Tensor());
 }
 
