@@ -108,14 +108,14 @@ void print_plan(const train::TrainOptions& o, const train::MemoryPlan& plan, int
 }
 
 void print_budget(const std::vector<train::BudgetOption>& options, std::int64_t budget) {
-  std::printf("\nunder a budget of %s (fits: the device needed is within it):\n%-5s %11s %6s %11s %5s %-30s %6s %15s %13s  %s\n",
-              size(budget).c_str(), "fits", "micro-batch", "accum", "checkpoint", "bf16", "saving", "in-bwd", "predicted peak",
+  std::printf("\nunder a budget of %s (fits: the device needed is within it):\n%-5s %11s %6s %11s %5s %-30s %6s %-9s %15s %13s  %s\n",
+              size(budget).c_str(), "fits", "micro-batch", "accum", "checkpoint", "bf16", "saving", "in-bwd", "optimizer", "predicted peak",
               "device needed", "cost, or why not");
   for (const train::BudgetOption& b : options) {
     const std::string why = b.fits ? b.cost : size(b.device_needed_bytes - budget) + " over (" + b.cost + ")";
-    std::printf("%-5s %11lld %6lld %11s %5s %-30s %6s %15s %13s  %s\n", b.fits ? "yes" : "no", static_cast<long long>(b.batch_size),
+    std::printf("%-5s %11lld %6lld %11s %5s %-30s %6s %-9s %15s %13s  %s\n", b.fits ? "yes" : "no", static_cast<long long>(b.batch_size),
                 static_cast<long long>(b.accum), b.checkpoint_blocks.str().c_str(), b.bf16 ? "yes" : "no",
-                b.saving.str().c_str(), b.optimizer_in_backward ? "yes" : "no", size(b.peak_bytes).c_str(),
+                b.saving.str().c_str(), b.optimizer_in_backward ? "yes" : "no", train::optimizer_name(b.optimizer).c_str(), size(b.peak_bytes).c_str(),
                 size(b.device_needed_bytes).c_str(), why.c_str());
   }
   if (options.empty() || !options.front().fits) std::printf("nothing fits: a smaller model or a larger device is needed\n");
@@ -127,7 +127,8 @@ nlohmann::json budget_json(const std::vector<train::BudgetOption>& options, std:
     j["options"].push_back({{"batch_size", b.batch_size}, {"accum", b.accum}, {"checkpoint_blocks", b.checkpoint_blocks.str()},
                             {"recomputed", b.recomputed},
                             {"bf16", b.bf16}, {"activation_saving", b.saving.str()},
-                            {"optimizer_in_backward", b.optimizer_in_backward}, {"peak_bytes", b.peak_bytes},
+                            {"optimizer_in_backward", b.optimizer_in_backward},
+                            {"optimizer", train::optimizer_name(b.optimizer)}, {"peak_bytes", b.peak_bytes},
                             {"device_needed_bytes", b.device_needed_bytes}, {"fits", b.fits}, {"cost", b.cost}});
   return j;
 }

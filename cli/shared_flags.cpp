@@ -96,8 +96,9 @@ void StepFlags::add_to(CLI::App& c, FlagsFor flags_for) {
     c.add_option("--accum", accum, "Micro-batches accumulated per optimizer step (default " + std::to_string(defaults.accum) + ")")
         ->check(between(1, 65536));
     c.add_option("--optimizer", optimizer,
-                 "sgd (Nesterov momentum) or adamw (default " + train::optimizer_name(defaults.optimizer) + ")")
-        ->check(CLI::IsMember({"sgd", "adamw"}));
+                 "sgd (Nesterov momentum), adamw, adamw8bit (AdamW with 8-bit moments) or adafactor (factored second "
+                 "moments, no momentum) (default " + train::optimizer_name(defaults.optimizer) + ")")
+        ->check(CLI::IsMember({"sgd", "adamw", "adamw8bit", "adafactor"}));
     c.add_flag("--optimizer-in-backward", optimizer_in_backward,
                "Update each weight inside backward the moment its gradient is complete, and free that gradient "
                "(the same numbers; not with --accum > 1, --amp f16 or --ddp)");

@@ -43,7 +43,8 @@ int report_out_of_memory(const OutOfMemoryError& e, const train::TrainOptions& o
   if (const auto* explained = dynamic_cast<const train::TrainingOutOfMemoryError*>(&e))
     std::cerr << train::describe(explained->explanation());
   std::cerr << "Smaller batches (--batch-size, with --accum to keep the effective batch), --checkpoint-blocks, "
-               "--checkpoint-activations, --bn-from-output, --compress-activations, --optimizer-in-backward or --amp bf16 need less. "
+               "--checkpoint-activations, --bn-from-output, --compress-activations, --optimizer-in-backward, --optimizer "
+               "adamw8bit or adafactor, or --amp bf16 need less. "
             << (o.save.empty() ? "" : "The last checkpoint, " + o.save + ", is intact.") << "\n";
   return kExitOutOfMemory;
 }
@@ -172,6 +173,10 @@ void TrainCommand::choose_batch(train::TrainOptions& o, const train::RunShape& s
                        " is not a multiple of --batch-size ", o.batch_size, ": give auto or a divisor");
     o.accum = *global_batch_ / o.batch_size;
   }
+  // The accumulation came from --global-batch here, not from an --accum the user gave: say so.
+  FRUGAL_CHECK_VALUE(!o.optimizer_in_backward || o.accum == 1, "--optimizer-in-backward needs each step in one "
+                     "micro-batch, but --global-batch ", global_batch_.value_or(0), " takes ", o.accum, " of ",
+                     o.batch_size, ": a smaller --global-batch, or no --optimizer-in-backward");
   train::validate(o);
 }
 
@@ -213,7 +218,8 @@ void refuse_impossible(const train::TrainOptions& o, const train::MemoryPlan& pl
   FRUGAL_THROW(OutOfMemoryError, "the plan of this run allocates ", format_size(static_cast<std::size_t>(plan.peak_bytes)),
                " at its peak (in ", plan.peak_phase, "), more than --memory-limit ", format_size(*o.memory_limit),
                ": it cannot fit, so it was not started. Smaller batches (--batch-size, with --accum to keep the "
-               "effective batch), --checkpoint-activations, --optimizer-in-backward or --amp bf16 need less: frugal plan --budget ",
+               "effective batch), --checkpoint-activations, --optimizer-in-backward, --optimizer adamw8bit or adafactor, or "
+               "--amp bf16 need less: frugal plan --budget ",
                format_size(*o.memory_limit), " ranks them; --no-plan-check starts it anyway");
 }
 

@@ -3,11 +3,15 @@
 #include "nn/optim.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <map>
 #include <set>
 
 #include "core/allocator.h"
+#include "kernels/elementwise.h"
 #include "kernels/optimizer.h"
+#include "kernels/reduce.h"
 #include "nn/autograd.h"
 
 namespace frugal::nn {
@@ -56,10 +60,13 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups, std::vector<std::string> st
   state_.resize(count);
 }
 
+Tensor Optimizer::initial_state(std::size_t /*k*/, const Tensor& param) const {
+  return zeros(param.shape(), {.dtype = param.dtype(), .device = param.device()});
+}
+
 void Optimizer::create_state(const Tensor& param, ParamState& state) const {
   MemoryTagScope tag(MemoryTag::optimizer);
-  for (std::size_t k = 0; k < state_names_.size(); ++k)
-    state.tensors.push_back(zeros(param.shape(), {.dtype = param.dtype(), .device = param.device()}));
+  for (std::size_t k = 0; k < state_names_.size(); ++k) state.tensors.push_back(initial_state(k, param));
 }
 
 void Optimizer::step() {
@@ -157,8 +164,13 @@ void Optimizer::load_state_dict(const StateDict& dict) {
         const std::string key = state_key(index - 1, state_names_[k]);
         const auto it = remaining.find(key);
         FRUGAL_CHECK_VALUE(it != remaining.end(), name_, ".load_state_dict: missing key '", key, "'");
-        FRUGAL_CHECK_SHAPE(it->second.shape() == param.shape(), name_, ".load_state_dict: '", key, "' has shape ",
-                           shape_str(it->second.shape()), " but its parameter has shape ", shape_str(param.shape()));
+        FRUGAL_CHECK_SHAPE(it->second.shape() == s.tensors[k].shape(), name_, ".load_state_dict: '", key, "' has shape ",
+                           shape_str(it->second.shape()), " but its parameter's needs ", shape_str(s.tensors[k].shape()));
+        // Floating state converts (copy_ casts); codes (AdamW8bit's u8) must be codes.
+        FRUGAL_CHECK_DTYPE(it->second.dtype() == s.tensors[k].dtype() ||
+                               (is_floating(it->second.dtype()) && is_floating(s.tensors[k].dtype())),
+                           name_, ".load_state_dict: '", key, "' is ", it->second.dtype(), " but its parameter's is ",
+                           s.tensors[k].dtype());
         s.tensors[k].copy_(it->second);
         remaining.erase(it);
       }
@@ -207,23 +219,123 @@ void SGD::update(const ParamGroup& group, const Batch& batch) {
 // ---- AdamW
 
 AdamW::AdamW(std::vector<ParamGroup> groups, std::pair<double, double> betas, double eps)
-    : Optimizer(std::move(groups), {"exp_avg", "exp_avg_sq"}, "AdamW"), beta1_(betas.first), beta2_(betas.second), eps_(eps) {
-  FRUGAL_CHECK_VALUE(beta1_ >= 0.0 && beta1_ < 1.0, "AdamW: invalid beta parameter at index 0: ", beta1_);
-  FRUGAL_CHECK_VALUE(beta2_ >= 0.0 && beta2_ < 1.0, "AdamW: invalid beta parameter at index 1: ", beta2_);
-  FRUGAL_CHECK_VALUE(eps >= 0.0, "AdamW: invalid epsilon value ", eps);
+    : AdamW(std::move(groups), betas, eps, {"exp_avg", "exp_avg_sq"}, "AdamW") {}
+
+AdamW::AdamW(std::vector<ParamGroup> groups, std::pair<double, double> betas, double eps, std::vector<std::string> state_names,
+             std::string name)
+    : Optimizer(std::move(groups), std::move(state_names), name), beta1_(betas.first), beta2_(betas.second), eps_(eps) {
+  FRUGAL_CHECK_VALUE(beta1_ >= 0.0 && beta1_ < 1.0, name, ": invalid beta parameter at index 0: ", beta1_);
+  FRUGAL_CHECK_VALUE(beta2_ >= 0.0 && beta2_ < 1.0, name, ": invalid beta parameter at index 1: ", beta2_);
+  FRUGAL_CHECK_VALUE(eps >= 0.0, name, ": invalid epsilon value ", eps);
+}
+
+AdamWConfig AdamW::config(const ParamGroup& group, const Batch& batch) const {
+  return {.lr = group.lr, .beta1 = beta1_, .beta2 = beta2_, .eps = eps_, .weight_decay = group.weight_decay, .step = batch.step};
 }
 
 AdamW::AdamW(std::vector<Tensor> params, double lr, std::pair<double, double> betas, double eps, double weight_decay)
     : AdamW(std::vector<ParamGroup>{{.params = std::move(params), .lr = lr, .weight_decay = weight_decay}}, betas, eps) {}
 
 void AdamW::update(const ParamGroup& group, const Batch& batch) {
-  const AdamWConfig config{.lr = group.lr,
-                           .beta1 = beta1_,
-                           .beta2 = beta2_,
-                           .eps = eps_,
-                           .weight_decay = group.weight_decay,
-                           .step = batch.step};
-  adamw_step(batch.params, batch.grads, batch.state[0], batch.state[1], config);
+  adamw_step(batch.params, batch.grads, batch.state[0], batch.state[1], config(group, batch));
+}
+
+// ---- AdamW8bit
+
+AdamW8bit::AdamW8bit(std::vector<ParamGroup> groups, std::pair<double, double> betas, double eps)
+    : AdamW(std::move(groups), betas, eps, {"exp_avg_codes", "exp_avg_sq_codes", "exp_avg_scales", "exp_avg_sq_scales"},
+            "AdamW8bit") {
+  for (const ParamGroup& group : param_groups())
+    for (const Tensor& p : group.params)
+      FRUGAL_CHECK_DTYPE(p.dtype() == DType::f32, "AdamW8bit: a parameter of shape ", shape_str(p.shape()), " is ",
+                         p.dtype(), "; 8-bit moments are kept for f32 parameters");
+}
+
+AdamW8bit::AdamW8bit(std::vector<Tensor> params, double lr, std::pair<double, double> betas, double eps, double weight_decay)
+    : AdamW8bit(std::vector<ParamGroup>{{.params = std::move(params), .lr = lr, .weight_decay = weight_decay}}, betas, eps) {}
+
+Tensor AdamW8bit::initial_state(std::size_t k, const Tensor& param) const {
+  const bool codes = k < 2;  // the state names' order: two code tensors, then their two scale tensors
+  return zeros({codes ? param.numel() : quant_blocks(param.numel())},
+               {.dtype = codes ? DType::u8 : DType::f32, .device = param.device()});
+}
+
+void AdamW8bit::update(const ParamGroup& group, const Batch& batch) {
+  adamw8bit_step(batch.params, batch.grads, batch.state[0], batch.state[1], batch.state[2], batch.state[3],
+                 config(group, batch));
+}
+
+// ---- Adafactor
+
+namespace {
+// The matrix Adafactor sees a parameter as: [d0, numel / d0]; a vector is [n, 1].
+Shape factored_shape(const Tensor& param) {
+  const std::int64_t rows = param.dim() == 0 ? 1 : param.size(0);
+  return {rows, rows == 0 ? 0 : param.numel() / rows};
+}
+Tensor rms(const Tensor& x) { return sqrt(mean(mul(x, x))); }
+// torch.finfo(dtype).eps: the gap above 1 in the parameter's own dtype.
+double epsilon_of(DType dtype) {
+  switch (dtype) {
+    case DType::f64: return std::numeric_limits<double>::epsilon();
+    case DType::f16: return 0.0009765625;  // 2^-10
+    case DType::bf16: return 0.0078125;    // 2^-7
+    default: return std::numeric_limits<float>::epsilon();
+  }
+}
+Tensor at_least(const Tensor& x, double floor) { return clamp(x, floor, std::numeric_limits<double>::infinity()); }
+// a + w (b - a), what torch's lerp_ leaves in a.
+Tensor lerp(const Tensor& a, const Tensor& b, double w) { return add(a, mul(sub(b, a), w)); }
+}  // namespace
+
+Adafactor::Adafactor(std::vector<ParamGroup> groups, Options options)
+    : Optimizer(std::move(groups), {"row_var", "col_var"}, "Adafactor"), options_(options) {
+  FRUGAL_CHECK_VALUE(options_.beta2_decay <= 0.0, "Adafactor: beta2_decay must be <= 0, got ", options_.beta2_decay);
+  FRUGAL_CHECK_VALUE(options_.eps1.value_or(0.0) >= 0.0 && options_.eps2 >= 0.0, "Adafactor: invalid epsilon values ",
+                     options_.eps1.value_or(0.0), " and ", options_.eps2);
+  FRUGAL_CHECK_VALUE(options_.d > 0.0, "Adafactor: the clipping threshold d must be positive, got ", options_.d);
+}
+
+Adafactor::Adafactor(std::vector<Tensor> params, double lr, double weight_decay)
+    : Adafactor(std::vector<ParamGroup>{{.params = std::move(params), .lr = lr, .weight_decay = weight_decay}}, Options{}) {}
+
+Tensor Adafactor::initial_state(std::size_t k, const Tensor& param) const {
+  const Shape matrix = factored_shape(param);
+  return zeros({matrix[k]}, {.dtype = param.dtype(), .device = param.device()});  // k 0: a value per row, 1: per column
+}
+
+void Adafactor::update(const ParamGroup& group, const Batch& batch) {
+  const auto t = static_cast<double>(batch.step);
+  const double toward = std::pow(t, options_.beta2_decay);  // how far the moments move toward this step's
+  const double rho = std::min(group.lr, 1.0 / std::sqrt(t));  // the step relative to the weights' RMS
+  for (std::size_t i = 0; i < batch.params.size(); ++i) {
+    Tensor param = batch.params[i], row_var = batch.state[0][i], col_var = batch.state[1][i];  // handles on the same memory
+    const Shape matrix = factored_shape(param);
+    const Tensor grad = batch.grads[i].view(matrix);
+    const double eps1 = options_.eps1.value_or(epsilon_of(param.dtype()));
+    const Tensor alpha = mul(at_least(rms(param), options_.eps2), rho);  // before the decay, as torch
+    if (group.weight_decay != 0.0) param.copy_(mul(param, 1.0 - group.lr * group.weight_decay));
+    // The running means; each temporary the size of the parameter is dropped as soon as the next is
+    // made, so at most two are alive at once (this may run inside backward: nn/optimizer_in_backward.h).
+    Tensor x;
+    if (matrix[1] == 1) {  // a vector: its full second moment, as torch keeps it (col_var is not used)
+      row_var.copy_(lerp(row_var, mul(grad, grad).view({matrix[0]}), toward));
+      x = row_var.view(matrix);
+    } else {
+      {
+        const Tensor squared = mul(grad, grad);
+        row_var.copy_(lerp(row_var, mean(squared, {1}), toward));
+        col_var.copy_(lerp(col_var, mean(squared, {0}), toward));
+      }
+      const Tensor row_scaled = div(row_var, at_least(mean(row_var), eps1));
+      x = mul(row_scaled.view({matrix[0], 1}), col_var.view({1, matrix[1]}));  // the estimate of every element's
+    }
+    x = at_least(x, eps1 * eps1);
+    x = rsqrt(x);
+    x = mul(x, grad);                                                    // the update
+    x = mul(x, div(alpha, at_least(div(rms(x), options_.d), 1.0)));    // its RMS at most d, times the step
+    param.copy_(sub(param, x.view(param.shape())));
+  }
 }
 
 }  // namespace frugal::nn

@@ -1,8 +1,10 @@
 // Optimizers over plain parameter tensors, as torch.optim: SGD (momentum, dampening, nesterov,
-// weight decay) and AdamW (decoupled weight decay, bias correction). Parameters are leaf tensors
-// (a Module hands over module.parameters()); step() reads each one's accumulated gradient
-// (autograd::grad) and updates it in place through the fused kernels of kernels/optimizer.h, many
-// tensors per launch.
+// weight decay) and AdamW (decoupled weight decay, bias correction); AdamW8bit, AdamW with its
+// moments kept in 8 bits per element (bitsandbytes' block-wise idea); and Adafactor, with factored
+// second moments. Parameters are leaf tensors (a Module hands over module.parameters()); step() reads
+// each one's accumulated gradient (autograd::grad) and updates it in place: SGD, AdamW and AdamW8bit
+// through the fused kernels of kernels/optimizer.h, many tensors per launch; Adafactor through
+// ordinary tensor ops.
 //
 // Parameter groups: each has its own lr (what LR schedules set) and weight decay (so biases and
 // norm weights can go undecayed); the other hyper-parameters (momentum, betas, eps) belong to the
@@ -21,6 +23,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "kernels/optimizer_ops.h"
 #include "nn/state_dict.h"
 
 namespace frugal::nn {
@@ -87,6 +90,9 @@ class Optimizer {
     std::int64_t step = 1;                   // the step these parameters are taking, from 1
   };
   virtual void update(const ParamGroup& group, const Batch& batch) = 0;
+  // State tensor k of `param` before its first step: zeros of the parameter's shape, dtype and
+  // device, unless a subclass keeps its state in another form (AdamW8bit's codes and scales).
+  virtual Tensor initial_state(std::size_t k, const Tensor& param) const;
 
  private:
   struct ParamState {
@@ -125,9 +131,61 @@ class AdamW : public Optimizer {
   explicit AdamW(std::vector<Tensor> params, double lr = 1e-3, std::pair<double, double> betas = {0.9, 0.999},
                  double eps = 1e-8, double weight_decay = 1e-2);
 
+ protected:
+  // For a subclass that keeps the moments in another form (AdamW8bit), under its own state names.
+  AdamW(std::vector<ParamGroup> groups, std::pair<double, double> betas, double eps, std::vector<std::string> state_names,
+        std::string name);
+  AdamWConfig config(const ParamGroup& group, const Batch& batch) const;  // this step's hyper-parameters
+
  private:
   void update(const ParamGroup& group, const Batch& batch) override;
   double beta1_, beta2_, eps_;
+};
+
+// AdamW with 8-bit moments (bitsandbytes' AdamW8bit idea): the same update as AdamW, run in f32 on
+// moments kept as one byte per element plus an f32 scale per block of 256 (kernels/optimizer_ops.h,
+// Note [8-bit moments]): about 2.03 bytes of state per parameter instead of 8. The state dict holds
+// "exp_avg_codes" and "exp_avg_sq_codes" (u8, flat) and "exp_avg_scales" and "exp_avg_sq_scales" (f32,
+// one per block). f32 parameters only.
+class AdamW8bit : public AdamW {
+ public:
+  AdamW8bit(std::vector<ParamGroup> groups, std::pair<double, double> betas = {0.9, 0.999}, double eps = 1e-8);
+  explicit AdamW8bit(std::vector<Tensor> params, double lr = 1e-3, std::pair<double, double> betas = {0.9, 0.999},
+                     double eps = 1e-8, double weight_decay = 1e-2);
+
+ private:
+  void update(const ParamGroup& group, const Batch& batch) override;
+  Tensor initial_state(std::size_t k, const Tensor& param) const override;
+};
+
+// Adafactor (Shazeer and Stern, 2018; torch.optim.Adafactor's arithmetic and defaults): no first
+// moment, and the second moment of a parameter kept factored, as the running mean of the squared
+// gradient over each row and over each column of the parameter seen as a matrix, whose outer product
+// (divided by the rows' mean) estimates every element's. A parameter of shape [d0, d1, ...] is the
+// matrix [d0, d1 x ...] here: for a convolution, output channels against everything an output
+// reads, where torch.optim.Adafactor factors the last two dimensions (a 1x1 convolution's 1 x 1,
+// which would keep twice its parameters); a vector is [n, 1], which keeps its full second moment.
+// State: "row_var" [d0] and "col_var" [numel / d0], of the parameter's dtype. Per step t:
+//   the second moments move toward this gradient's by t^beta2_decay (all of it at t = 1);
+//   update = g / sqrt(max(row_var x col_var / mean(row_var), eps1^2)), then scaled down to an RMS of d at most;
+//   p *= 1 - lr wd;  p -= max(eps2, RMS(p)) min(lr, 1/sqrt(t)) update  (a step relative to the weights).
+// Every step is tensor ops (no value comes back to the host), so it runs on any device unchanged.
+class Adafactor : public Optimizer {
+ public:
+  struct Options {
+    double beta2_decay = -0.8;
+    std::optional<double> eps1;  // the floor of an estimate's root; none: the parameter dtype's epsilon, as torch
+    double eps2 = 1e-3;                    // the floor of a parameter's RMS, so zero weights can move
+    double d = 1.0;                        // the most an update's RMS may be
+  };
+  explicit Adafactor(std::vector<ParamGroup> groups, Options options);
+  explicit Adafactor(std::vector<ParamGroup> groups) : Adafactor(std::move(groups), Options{}) {}
+  explicit Adafactor(std::vector<Tensor> params, double lr = 1e-2, double weight_decay = 0.0);
+
+ private:
+  void update(const ParamGroup& group, const Batch& batch) override;
+  Tensor initial_state(std::size_t k, const Tensor& param) const override;
+  Options options_;
 };
 
 }  // namespace frugal::nn

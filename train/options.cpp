@@ -13,7 +13,9 @@ namespace frugal::train {
 OptimizerKind parse_optimizer(const std::string& name) {
   if (name == "sgd") return OptimizerKind::sgd;
   if (name == "adamw") return OptimizerKind::adamw;
-  FRUGAL_THROW(ValueError, "unknown optimizer '", name, "' (sgd or adamw)");
+  if (name == "adamw8bit") return OptimizerKind::adamw8bit;
+  if (name == "adafactor") return OptimizerKind::adafactor;
+  FRUGAL_THROW(ValueError, "unknown optimizer '", name, "' (sgd, adamw, adamw8bit or adafactor)");
 }
 
 ScheduleKind parse_schedule(const std::string& name) {
@@ -23,7 +25,15 @@ ScheduleKind parse_schedule(const std::string& name) {
   FRUGAL_THROW(ValueError, "unknown schedule '", name, "' (constant, cosine or onecycle)");
 }
 
-std::string optimizer_name(OptimizerKind kind) { return kind == OptimizerKind::sgd ? "sgd" : "adamw"; }
+std::string optimizer_name(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::sgd: return "sgd";
+    case OptimizerKind::adamw: return "adamw";
+    case OptimizerKind::adamw8bit: return "adamw8bit";
+    case OptimizerKind::adafactor: return "adafactor";
+  }
+  return "";
+}
 
 std::string schedule_name(ScheduleKind kind) {
   switch (kind) {
@@ -63,6 +73,10 @@ void validate(const TrainOptions& o) {
     FRUGAL_CHECK_VALUE(!o.ddp, "--optimizer-in-backward cannot run with --ddp: each gradient must be averaged over the "
                        "ranks before its update");
   }
+  // ZeRO-1 hands each rank's optimizer flat slices of the parameters; AdamW8bit's blocks and
+  // Adafactor's rows and columns are shapes of whole parameters.
+  FRUGAL_CHECK_VALUE(!o.zero1 || o.optimizer == OptimizerKind::sgd || o.optimizer == OptimizerKind::adamw,
+                     "--zero1 shards sgd's and adamw's state only, not --optimizer ", optimizer_name(o.optimizer));
   FRUGAL_CHECK_VALUE(o.save_every == 0 || !o.save.empty(), "--save-every needs --save FILE");
   // --checkpoint-activations means every block; with a --checkpoint-blocks naming fewer, one of the
   // two is a mistake, and which one cannot be guessed.

@@ -17,10 +17,10 @@
 
 namespace frugal::train {
 
-enum class OptimizerKind { sgd, adamw };
+enum class OptimizerKind { sgd, adamw, adamw8bit, adafactor };
 enum class ScheduleKind { constant, cosine, onecycle };
 
-OptimizerKind parse_optimizer(const std::string& name);  // "sgd" | "adamw"; ValueError otherwise
+OptimizerKind parse_optimizer(const std::string& name);  // "sgd" | "adamw" | "adamw8bit" | "adafactor"; ValueError otherwise
 ScheduleKind parse_schedule(const std::string& name);    // "constant" | "cosine" | "onecycle"
 std::string optimizer_name(OptimizerKind kind);
 std::string schedule_name(ScheduleKind kind);

@@ -15,6 +15,7 @@
 #include "models/registry.h"
 #include "nn/amp.h"
 #include "dist/mirror_communicator.h"
+#include "kernels/optimizer.h"
 #include "nn/autograd.h"
 #include "nn/functional.h"
 #include "train/recipe.h"
@@ -58,17 +59,32 @@ class LayerMarks final : public nn::ModuleCallObserver {
   const std::unordered_map<const nn::Module*, int>& leaves_;
 };
 
+// The state `o`'s optimizer keeps for parameter `p` (nn/optim.h): SGD's momentum buffer, AdamW's two
+// moments, AdamW8bit's two code tensors and their block scales, Adafactor's row and column means.
+std::int64_t optimizer_state_bytes(const Tensor& p, const TrainOptions& o) {
+  const auto bytes = static_cast<std::int64_t>(p.nbytes());
+  switch (o.optimizer) {
+    case OptimizerKind::sgd: return o.momentum > 0 ? bytes : 0;
+    case OptimizerKind::adamw: return 2 * bytes;
+    case OptimizerKind::adamw8bit: return 2 * (p.numel() + quant_blocks(p.numel()) * std::int64_t{sizeof(float)});
+    case OptimizerKind::adafactor: {  // a value per row and per column of [d0, numel / d0]
+      const std::int64_t rows = p.dim() == 0 ? 1 : p.size(0);
+      return (rows + (rows == 0 ? 0 : p.numel() / rows)) * static_cast<std::int64_t>(dtype_size(p.dtype()));
+    }
+  }
+  return 0;
+}
+
 // The model's leaf modules as plan rows (names, types, parameter bytes), and a look-up from module to row.
 std::vector<LayerPlan> leaf_layers(const nn::Module& model, const TrainOptions& o,
                                    std::unordered_map<const nn::Module*, int>& index) {
-  const std::int64_t state_copies = o.optimizer == OptimizerKind::adamw ? 2 : (o.momentum > 0 ? 1 : 0);
   std::vector<LayerPlan> layers;
   for (const auto& [name, module] : model.named_modules()) {
     if (!module->named_children().empty()) continue;
     LayerPlan layer{.name = name, .type = module->type_name()};
     for (const Tensor& p : module->parameters()) layer.param_bytes += static_cast<std::int64_t>(p.nbytes());
     layer.grad_bytes = layer.param_bytes;  // gradients have their parameters' shapes and dtypes
-    layer.optimizer_bytes = layer.param_bytes * state_copies;
+    for (const Tensor& p : module->parameters()) layer.optimizer_bytes += optimizer_state_bytes(p, o);
     index[module] = static_cast<int>(layers.size());
     layers.push_back(std::move(layer));
   }
@@ -392,7 +408,9 @@ std::vector<nn::ActivationSaving> saving_candidates(const TrainOptions& o) {
   return candidates;
 }
 
-bool changes_numbers(const BudgetOption& b) { return b.bf16 || b.saving.compress != nn::SavedCompression::none; }
+bool changes_numbers(const BudgetOption& b, const TrainOptions& given) {
+  return b.bf16 || b.saving.compress != nn::SavedCompression::none || b.optimizer != given.optimizer;
+}
 double speed_cost(const BudgetOption& b) { return b.recomputed + (b.saving.bn_from_output ? kRebuildCost : 0.0); }
 
 std::string cost_words(const BudgetOption& b, const TrainOptions& given) {
@@ -410,6 +428,7 @@ std::string cost_words(const BudgetOption& b, const TrainOptions& given) {
   }
   if (b.optimizer_in_backward && !given.optimizer_in_backward) add("optimizer in backward (the same numbers)");
   if (b.bf16 && given.amp != DType::bf16) add("bf16 autocast (changes the numbers)");
+  if (b.optimizer != given.optimizer) add("--optimizer " + optimizer_name(b.optimizer) + " (changes the numbers)");
   if (b.saving.str() != given.saving.str()) {
     if (b.saving.bn_from_output && !given.saving.bn_from_output) add("BatchNorm from its output (rebuilt in backward)");
     if (b.saving.compress != given.saving.compress)
@@ -419,9 +438,9 @@ std::string cost_words(const BudgetOption& b, const TrainOptions& given) {
 }
 
 // Cheapest first: accumulation only costs speed; recomputation costs about the fraction of the
-// blocks recomputed of one more forward; bf16 changes the numbers.
-bool cheaper(const BudgetOption& a, const BudgetOption& b) {
-  if (changes_numbers(a) != changes_numbers(b)) return changes_numbers(b);
+// blocks recomputed of one more forward; bf16, compression and another optimizer change the numbers.
+bool cheaper(const BudgetOption& a, const BudgetOption& b, const TrainOptions& given) {
+  if (changes_numbers(a, given) != changes_numbers(b, given)) return changes_numbers(b, given);
   if (speed_cost(a) != speed_cost(b)) return speed_cost(a) < speed_cost(b);
   return a.accum < b.accum;
 }
@@ -437,7 +456,8 @@ std::vector<BudgetOption> fit_budget(const TrainOptions& options, std::int64_t b
   const auto consider = [&](BudgetOption b) {
     const bool duplicate = std::any_of(found.begin(), found.end(), [&b](const BudgetOption& f) {
       return f.batch_size == b.batch_size && f.checkpoint_blocks == b.checkpoint_blocks && f.bf16 == b.bf16 &&
-             f.saving.str() == b.saving.str() && f.optimizer_in_backward == b.optimizer_in_backward;
+             f.saving.str() == b.saving.str() && f.optimizer_in_backward == b.optimizer_in_backward &&
+             f.optimizer == b.optimizer;
     });
     if (duplicate) return;
     TrainOptions o = with_blocks(options, b.checkpoint_blocks);
@@ -445,6 +465,7 @@ std::vector<BudgetOption> fit_budget(const TrainOptions& options, std::int64_t b
     o.accum = b.accum;
     o.saving = b.saving;
     o.optimizer_in_backward = b.optimizer_in_backward;
+    o.optimizer = b.optimizer;
     if (b.bf16) o.amp = DType::bf16;
     const MemoryPlan plan = plan_memory(o, shape);
     b.peak_bytes = plan.peak_bytes;
@@ -466,8 +487,17 @@ std::vector<BudgetOption> fit_budget(const TrainOptions& options, std::int64_t b
                          .recomputed = static_cast<double>(checkpoint.count(blocks)) / static_cast<double>(blocks),
                          .bf16 = bf16,
                          .saving = saving,
-                         .optimizer_in_backward = options.optimizer_in_backward};
+                         .optimizer_in_backward = options.optimizer_in_backward,
+                         .optimizer = options.optimizer};
           consider(b);
+          // Less optimizer state than AdamW's, with the blocks and the saving as given: alternatives.
+          if (options.optimizer == OptimizerKind::adamw && !options.zero1 && checkpoint == given_blocks(options) &&
+              saving.str() == options.saving.str())
+            for (const OptimizerKind smaller : {OptimizerKind::adamw8bit, OptimizerKind::adafactor}) {
+              BudgetOption other = b;
+              other.optimizer = smaller;
+              consider(other);
+            }
           // The optimizer in backward needs each gradient final inside backward (train/options.cpp).
           if (!b.optimizer_in_backward && accum == 1 && !options.ddp && (bf16 || options.amp != DType::f16)) {
             b.optimizer_in_backward = true;
@@ -477,10 +507,10 @@ std::vector<BudgetOption> fit_budget(const TrainOptions& options, std::int64_t b
       }
     }
   }
-  std::stable_sort(found.begin(), found.end(), [](const BudgetOption& a, const BudgetOption& b) {
+  std::stable_sort(found.begin(), found.end(), [&options](const BudgetOption& a, const BudgetOption& b) {
     if (a.fits != b.fits) return a.fits;
     if (!a.fits) return a.device_needed_bytes < b.device_needed_bytes;
-    return cheaper(a, b);
+    return cheaper(a, b, options);
   });
   return found;
 }
@@ -529,6 +559,12 @@ std::vector<std::pair<std::string, TrainOptions>> fix_candidates(const TrainOpti
     o.amp = DType::bf16;
     changes.emplace_back("--amp bf16", o);
   }
+  if (failing.optimizer == OptimizerKind::adamw && !failing.zero1)  // ZeRO-1 shards sgd's and adamw's state only
+    for (const OptimizerKind smaller : {OptimizerKind::adamw8bit, OptimizerKind::adafactor}) {
+      TrainOptions o = failing;
+      o.optimizer = smaller;
+      changes.emplace_back("--optimizer " + optimizer_name(smaller), o);
+    }
   if (!failing.optimizer_in_backward && failing.accum == 1 && failing.amp != DType::f16 && !failing.ddp) {
     TrainOptions o = failing;
     o.optimizer_in_backward = true;

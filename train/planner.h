@@ -122,6 +122,7 @@ struct BudgetOption {
   bool bf16 = false;
   nn::ActivationSaving saving = {};  // what the graph saves (nn/saved_activations.h)
   bool optimizer_in_backward = false;  // --optimizer-in-backward (one micro-batch per step only)
+  OptimizerKind optimizer = OptimizerKind::adamw;  // for AdamW runs also adamw8bit and adafactor
   std::int64_t peak_bytes = 0;           // allocated at the peak
   std::int64_t device_needed_bytes = 0;  // the smallest device it runs on (MemoryPlan::device_needed_bytes)
   bool fits = false;                     // device_needed_bytes is within the budget
@@ -133,12 +134,13 @@ struct BudgetOption {
 // and three quarters of the blocks, where the feature maps, and so the activations, are largest; all),
 // autocast as given or bf16, and (with the blocks as given) what the graph saves: as given,
 // BatchNorm from its output, and that with bit masks and bf16 compression; and, with one micro-batch
-// per step (no f16 loss scaling, no DDP), the optimizer in backward; each planned. Sorted:
+// per step (no f16 loss scaling, no DDP), the optimizer in backward; and for AdamW (with the blocks
+// and saving as given) 8-bit moments and Adafactor's factored ones; each planned. Sorted:
 // those that fit first, cheapest first (no change, or the optimizer in backward, which costs nothing;
 // then more micro-batches, which cost speed only;
 // then recomputing, the fewer blocks the cheaper: all of them costs about one more forward, and
 // BatchNorm from its output is priced as recomputing a third of the blocks (kRebuildCost in
-// planner.cpp); then bf16 autocast or compression, which change the numbers), those that do not by
+// planner.cpp); then bf16 autocast, compression or another optimizer, which change the numbers), those that do not by
 // how far over they are.
 std::vector<BudgetOption> fit_budget(const TrainOptions& options, std::int64_t budget_bytes, const PlanShape& shape = {});
 

@@ -60,9 +60,13 @@ models::ModelOptions model_options(const TrainOptions& o, std::int64_t in_channe
 }
 
 std::unique_ptr<nn::Optimizer> make_optimizer(std::vector<nn::ParamGroup> groups, const TrainOptions& o) {
-  if (o.optimizer == OptimizerKind::sgd)
-    return std::make_unique<nn::SGD>(std::move(groups), o.momentum, 0.0, /*nesterov=*/o.momentum > 0);
-  return std::make_unique<nn::AdamW>(std::move(groups), std::pair{o.momentum, 0.999});
+  switch (o.optimizer) {
+    case OptimizerKind::sgd: return std::make_unique<nn::SGD>(std::move(groups), o.momentum, 0.0, /*nesterov=*/o.momentum > 0);
+    case OptimizerKind::adamw: return std::make_unique<nn::AdamW>(std::move(groups), std::pair{o.momentum, 0.999});
+    case OptimizerKind::adamw8bit: return std::make_unique<nn::AdamW8bit>(std::move(groups), std::pair{o.momentum, 0.999});
+    case OptimizerKind::adafactor: return std::make_unique<nn::Adafactor>(std::move(groups));  // no momentum: no first moment
+  }
+  FRUGAL_THROW(ValueError, "make_optimizer: unknown optimizer");
 }
 
 std::unique_ptr<nn::Optimizer> make_optimizer(const nn::Module& model, const TrainOptions& o) {

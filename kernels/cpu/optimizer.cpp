@@ -1,6 +1,7 @@
 // CPU fused optimizer steps (kernels/optimizer_backends.h): every tensor of the list, every element,
 // through the per-element updates of kernels/optimizer_ops.h.
 #include <algorithm>
+#include <cmath>
 
 #include "core/cpu/parallel.h"
 #include "core/cpu/strided_cursor.h"
@@ -68,6 +69,40 @@ void adamw_step(DType dtype, const TensorList& list, const AdamWConfig& config) 
         v[i] = convert<T>(vi);
       }
     });
+  });
+}
+
+// Note [8-bit moments] (kernels/optimizer_ops.h): a block's codes need its new absmax, so the work is
+// cut by whole blocks: the list's blocks are numbered over its tensors and shared among threads;
+// each block decodes, updates into a local f32 copy of its moments, finds their absmax, then codes.
+void adamw8bit_step(const TensorList& list, const AdamWConfig& config) {
+  using optimizer::kQuantBlock;
+  const optimizer::AdamWCorrections corrections = optimizer::adamw_corrections(config);
+  std::int64_t starts[kMaxTensorsPerLaunch + 1] = {};  // each tensor's first block in the numbering
+  for (int t = 0; t < list.count; ++t) starts[t + 1] = starts[t] + (list.sizes[t] + kQuantBlock - 1) / kQuantBlock;
+  parallel_for(starts[list.count], starts[list.count] * kQuantBlock, [&](std::int64_t numbered) {
+    const int t = static_cast<int>(std::upper_bound(starts, starts + list.count + 1, numbered) - starts) - 1;
+    const std::int64_t block = numbered - starts[t], first = block * kQuantBlock;
+    const std::int64_t count = std::min<std::int64_t>(kQuantBlock, list.sizes[t] - first);
+    float* p = static_cast<float*>(list.params[t]) + first;
+    const float* g = static_cast<const float*>(list.grads[t]) + first;
+    std::uint8_t* m_codes = static_cast<std::uint8_t*>(list.state1[t]) + first;
+    std::uint8_t* v_codes = static_cast<std::uint8_t*>(list.state2[t]) + first;
+    float& m_scale = static_cast<float*>(list.state3[t])[block];
+    float& v_scale = static_cast<float*>(list.state4[t])[block];
+    float m[kQuantBlock], v[kQuantBlock];
+    float m_max = 0.0f, v_max = 0.0f;
+    for (std::int64_t i = 0; i < count; ++i) {
+      optimizer::adamw8bit_element(p[i], g[i], m_codes[i], v_codes[i], m_scale, v_scale, m[i], v[i], config, corrections);
+      m_max = std::max(m_max, std::abs(m[i]));
+      v_max = std::max(v_max, v[i]);
+    }
+    for (std::int64_t i = 0; i < count; ++i) {
+      m_codes[i] = optimizer::code_in_block<true>(m[i], m_max);
+      v_codes[i] = optimizer::code_in_block<false>(v[i], v_max);
+    }
+    m_scale = m_max;
+    v_scale = v_max;
   });
 }
 

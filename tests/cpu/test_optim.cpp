@@ -134,6 +134,53 @@ TEST_CASE("AdamW: two steps with bias correction, decoupled decay, per-parameter
   CHECK(values(entry(dict, "state.0.exp_avg_sq"))[0] == doctest::Approx(v));
 }
 
+TEST_CASE("Adafactor: factored second moments of a matrix, the full one of a vector, relative steps, RMS clipping") {
+  // A 2x2 weight (f64: the arithmetic below is exact to rounding) and a vector, at step 1, where the
+  // moments take all of the first gradient.
+  Tensor w = from_vector(std::vector<double>{1.0, -2.0, 0.5, 3.0}, {2, 2}), b = from_vector(std::vector<double>{0.1, -0.2, 0.0});
+  autograd::set_requires_grad(w);
+  autograd::set_requires_grad(b);
+  Adafactor adafactor({w, b}, /*lr=*/0.01);
+  const std::vector<double> g{0.3, -0.4, 1.2, 0.5};
+  give_grad(w, g);
+  give_grad(b, {2.0, -0.5, 0.25});
+  adafactor.step();
+  const auto sq = [](double x) { return x * x; };
+  const double row0 = (sq(0.3) + sq(-0.4)) / 2, row1 = (sq(1.2) + sq(0.5)) / 2;
+  const double col0 = (sq(0.3) + sq(1.2)) / 2, col1 = (sq(-0.4) + sq(0.5)) / 2;
+  const StateDict dict = adafactor.state_dict();
+  check_near(values(entry(dict, "state.0.row_var")), {row0, row1});
+  check_near(values(entry(dict, "state.0.col_var")), {col0, col1});
+  const double row_mean = (row0 + row1) / 2;
+  std::vector<double> update(4);
+  const double rows[2] = {row0, row1}, cols[2] = {col0, col1};
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 2; ++j) update[2 * i + j] = g[2 * i + j] / std::sqrt(rows[i] * cols[j] / row_mean);
+  double rms_update = 0;
+  for (double u : update) rms_update += u * u / 4;
+  rms_update = std::sqrt(rms_update);
+  const double rms_w = std::sqrt((1.0 + 4.0 + 0.25 + 9.0) / 4);
+  const double alpha = std::max(1e-3, rms_w) * std::min(0.01, 1.0) / std::max(1.0, rms_update);
+  const std::vector<double> before{1.0, -2.0, 0.5, 3.0};
+  std::vector<double> expected(4);
+  for (int k = 0; k < 4; ++k) expected[k] = before[k] - alpha * update[k];
+  check_near(values(w), expected);
+  // A vector keeps its full second moment ([n, 1]: a row each, one column): the first update is the
+  // gradient's sign, of RMS 1, so nothing is clipped; its RMS (0.129) is above eps2.
+  const double rms_b = std::sqrt((0.01 + 0.04 + 0.0) / 3);
+  check_near(values(b), {0.1 - rms_b * 0.01, -0.2 + rms_b * 0.01, 0.0 - rms_b * 0.01}, 1e-9);
+  // The state: a value per row and per column: 2 + 2 for the matrix, 3 + 1 for the vector.
+  CHECK(adafactor.state_bytes() == (4 + 4) * sizeof(double));
+  // A vector's gradients far below eps1 still give the update of their full second moment, the
+  // gradient's sign (the factored estimate would divide by a mean clamped at eps1).
+  Tensor tiny = from_vector(std::vector<double>{1.0, 1.0});
+  autograd::set_requires_grad(tiny);
+  Adafactor small({tiny}, 0.01);
+  give_grad(tiny, {1e-9, -1e-9});
+  small.step();
+  check_near(values(tiny), {1.0 - 0.01, 1.0 + 0.01}, 1e-9);
+}
+
 TEST_CASE("optimizers: zero_grad frees gradient memory, state appears under MemoryTag::optimizer") {
   Tensor w = zeros({1000});
   autograd::set_requires_grad(w);
@@ -189,6 +236,36 @@ TEST_CASE("optimizers: a state dict round trip continues exactly like the origin
     run(original, a, 3);
     run(restored, b, 3);
     check_same(a, b);
+  }
+  SUBCASE("AdamW8bit: codes and scales, and an AdamW dict is refused") {
+    std::vector<Tensor> a = fresh_params(), b = fresh_params();
+    for (std::vector<Tensor>* list : {&a, &b})
+      for (Tensor& p : *list) {
+        p = p.to(Device::cpu(), DType::f32);  // 8-bit moments are kept for f32 parameters
+        autograd::set_requires_grad(p);
+      }
+    const auto run_f32 = [](Optimizer& optimizer, const std::vector<Tensor>& params, std::uint64_t seed) {
+      Generator generator(seed);
+      for (const Tensor& p : params) autograd::set_grad(p, normal(p.shape(), 0.0, 1.0, {}, &generator));
+      optimizer.step();
+    };
+    AdamW8bit original(a, 0.01), restored(b, 0.01);
+    run_f32(original, a, 1);
+    run_f32(original, a, 2);
+    const StateDict dict = original.state_dict();
+    CHECK(keys(dict)[0] == "state.0.exp_avg_codes");
+    CHECK(entry(dict, "state.0.exp_avg_codes").dtype() == DType::u8);
+    CHECK(entry(dict, "state.0.exp_avg_codes").numel() == 6);
+    CHECK(entry(dict, "state.0.exp_avg_sq_scales").numel() == 1);  // one block of 256 holds all 6
+    CHECK(original.state_bytes() == 2 * (6 + 4) + 2 * 4 * 2);
+    for (std::size_t i = 0; i < a.size(); ++i) b[i].copy_(a[i]);
+    restored.load_state_dict(dict);
+    run_f32(original, a, 3);
+    run_f32(restored, b, 3);
+    check_same(a, b);
+    AdamW plain(fresh_params(), 0.01);
+    CHECK_THROWS_WITH_AS(plain.load_state_dict(dict), doctest::Contains("missing key 'state.0.exp_avg'"), ValueError);
+    CHECK_THROWS_AS(AdamW8bit{fresh_params()}, DTypeError);  // f64 parameters
   }
   SUBCASE("SGD with momentum, into an optimizer that already stepped") {
     std::vector<Tensor> a = fresh_params(), b = fresh_params();

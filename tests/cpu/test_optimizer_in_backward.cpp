@@ -75,6 +75,23 @@ TEST_CASE("optimizer in backward: SGD with momentum and AdamW give the ordinary 
   const auto adamw = [](std::vector<Tensor> params) { return std::make_unique<AdamW>(std::move(params), 1e-2); };
   CHECK(train_three_steps(sgd, true) == train_three_steps(sgd, false));
   CHECK(train_three_steps(adamw, true) == train_three_steps(adamw, false));
+  const auto adamw8bit = [](std::vector<Tensor> params) { return std::make_unique<AdamW8bit>(std::move(params), 1e-2); };
+  const auto adafactor = [](std::vector<Tensor> params) { return std::make_unique<Adafactor>(std::move(params), 1e-2); };
+  CHECK(train_three_steps(adamw8bit, true) == train_three_steps(adamw8bit, false));
+  CHECK(train_three_steps(adafactor, true) == train_three_steps(adafactor, false));
+}
+
+TEST_CASE("optimizer in backward: the hooks of one that is gone do nothing") {
+  Mlp mlp;
+  const std::vector<Tensor> params = mlp.params();
+  const std::vector<float> before = params[0].to_vector<float>();
+  SGD sgd(params, 0.05);
+  {
+    OptimizerInBackward fused(sgd);
+  }  // its hooks stay registered on the parameters
+  autograd::backward(mlp.loss(normal({8, 16})));
+  CHECK(params[0].to_vector<float>() == before);
+  for (const Tensor& p : params) CHECK(autograd::grad(p).defined());
 }
 
 TEST_CASE("optimizer in backward: the weights' gradients are never all alive at once") {

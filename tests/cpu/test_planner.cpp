@@ -198,10 +198,12 @@ TEST_CASE("the planner: fit_budget offers some blocks checkpointed, ranked by th
   std::set<std::string> blocks;
   for (const train::BudgetOption& b : options) blocks.insert(b.checkpoint_blocks.str());
   CHECK(blocks == std::set<std::string>{"none", "1-5", "1-9", "1-13", "all"});  // a quarter, a half, three quarters of 17
-  // Among the options that fit at a batch of 16 in f32, fewer blocks recomputed come first.
+  // Among the options that fit at a batch of 16 in f32 with the optimizer as given, fewer blocks
+  // recomputed come first (another optimizer changes the numbers, so it ranks after all of them).
   std::vector<double> fractions;
   for (const train::BudgetOption& b : options)
-    if (b.fits && b.accum == 1 && !b.bf16 && b.saving.standard()) fractions.push_back(b.recomputed);
+    if (b.fits && b.accum == 1 && !b.bf16 && b.saving.standard() && b.optimizer == o.optimizer)
+      fractions.push_back(b.recomputed);
   REQUIRE_FALSE(fractions.empty());
   CHECK(std::is_sorted(fractions.begin(), fractions.end()));
   CHECK(fractions.front() < 1.0);  // some partial set fits: the whole model need not be recomputed

@@ -66,6 +66,8 @@ TEST_CASE("train options: each bad value is a ValueError naming its flag") {
   bad([](train::TrainOptions& o) { o.optimizer_in_backward = true, o.accum = 2; }, "with --accum 2 a gradient is complete only");
   bad([](train::TrainOptions& o) { o.optimizer_in_backward = true, o.amp = DType::f16; }, "cannot run with --amp f16");
   bad([](train::TrainOptions& o) { o.optimizer_in_backward = true, o.ddp = true; }, "cannot run with --ddp");
+  bad([](train::TrainOptions& o) { o.ddp = true, o.zero1 = true, o.optimizer = train::OptimizerKind::adafactor; },
+      "--zero1 shards sgd's and adamw's state only");
   CHECK_NOTHROW(train::validate(train::TrainOptions{}));
   CHECK_THROWS_AS(train::parse_optimizer("adam"), ValueError);
   CHECK(train::schedule_name(train::parse_schedule("onecycle")) == "onecycle");
@@ -410,6 +412,30 @@ TEST_CASE("train: --optimizer-in-backward trains the same weights bit for bit wi
   const auto grad = static_cast<std::size_t>(MemoryTag::grad);
   CHECK(in_backward.peak_bytes_by_tag[grad] < ordinary.peak_bytes_by_tag[grad]);
   CHECK(in_backward.peak_allocated_bytes < ordinary.peak_allocated_bytes);
+}
+
+TEST_CASE("train: --optimizer adamw8bit keeps under a third of AdamW's state and trains near it, adafactor a tenth") {
+  TempDir dir;
+  write_idx_folder(dir, 96);
+  train::TrainOptions o = small_cnn_run(dir.path);
+  o.steps = 3;
+  o.batch_size = 32;
+  const train::TrainResult adamw = train::train(o);
+  o.optimizer = train::OptimizerKind::adamw8bit;
+  const train::TrainResult eight_bit = train::train(o);
+  const auto state = static_cast<std::size_t>(MemoryTag::optimizer);
+  CAPTURE(adamw.peak_bytes_by_tag[state]);
+  CAPTURE(eight_bit.peak_bytes_by_tag[state]);
+  // 2 bytes and two scales per 256 parameters against 8; the small CNN's biases each take a whole
+  // 512-byte block, which is why not a quarter.
+  CHECK(3 * eight_bit.peak_bytes_by_tag[state] < adamw.peak_bytes_by_tag[state]);
+  CHECK(eight_bit.final_loss == doctest::Approx(adamw.final_loss).epsilon(0.02));
+  // Adafactor: a value per row and per column of each weight, against AdamW's two per element.
+  o.optimizer = train::OptimizerKind::adafactor;
+  const train::TrainResult adafactor = train::train(o);
+  CAPTURE(adafactor.peak_bytes_by_tag[state]);
+  CHECK(10 * adafactor.peak_bytes_by_tag[state] < adamw.peak_bytes_by_tag[state]);
+  CHECK(std::isfinite(adafactor.final_loss));
 }
 
 TEST_CASE("train: a run without a leak reports none, an out-of-memory leaves with the explanation of what filled the device") {

@@ -11,6 +11,8 @@
 #include "kernels/optimizer.h"
 #include "kernels/reduce.h"
 #include "kernels/softmax.h"
+#include "nn/autograd.h"
+#include "nn/optim.h"
 #include "tests/gpu/gpu_compare.h"
 
 using namespace frugal;
@@ -114,4 +116,64 @@ TEST_CASE("fused SGD and AdamW steps on the GPU match the CPU") {
   adamw_step(p, g, m, v, {.lr = 0.01, .step = 1});
   adamw_step(pg, gg, mg, vg, {.lr = 0.01, .step = 1});
   for (std::size_t i = 0; i < p.size(); ++i) check_close(pg[i], p[i], DType::f32, "adamw");
+}
+
+TEST_CASE("AdamW with 8-bit moments on the GPU gives the CPU's codes and scales") {
+  Generator generator(5);
+  std::vector<Tensor> p, g, codes_m, codes_v, scales_m, scales_v;
+  for (std::int64_t n : {7, 1000, 300}) {
+    p.push_back(uniform({n}, -1.0, 1.0, {}, &generator));
+    g.push_back(uniform({n}, -1.0, 1.0, {}, &generator));
+    codes_m.push_back(zeros({n}, {.dtype = DType::u8}));
+    codes_v.push_back(zeros({n}, {.dtype = DType::u8}));
+    scales_m.push_back(zeros({quant_blocks(n)}));
+    scales_v.push_back(zeros({quant_blocks(n)}));
+  }
+  auto on_gpu = [](const std::vector<Tensor>& list) {
+    std::vector<Tensor> out;
+    for (const Tensor& t : list) out.push_back(t.to(kGpu));
+    return out;
+  };
+  const auto pg = on_gpu(p), gg = on_gpu(g), mg = on_gpu(codes_m), vg = on_gpu(codes_v), smg = on_gpu(scales_m),
+             svg = on_gpu(scales_v);
+  for (std::int64_t step = 1; step <= 2; ++step) {  // the second step decodes what the first coded
+    adamw8bit_step(p, g, codes_m, codes_v, scales_m, scales_v, {.lr = 0.01, .step = step});
+    adamw8bit_step(pg, gg, mg, vg, smg, svg, {.lr = 0.01, .step = step});
+  }
+  // Coding is exact integer arithmetic on float bits, but the f32 AdamW update before it may round
+  // differently on the GPU (fused multiply-adds): a moment on a code boundary can then code one step
+  // apart, so the parameters are compared at f32 tolerance and the codes by how many differ.
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    check_close(pg[i], p[i], DType::f32, "adamw8bit");
+    check_close(smg[i], scales_m[i], DType::f32, "adamw8bit first-moment scales");
+    check_close(svg[i], scales_v[i], DType::f32, "adamw8bit second-moment scales");
+    for (const auto& [gpu_codes, cpu_codes] : {std::pair{mg[i], codes_m[i]}, std::pair{vg[i], codes_v[i]}}) {
+      const auto gpu = gpu_codes.to_vector<double>(), cpu = cpu_codes.to_vector<double>();
+      std::size_t different = 0;
+      for (std::size_t k = 0; k < gpu.size(); ++k) different += gpu[k] != cpu[k];
+      CHECK(different <= std::max<std::size_t>(1, gpu.size() / 100));
+    }
+  }
+}
+
+TEST_CASE("Adafactor's steps (tensor ops) on the GPU match the CPU's") {
+  Generator generator(6);
+  std::vector<Tensor> cpu_params, gpu_params;
+  for (const Shape& shape : std::vector<Shape>{{16, 8, 1, 1}, {32}, {10, 40}}) {
+    Tensor p = uniform(shape, -1.0, 1.0, {}, &generator);
+    Tensor q = p.to(kGpu);
+    cpu_params.push_back(autograd::set_requires_grad(p));
+    gpu_params.push_back(autograd::set_requires_grad(q));
+  }
+  nn::Adafactor cpu(cpu_params, 0.01, 0.01), gpu(gpu_params, 0.01, 0.01);
+  for (int step = 0; step < 3; ++step) {
+    for (std::size_t i = 0; i < cpu_params.size(); ++i) {
+      const Tensor g = uniform(cpu_params[i].shape(), -1.0, 1.0, {}, &generator);
+      autograd::set_grad(cpu_params[i], g);
+      autograd::set_grad(gpu_params[i], g.to(kGpu));
+    }
+    cpu.step();
+    gpu.step();
+  }
+  for (std::size_t i = 0; i < cpu_params.size(); ++i) check_close(gpu_params[i], cpu_params[i], DType::f32, "adafactor");
 }
