@@ -371,12 +371,15 @@ assert len(given) == 1 and given[0]["peak_bytes"] == p["peak_bytes"] and not giv
 fits = [o for o in options if o["fits"]]
 assert fits and options[:len(fits)] == fits and all(o["device_needed_bytes"] <= 12 * 2**20 for o in fits), options
 assert all(o["device_needed_bytes"] >= o["peak_bytes"] for o in options), options
-# Saving less is offered beside recomputing: BatchNorm from its output, and that with bf16 (after the
-# ways that keep the numbers, as bf16 autocast is).
+# Saving less is offered beside recomputing: BatchNorm from its output, and that with bf16; and for
+# this AdamW run, 8-bit moments and Adafactor; each that changes the numbers after the ways that keep
+# them, as bf16 autocast is.
 savings = {o["activation_saving"] for o in options}
 assert savings == {"standard", "bn-from-output", "bn-from-output+bit-masks+bf16"}, savings
-exact = [i for i, o in enumerate(fits) if not o["bf16"] and "bf16" not in o["activation_saving"]]
-lossy = [i for i, o in enumerate(fits) if o["bf16"] or "bf16" in o["activation_saving"]]
+assert {o["optimizer"] for o in options} == {"adamw", "adamw8bit", "adafactor"}, options
+changes = lambda o: o["bf16"] or "bf16" in o["activation_saving"] or o["optimizer"] != "adamw"
+exact = [i for i, o in enumerate(fits) if not changes(o)]
+lossy = [i for i, o in enumerate(fits) if changes(o)]
 assert not exact or not lossy or max(exact) < min(lossy), fits
 PY
     # The saving flags reach the plan: its headline and JSON say which, and it keeps fewer bytes.
