@@ -133,6 +133,13 @@ timed plan-cost-batch1048576-image4096 "$frugal" plan --batch-size 1048576 --ima
 with_json plan-budget64MiB "$frugal" plan --budget 64MiB
 with_json plan-batch32-budget64MiB "$frugal" plan --batch-size 32 --budget 64MiB
 with_json plan-batch256-budget24MiB "$frugal" plan --batch-size 256 --budget 24MiB
+# docs/memory-guide.md, "Keeping less optimizer state": each smaller optimizer's plan, ordinary and fused.
+for optimizer in adamw8bit adafactor; do
+  with_json "plan-$optimizer" "$frugal" plan --optimizer "$optimizer"
+  with_json "plan-$optimizer-in-backward" "$frugal" plan --optimizer "$optimizer" --optimizer-in-backward
+done
+# docs/memory-guide.md, "What a training step holds": the `other` bytes a checkpoint write stages.
+with_json train-steps2-save "$frugal" train --steps 2 --no-eval --save "$out/train-steps2-save.safetensors"
 # docs/memory-guide.md and docs/distributed.md: one of 4 data-parallel ranks.
 with_json plan-ddp4-batch16 "$frugal" plan --ddp 4 --batch-size 16
 with_json plan-ddp4-batch16-zero1-views "$frugal" plan --ddp 4 --batch-size 16 --zero1 --bucket-views
@@ -241,6 +248,7 @@ if [ "$long" = 1 ]; then
   run accuracy-by-optimizer python3 "$FRUGAL_ROOT/scripts/accuracy-by-way.py" "$frugal" "$out/accuracy-by-optimizer" \
     --seeds 1-4 --seeds-of adamw8bit=1-3 --seeds-of adafactor-lr1e-2=1-3 --jobs 2 --train "--epochs 1 --lr 0.001 --workers 1" \
     adamw= "adamw8bit=--optimizer adamw8bit" "adafactor-lr1e-2=--optimizer adafactor --lr 0.01"
+  with_json train-adafactor-lr1e-3-seed1 "$frugal" train --optimizer adafactor --lr 0.001 --workers 1 --seed 1
   # docs/training.md, "Fifteen epochs on the CPU" (about half an hour each on 2 cores): the defaults,
   # the best recipe reached (recipe-15-epochs), more weight decay, crop and flip with label smoothing.
   with_json recipe-15-epochs-defaults "$frugal" train --epochs 15
