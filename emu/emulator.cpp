@@ -65,6 +65,14 @@ namespace {
 // frugal writes and printf; pages are only touched as they are used. A kernel whose locals exceed
 // it crashes without a diagnosis (GPUs allow up to 512 KiB of local memory per thread).
 constexpr std::size_t kStackBytes = 256 << 10;
+// Note [Stack colouring]: the pool hands out stacks a multiple of their size apart, so without help
+// every fiber's top frames (where it suspends and resumes) share the same cache sets, and a block of
+// 1024 threads meeting at a warp shuffle evicts itself from L1 and L2 at every switch. Each stack's
+// top is moved down by its own multiple of a cache line, spreading 1024 fibers over 64 KiB of sets;
+// the stack is that much larger, so a kernel still has kStackBytes.
+constexpr std::size_t kCacheLine = 64;
+constexpr std::size_t kStackColours = 1024;
+constexpr std::size_t kPooledStackBytes = kStackBytes + kCacheLine * kStackColours;
 constexpr unsigned char kPoisonByte = 0xFF;  // as float: NaN; as an integer: -1
 
 enum class Wait : std::uint8_t { runnable, barrier, warp, done };
@@ -177,6 +185,14 @@ class RecordingStack {
   explicit RecordingStack(ctx::pooled_fixedsize_stack& pool, StackBounds& last) : pool_(&pool), last_(&last) {}
   ctx::stack_context allocate() {
     ctx::stack_context stack = pool_->allocate();
+    // Note [Stack colouring]. The base, sp - size, is what the pool frees, so both move together.
+    // The colour follows from the address, so a reused stack always has the same layout: under
+    // AddressSanitizer a fiber that ended leaves its last frames' redzones poisoned, and the next
+    // fiber's record (which Boost places at the top) must not land on them.
+    const auto base = reinterpret_cast<std::uintptr_t>(stack.sp) - stack.size;
+    const std::size_t colour = base / kPooledStackBytes % kStackColours * kCacheLine;
+    stack.sp = static_cast<char*>(stack.sp) - colour;
+    stack.size -= colour;
     *last_ = {static_cast<char*>(stack.sp) - stack.size, stack.size};  // stacks grow down from sp
     return stack;
   }
@@ -278,8 +294,10 @@ bool complete_warps(Block& block, std::size_t first) {
 
 // ---- the scheduler
 
-std::vector<std::size_t> pass_order(const Block& block, std::uint64_t pass) {
-  std::vector<std::size_t> order(block.threads.size());
+// The order in which a pass resumes the block's threads, written into `order` (kept across passes:
+// a block of 1024 threads makes hundreds of passes in a kernel with shuffles).
+void fill_pass_order(const Block& block, std::uint64_t pass, std::vector<std::size_t>& order) {
+  order.resize(block.threads.size());
   std::iota(order.begin(), order.end(), 0);
   switch (t_options.schedule) {
     case Schedule::forward: break;
@@ -293,7 +311,6 @@ std::vector<std::size_t> pass_order(const Block& block, std::uint64_t pass) {
       break;
     }
   }
-  return order;
 }
 
 std::string describe_waits(const Block& block) {
@@ -353,7 +370,7 @@ void schedule_block(Block& block);
 }
 
 void run_block(Block& block, const std::function<void()>& body) {
-  static thread_local ctx::pooled_fixedsize_stack stacks(kStackBytes);
+  static thread_local ctx::pooled_fixedsize_stack stacks(kPooledStackBytes);
   for (Thread& thread : block.threads) {
     thread.fiber = ctx::fiber(std::allocator_arg, RecordingStack(stacks, thread.stack), [&thread, &body](ctx::fiber&& sink) {
       after_switch(nullptr, &thread.scheduler);
@@ -385,9 +402,11 @@ void run_block(Block& block, const std::function<void()>& body) {
 }
 
 void schedule_block(Block& block) {
+  std::vector<std::size_t> order;
   for (std::uint64_t pass = 0;; ++pass) {
     bool ran = false;
-    for (std::size_t t : pass_order(block, pass)) {
+    if (pass == 0 || t_options.schedule == Schedule::shuffle) fill_pass_order(block, pass, order);
+    for (std::size_t t : order) {
       Thread& thread = block.threads[t];
       if (thread.wait != Wait::runnable) continue;
       resume(thread);

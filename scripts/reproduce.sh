@@ -200,6 +200,13 @@ if [ -n "$emulated_bin" ]; then
   timed emulated-train-cnn-cpu "$emulated_bin/frugal" train --device cpu --model cnn --steps 3 --no-eval \
     --json "$out/emulated-train-cnn-cpu.json"
   timed sample-15_emulated_gpu_step env FRUGAL_EMULATOR_HAZARDS=0 "$emulated_bin/15_emulated_gpu_step"
+  # docs/cuda-emulator.md, "What a meeting point costs": a small MobileNetV2's two steps on cuda:0.
+  subset "$data/fmnist-192" 192 64
+  timed emulated-train-mobilenet-cuda env FRUGAL_EMULATOR_HAZARDS=0 "$emulated_bin/frugal" train --device cuda:0 \
+    --data "$data/fmnist-192" --model mobilenet_v2 --width 0.25 --batch-size 8 --steps 2 --workers 0
+  # The GPU suite's two whole-model cases, the longest of the suite (their race checks are off).
+  timed emulated-gpu-models "$emulated_bin/frugal_gpu_tests" -tc='models: *'
+  timed emulated-gpu-below-minimum "$emulated_bin/frugal_gpu_tests" -tc='below the minimum on cuda:0*'
   # docs/cuda-emulator.md's share of a step spent in the race checks: one step with them, one without.
   for hazards in 1 0; do
     timed "emulated-step-cnn-cuda-hazards$hazards" env FRUGAL_EMULATOR_HAZARDS=$hazards "$emulated_bin/frugal" train \

@@ -18,8 +18,9 @@
 namespace frugal::FRUGAL_CUDA_NAMESPACE {
 
 namespace {
-constexpr int kRangeThreads = 1024;  // one block per channel: as many loads in flight as a block allows
-constexpr int kRangeWarps = kRangeThreads / kWarpLanes;
+// One block per channel: as many loads in flight as a block allows, or only the warps a short
+// channel's values fill (as batch_norm.cu's reductions).
+constexpr int kRangeThreads = 1024;
 constexpr int kChannelThreads = 256;                 // encode/decode: 8 warps per block, memory-bound
 constexpr std::int64_t kMaxBlocksPerChannel = 64;    // with dozens of channels, thousands of blocks
 constexpr std::int64_t kMaxChannelBlocks = 65535;    // CUDA's limit on gridDim.y; more channels loop
@@ -102,7 +103,8 @@ void apply_mask(DType dtype, const void* grad, const std::uint8_t* mask, std::in
 
 void channel_ranges(DType dtype, const void* x, const BatchNormShape& shape, float* low, float* step) {
   visit_floating(dtype, "encode_per_channel_u8", [&]<typename T, typename C>() {
-    FRUGAL_LAUNCH(channel_blocks(shape), kRangeThreads, kRangeWarps * sizeof(ChannelRange<C>), nullptr,
+    const int threads = threads_for_row(shape.per_channel(), kRangeThreads);
+    FRUGAL_LAUNCH(channel_blocks(shape), threads, block_reduce_shared_bytes<ChannelRange<C>>(threads), nullptr,
                   channel_ranges_kernel<T, C>)(static_cast<const T*>(x), shape, low, step);
   });
   FRUGAL_CUDA_CHECK_LAUNCH();

@@ -22,10 +22,11 @@
 namespace frugal::FRUGAL_CUDA_NAMESPACE {
 
 namespace {
-// One block per channel leaves SMs idle when C is small, so each block is as large as CUDA allows,
-// to keep the most loads in flight.
+// One block per channel leaves SMs idle when C is small, so a long channel's block is as large as
+// CUDA allows, to keep the most loads in flight. A short one gets only the warps its values fill
+// (reduce_threads): a deep layer's channel of 16 values (batch 4, 2 x 2) reduces in one warp rather
+// than in 32 warps of which 31 hold nothing but still shuffle and meet at two barriers.
 constexpr int kReduceThreads = 1024;
-constexpr int kWarps = kReduceThreads / kWarpLanes;  // one accumulator each in shared memory
 constexpr int kElementwiseThreads = 256;  // 8 warps: enough resident work per SM for a memory-bound pass
 // Blocks along one channel for the elementwise passes: with the dozens of channels of a CNN layer
 // that is thousands of blocks, enough to fill any GPU; longer channels are strided over.
@@ -165,6 +166,8 @@ __global__ void backward_input_from_xhat_kernel(const T* grad, const T* xhat, Ba
 
 int channel_blocks(const BatchNormShape& shape) { return static_cast<int>(std::min(shape.channels, kMaxChannelBlocks)); }
 
+int reduce_threads(const BatchNormShape& shape) { return threads_for_row(shape.per_channel(), kReduceThreads); }
+
 dim3 elementwise_grid(const BatchNormShape& shape) {
   const std::int64_t along = (shape.per_channel() + kElementwiseThreads - 1) / kElementwiseThreads;
   return dim3(static_cast<unsigned>(std::min(along, kMaxBlocksPerChannel)), static_cast<unsigned>(channel_blocks(shape)));
@@ -174,7 +177,9 @@ dim3 elementwise_grid(const BatchNormShape& shape) {
 void batch_norm_statistics(DType dtype, const void* x, const BatchNormShape& shape, double momentum, double eps,
                            void* save_mean, void* save_invstd, void* running_mean, void* running_var) {
   visit_floating(dtype, "batch norm", [&]<typename T, typename C>() {
-    FRUGAL_LAUNCH(channel_blocks(shape), kReduceThreads, kWarps * sizeof(Welford), nullptr, statistics_kernel<T, C>)(
+    const int threads = reduce_threads(shape);
+    FRUGAL_LAUNCH(channel_blocks(shape), threads, block_reduce_shared_bytes<Welford>(threads), nullptr,
+                  statistics_kernel<T, C>)(
         static_cast<const T*>(x), shape, momentum, eps, static_cast<C*>(save_mean), static_cast<C*>(save_invstd),
         static_cast<C*>(running_mean), static_cast<C*>(running_var));
   });
@@ -195,7 +200,8 @@ void batch_norm_backward_sums(DType dtype, const void* grad, const void* x, cons
                               const BatchNormShape& shape, const void* mean, const void* invstd, void* sum_dy,
                               void* sum_dy_xhat) {
   visit_floating(dtype, "batch norm", [&]<typename T, typename C>() {
-    FRUGAL_LAUNCH(channel_blocks(shape), kReduceThreads, kWarps * sizeof(batch_norm::GradSums), nullptr,
+    const int threads = reduce_threads(shape);
+    FRUGAL_LAUNCH(channel_blocks(shape), threads, block_reduce_shared_bytes<batch_norm::GradSums>(threads), nullptr,
                   backward_sums_kernel<T, C>)(static_cast<const T*>(grad), static_cast<const T*>(x),
                                               static_cast<const T*>(fused_output), shape, static_cast<const C*>(mean),
                                               static_cast<const C*>(invstd), static_cast<C*>(sum_dy),
@@ -241,7 +247,8 @@ void batch_norm_backward_sums_from_xhat(DType dtype, const void* grad, const voi
                                         const void* weight, const void* bias, bool relu6, void* sum_dy,
                                         void* sum_dy_xhat) {
   visit_floating(dtype, "batch norm", [&]<typename T, typename C>() {
-    FRUGAL_LAUNCH(channel_blocks(shape), kReduceThreads, kWarps * sizeof(batch_norm::GradSums), nullptr,
+    const int threads = reduce_threads(shape);
+    FRUGAL_LAUNCH(channel_blocks(shape), threads, block_reduce_shared_bytes<batch_norm::GradSums>(threads), nullptr,
                   backward_sums_from_xhat_kernel<T, C>)(static_cast<const T*>(grad), static_cast<const T*>(xhat), shape,
                                                         static_cast<const C*>(weight), static_cast<const C*>(bias),
                                                         relu6, static_cast<C*>(sum_dy), static_cast<C*>(sum_dy_xhat));

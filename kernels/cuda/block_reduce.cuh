@@ -5,8 +5,8 @@
 //   2. lane 0 of each warp leaves that total in shared memory;
 //   3. after a barrier every thread folds the few warp totals itself, so all threads get the block's
 //      total without a second broadcast round.
-// An accumulator is any trivially copyable struct with merge(); it crosses lanes as 32-bit words, so
-// no accumulator needs a shuffle of its own.
+// An accumulator is any trivially copyable struct with merge(); it crosses lanes as 64-bit words when
+// its size allows (32-bit otherwise), so no accumulator needs a shuffle of its own.
 // Not here: reductions over more than one block (reduce.cu loops outputs over blocks instead).
 #pragma once
 
@@ -21,12 +21,19 @@ namespace frugal::FRUGAL_CUDA_NAMESPACE {
 inline constexpr int kWarpLanes = 32;
 inline constexpr unsigned kAllLanes = 0xffffffffu;
 
+// The widest word an accumulator divides into. On a GPU a 64-bit shuffle is two 32-bit ones, the same
+// instructions either way; in the kernel emulator every shuffle is one meeting of the warp's lanes, a
+// fiber switch per lane, so 64-bit words halve the cost of accumulators of doubles there (Welford's
+// three doubles: 3 meetings per step, not 6).
+template <typename Acc>
+using ShuffleWord = std::conditional_t<sizeof(Acc) % sizeof(unsigned long long) == 0, unsigned long long, unsigned>;
+
 template <typename Acc>
 __device__ Acc shuffle_xor(const Acc& acc, int lane_mask) {
   static_assert(std::is_trivially_copyable_v<Acc> && sizeof(Acc) % sizeof(unsigned) == 0);
-  unsigned words[sizeof(Acc) / sizeof(unsigned)];
+  ShuffleWord<Acc> words[sizeof(Acc) / sizeof(ShuffleWord<Acc>)];
   memcpy(words, &acc, sizeof(Acc));
-  for (unsigned& word : words) word = __shfl_xor_sync(kAllLanes, word, lane_mask);
+  for (auto& word : words) word = __shfl_xor_sync(kAllLanes, word, lane_mask);
   Acc result;
   memcpy(&result, words, sizeof(Acc));
   return result;
@@ -50,6 +57,12 @@ __device__ Acc block_reduce(Acc acc, SharedPtr<Acc> per_warp) {
 inline int threads_for_row(std::int64_t cols, int max_threads) {
   const std::int64_t warps = (cols + kWarpLanes - 1) / kWarpLanes;
   return static_cast<int>(std::min<std::int64_t>(std::max<std::int64_t>(warps, 1) * kWarpLanes, max_threads));
+}
+
+// block_reduce's shared memory in a block of `threads`: one accumulator per warp.
+template <typename Acc>
+std::size_t block_reduce_shared_bytes(int threads) {
+  return static_cast<std::size_t>(threads / kWarpLanes) * sizeof(Acc);
 }
 
 }  // namespace frugal::FRUGAL_CUDA_NAMESPACE

@@ -94,8 +94,9 @@ Tensor input_grad(const Operands& o, const Tensor& fused, const Tensor& mean, co
 }  // namespace
 
 TEST_CASE("the CUDA batch norm kernels in the emulator match the CPU kernels") {
-  // 1200 elements per channel (more than the 1024 threads of a statistics block), [N, C], odd; one
-  // dtype each, since every CUDA thread is a fiber here and 1024-thread blocks are slow to emulate.
+  // 1200 elements per channel (more than the 1024 threads a statistics block has at most), 37 (two
+  // warps, the second partly empty) and 21 (one warp): [N, C], odd; one dtype each, since every CUDA
+  // thread is a fiber here and 1024-thread blocks are slow to emulate.
   const std::array<std::pair<BatchNormShape, DType>, 3> cases{{{BatchNormShape{3, 2, 400}, DType::f32},
                                                                 {BatchNormShape{37, 2, 1}, DType::bf16},
                                                                 {BatchNormShape{3, 2, 7}, DType::f64}}};
