@@ -71,7 +71,8 @@ void print_plan(const train::TrainOptions& o, const train::MemoryPlan& plan, int
   std::printf("%s, batch %lld x %lld of %lldx%lld, %s%s%s%s: predicted peak %s allocated (in %s), %s reserved\n",
               o.model.c_str(), static_cast<long long>(o.accum), static_cast<long long>(o.batch_size),
               static_cast<long long>(o.image_size), static_cast<long long>(o.image_size),
-              (train::optimizer_name(o.optimizer) + (o.optimizer_in_backward ? " in backward" : "")).c_str(), o.amp ? (", autocast " + std::string(dtype_name(*o.amp))).c_str() : "",
+              (train::optimizer_name(o.optimizer) + (o.optimizer_in_backward ? " in backward" : "") +
+               (o.offload_optimizer ? " on the host" : "")).c_str(), o.amp ? (", autocast " + std::string(dtype_name(*o.amp))).c_str() : "",
               checkpoint_words(o).c_str(), ddp_words(o).c_str(), size(plan.peak_bytes).c_str(),
               plan.peak_phase.c_str(), size(plan.peak_reserved_bytes).c_str());
   std::printf("device needed: %s (the smallest --memory-limit the run fits in, fragmentation included)\n",
@@ -105,17 +106,21 @@ void print_plan(const train::TrainOptions& o, const train::MemoryPlan& plan, int
     tags += tag + " " + size(bytes);
   }
   std::printf("\nat the peak: %s (the loader's batches: %s)\n", tags.c_str(), size(plan.data_bytes).c_str());
+  if (o.offload_optimizer)
+    std::printf("on the host: %s pinned (the optimizer's state, and a copy of each weight and gradient)\n",
+                size(plan.host_bytes).c_str());
 }
 
 void print_budget(const std::vector<train::BudgetOption>& options, std::int64_t budget) {
-  std::printf("\nunder a budget of %s (fits: the device needed is within it):\n%-5s %11s %6s %11s %5s %-30s %6s %-9s %15s %13s  %s\n",
-              size(budget).c_str(), "fits", "micro-batch", "accum", "checkpoint", "bf16", "saving", "in-bwd", "optimizer", "predicted peak",
-              "device needed", "cost, or why not");
+  std::printf("\nunder a budget of %s (fits: the device needed is within it):\n%-5s %11s %6s %11s %5s %-30s %6s %-9s %4s %15s %13s  %s\n",
+              size(budget).c_str(), "fits", "micro-batch", "accum", "checkpoint", "bf16", "saving", "in-bwd", "optimizer", "host",
+              "predicted peak", "device needed", "cost, or why not");
   for (const train::BudgetOption& b : options) {
     const std::string why = b.fits ? b.cost : size(b.device_needed_bytes - budget) + " over (" + b.cost + ")";
-    std::printf("%-5s %11lld %6lld %11s %5s %-30s %6s %-9s %15s %13s  %s\n", b.fits ? "yes" : "no", static_cast<long long>(b.batch_size),
+    std::printf("%-5s %11lld %6lld %11s %5s %-30s %6s %-9s %4s %15s %13s  %s\n", b.fits ? "yes" : "no", static_cast<long long>(b.batch_size),
                 static_cast<long long>(b.accum), b.checkpoint_blocks.str().c_str(), b.bf16 ? "yes" : "no",
-                b.saving.str().c_str(), b.optimizer_in_backward ? "yes" : "no", train::optimizer_name(b.optimizer).c_str(), size(b.peak_bytes).c_str(),
+                b.saving.str().c_str(), b.optimizer_in_backward ? "yes" : "no", train::optimizer_name(b.optimizer).c_str(),
+                b.offload_optimizer ? "yes" : "no", size(b.peak_bytes).c_str(),
                 size(b.device_needed_bytes).c_str(), why.c_str());
   }
   if (options.empty() || !options.front().fits) std::printf("nothing fits: a smaller model or a larger device is needed\n");
@@ -128,7 +133,8 @@ nlohmann::json budget_json(const std::vector<train::BudgetOption>& options, std:
                             {"recomputed", b.recomputed},
                             {"bf16", b.bf16}, {"activation_saving", b.saving.str()},
                             {"optimizer_in_backward", b.optimizer_in_backward},
-                            {"optimizer", train::optimizer_name(b.optimizer)}, {"peak_bytes", b.peak_bytes},
+                            {"optimizer", train::optimizer_name(b.optimizer)},
+                            {"offload_optimizer", b.offload_optimizer}, {"peak_bytes", b.peak_bytes},
                             {"device_needed_bytes", b.device_needed_bytes}, {"fits", b.fits}, {"cost", b.cost}});
   return j;
 }
@@ -140,6 +146,7 @@ nlohmann::json plan_json(const train::TrainOptions& o, const train::MemoryPlan& 
                    {"image_size", o.image_size},
                    {"optimizer", train::optimizer_name(o.optimizer)},
                    {"optimizer_in_backward", o.optimizer_in_backward},
+                   {"offload_optimizer", o.offload_optimizer},
                    {"amp", o.amp ? nlohmann::json(std::string(dtype_name(*o.amp))) : nlohmann::json(nullptr)},
                    {"checkpoint_activations", o.checkpoint_activations},
                    {"checkpoint_blocks", models::checkpointed_blocks(o.checkpoint_activations, o.checkpoint_blocks).str()},
@@ -151,6 +158,7 @@ nlohmann::json plan_json(const train::TrainOptions& o, const train::MemoryPlan& 
                    {"peak_bytes", plan.peak_bytes},
                    {"peak_reserved_bytes", plan.peak_reserved_bytes},
                    {"device_needed_bytes", plan.device_needed_bytes},
+                   {"host_bytes", plan.host_bytes},
                    {"peak_phase", plan.peak_phase},
                    {"peak_layer", plan.peak_layer_index >= 0 ? nlohmann::json(plan.layers[static_cast<std::size_t>(plan.peak_layer_index)].name) : nlohmann::json(nullptr)},
                    {"data_bytes", plan.data_bytes}};
@@ -161,6 +169,7 @@ nlohmann::json plan_json(const train::TrainOptions& o, const train::MemoryPlan& 
   for (const train::LayerPlan& l : plan.layers)
     j["layers"].push_back({{"name", l.name}, {"type", l.type}, {"param_bytes", l.param_bytes},
                            {"grad_bytes", l.grad_bytes}, {"optimizer_bytes", l.optimizer_bytes},
+                           {"host_bytes", l.host_bytes},
                            {"saved_bytes", l.saved_bytes}, {"workspace_bytes", l.workspace_bytes}});
   return j;
 }

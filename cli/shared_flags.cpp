@@ -102,6 +102,11 @@ void StepFlags::add_to(CLI::App& c, FlagsFor flags_for) {
     c.add_flag("--optimizer-in-backward", optimizer_in_backward,
                "Update each weight inside backward the moment its gradient is complete, and free that gradient "
                "(the same numbers; not with --accum > 1, --amp f16 or --ddp)");
+    c.add_option("--offload", offload,
+                 "optimizer: keep the optimizer's state in pinned host memory and update there, copying the weights "
+                 "and gradients across each step (no optimizer state on the device; not with --optimizer-in-backward "
+                 "or --zero1)")
+        ->check(CLI::IsMember({"optimizer"}));
     c.add_option("--momentum", momentum,
                  "SGD's momentum, AdamW's beta1 (default " + default_number(defaults.momentum) + "; 0: SGD keeps no momentum buffers)");
     c.add_option("--amp", amp, "Autocast to f16 (with loss scaling) or bf16")->check(CLI::IsMember({"f16", "bf16"}));
@@ -135,6 +140,7 @@ void StepFlags::apply(train::TrainOptions& o) const {
   if (accum) o.accum = *accum;
   if (!optimizer.empty()) o.optimizer = train::parse_optimizer(optimizer);
   o.optimizer_in_backward = optimizer_in_backward;
+  o.offload_optimizer = offload == "optimizer";
   if (momentum) o.momentum = *momentum;
   if (!amp.empty()) o.amp = parse_dtype(amp);
   if (workers) o.workers = *workers;

@@ -56,6 +56,7 @@ struct StepFlags {
   std::optional<int> workers;
   std::string optimizer, amp;
   bool optimizer_in_backward = false;
+  std::string offload;  // --offload: "optimizer" (activations: planned)
 
   void add_to(CLI::App& command, FlagsFor flags_for);
   bool batch_size_given() const { return !batch_size.empty() && batch_size != "auto"; }

@@ -121,6 +121,9 @@ void print_summary(std::ostream& out, const train::TrainResult& r) {
   for (int t = 0; t < kNumMemoryTags; ++t)
     out << " " << memory_tag_name(static_cast<MemoryTag>(t)) << " "
         << format_size(r.peak_bytes_by_tag[static_cast<std::size_t>(t)]) << (t + 1 < kNumMemoryTags ? "," : "\n");
+  if (r.peak_pinned_host_bytes > 0)
+    out << "pinned host     " << format_size(r.peak_pinned_host_bytes)
+        << " allocated at the peak (outside the device: the offloaded optimizer, the loader's staging)\n";
   if (!r.checkpoint.empty()) out << "checkpoint      " << r.checkpoint << "\n";
   print_ranks(out, r);
   out << std::flush;
@@ -170,6 +173,7 @@ nlohmann::ordered_json result_json(const train::TrainResult& r) {
           {"test_loss", r.test ? nlohmann::ordered_json(r.test->loss) : nlohmann::ordered_json(nullptr)},
           {"peak_allocated_bytes", r.peak_allocated_bytes},
           {"peak_reserved_bytes", r.peak_reserved_bytes},
+          {"peak_pinned_host_bytes", r.peak_pinned_host_bytes},
           {"peak_bytes_by_tag", by_tag},
           {"wall_seconds", r.wall_seconds},
           {"seed", r.seed},

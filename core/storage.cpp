@@ -1,9 +1,22 @@
 // Storage (see storage.h).
 #include "core/storage.h"
 
+#include "core/allocator_registry.h"
+#include "core/caching_allocator.h"
+#include "core/error.h"
+
 namespace frugal {
 
-Storage::Storage(std::size_t bytes, Device device, Stream stream)
-    : data_(allocator_for(device).allocate(bytes, stream)), bytes_(bytes), device_(device) {}
+namespace {
+Allocator& storage_allocator(Device device, bool pinned) {
+  if (!pinned) return allocator_for(device);
+  FRUGAL_CHECK_AS(DeviceError, device.is_cpu(), "pinned memory is host memory: a pinned tensor must be on the CPU, not ",
+                  device.str());
+  return pinned_host_allocator();
+}
+}  // namespace
+
+Storage::Storage(std::size_t bytes, Device device, Stream stream, bool pinned)
+    : data_(storage_allocator(device, pinned).allocate(bytes, stream)), bytes_(bytes), device_(device) {}
 
 }  // namespace frugal

@@ -14,8 +14,9 @@ namespace frugal {
 
 class Storage {
  public:
-  // Allocates from allocator_for(device), from the pool of `stream`: the stream that first uses it.
-  Storage(std::size_t bytes, Device device, Stream stream = {});
+  // Allocates from allocator_for(device), from the pool of `stream`: the stream that first uses it;
+  // `pinned`: from pinned_host_allocator() instead (device must be the CPU).
+  Storage(std::size_t bytes, Device device, Stream stream = {}, bool pinned = false);
 
   void* data() const { return data_.get(); }
   std::size_t bytes() const { return bytes_; }

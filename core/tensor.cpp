@@ -380,11 +380,19 @@ Tensor Tensor::to(Device target_device, DType target_dtype) const {
 
 // ---- creation
 
+namespace {
+thread_local bool t_pinned_host = false;  // a PinnedHostScope lives on this thread
+}  // namespace
+
+PinnedHostScope::PinnedHostScope() : previous_(t_pinned_host) { t_pinned_host = true; }
+PinnedHostScope::~PinnedHostScope() { t_pinned_host = previous_; }
+
 Tensor empty(Shape shape, TensorOptions options) {
   check_shape_values(shape, "empty");
   auto impl = std::make_shared<TensorImpl>();
   const auto bytes = static_cast<std::size_t>(shape_numel(shape)) * dtype_size(options.dtype);
-  impl->storage = std::make_shared<Storage>(bytes, options.device, options.stream);
+  const bool pinned = options.pinned || (t_pinned_host && options.device.is_cpu());
+  impl->storage = std::make_shared<Storage>(bytes, options.device, options.stream, pinned);
   impl->strides = contiguous_strides(shape);
   impl->shape = std::move(shape);
   impl->dtype = options.dtype;

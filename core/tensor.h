@@ -40,6 +40,24 @@ struct TensorOptions {
   // it from that stream's pool. Work on other streams must be declared with record_stream
   // (core/stream.h). {} = the default stream, where frugal's kernels run.
   Stream stream{};
+  // Page-locked host memory from pinned_host_allocator() (core/allocator_registry.h) rather than the
+  // device's allocator: a CPU tensor that a GPU copies to and from by DMA, asynchronously, and whose
+  // bytes the device's books do not count (torch's pin_memory=True). The CPU only.
+  bool pinned = false;
+};
+
+// While one lives, every CPU tensor this thread makes is pinned, as if TensorOptions::pinned were
+// set: how an ordinary optimizer run by the offloaded one (nn/optimizer_offload.h) keeps its state and
+// temporaries in page-locked host memory without knowing it. Scopes nest.
+class PinnedHostScope {
+ public:
+  PinnedHostScope();
+  ~PinnedHostScope();
+  PinnedHostScope(const PinnedHostScope&) = delete;
+  PinnedHostScope& operator=(const PinnedHostScope&) = delete;
+
+ private:
+  bool previous_;
 };
 
 // Autograd attaches its per-tensor state here (requires_grad, grad, grad_fn, hooks). core/ knows

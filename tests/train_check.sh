@@ -381,6 +381,22 @@ changes = lambda o: o["bf16"] or "bf16" in o["activation_saving"] or o["optimize
 exact = [i for i, o in enumerate(fits) if not changes(o)]
 lossy = [i for i, o in enumerate(fits) if changes(o)]
 assert not exact or not lossy or max(exact) < min(lossy), fits
+# The optimizer's state on the host is offered too, never with the optimizer in backward.
+offloaded = [o for o in options if o["offload_optimizer"]]
+assert offloaded and not any(o["optimizer_in_backward"] for o in offloaded), offloaded
+PY
+    # Offloaded, the plan has no optimizer bytes on the device, and says what the host holds.
+    "$frugal" plan --model cnn --batch-size 16 --offload optimizer --json "$dir/offload.json" >"$dir/out"
+    grep -q "^cnn, batch 1 x 16 of 32x32, adamw on the host: predicted peak" "$dir/out" || fail "no offload in the headline: $(head -1 "$dir/out")"
+    grep -q "^on the host: .* pinned" "$dir/out" || fail "no host line: $(cat "$dir/out")"
+    python3 - "$dir/offload.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+params = sum(l["param_bytes"] for l in p["layers"])
+assert p["offload_optimizer"] and p["peak_bytes_by_tag"].get("optimizer", 0) == 0, p["peak_bytes_by_tag"]
+assert all(l["optimizer_bytes"] == 0 for l in p["layers"]), p["layers"]
+# AdamW's two moments and a copy of each weight and gradient: four times the weights.
+assert p["host_bytes"] == sum(l["host_bytes"] for l in p["layers"]) == 4 * params, (p["host_bytes"], params)
 PY
     # The saving flags reach the plan: its headline and JSON say which, and it keeps fewer bytes.
     "$frugal" plan --model mobilenet_v2 --width 0.5 --batch-size 8 --bn-from-output --bit-masks --compress-activations int8 \

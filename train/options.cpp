@@ -73,6 +73,13 @@ void validate(const TrainOptions& o) {
     FRUGAL_CHECK_VALUE(!o.ddp, "--optimizer-in-backward cannot run with --ddp: each gradient must be averaged over the "
                        "ranks before its update");
   }
+  // The offloaded optimizer steps every parameter itself, after backward, on the whole parameters.
+  if (o.offload_optimizer) {
+    FRUGAL_CHECK_VALUE(!o.optimizer_in_backward, "--offload optimizer and --optimizer-in-backward are two places for "
+                       "one update (the host after backward, the device inside it): use one or the other");
+    FRUGAL_CHECK_VALUE(!o.zero1, "--offload optimizer keeps whole parameters' state on the host; --zero1 shards it "
+                       "over the ranks: use one or the other");
+  }
   // ZeRO-1 hands each rank's optimizer flat slices of the parameters; AdamW8bit's blocks and
   // Adafactor's rows and columns are shapes of whole parameters.
   FRUGAL_CHECK_VALUE(!o.zero1 || o.optimizer == OptimizerKind::sgd || o.optimizer == OptimizerKind::adamw,

@@ -57,6 +57,8 @@ struct TrainOptions {
   OptimizerKind optimizer = OptimizerKind::adamw;
   bool optimizer_in_backward = false;        // each update inside backward, its gradient freed at once
                                              // (nn/optimizer_in_backward.h): the same numbers
+  bool offload_optimizer = false;            // --offload optimizer: state and update in pinned host memory
+                                             // (nn/optimizer_offload.h): no optimizer state on the device
   double lr = 1e-2;
   double momentum = 0.9;                     // SGD's momentum; AdamW's beta1
   double weight_decay = 0.05;                // on weights only: biases and norm parameters are not decayed

@@ -84,7 +84,11 @@ std::vector<LayerPlan> leaf_layers(const nn::Module& model, const TrainOptions& 
     LayerPlan layer{.name = name, .type = module->type_name()};
     for (const Tensor& p : module->parameters()) layer.param_bytes += static_cast<std::int64_t>(p.nbytes());
     layer.grad_bytes = layer.param_bytes;  // gradients have their parameters' shapes and dtypes
-    for (const Tensor& p : module->parameters()) layer.optimizer_bytes += optimizer_state_bytes(p, o);
+    for (const Tensor& p : module->parameters()) {
+      const std::int64_t state = optimizer_state_bytes(p, o);
+      if (o.offload_optimizer) layer.host_bytes += state + 2 * static_cast<std::int64_t>(p.nbytes());
+      else layer.optimizer_bytes += state;
+    }
     index[module] = static_cast<int>(layers.size());
     layers.push_back(std::move(layer));
   }
@@ -211,6 +215,7 @@ MemoryPlan read_plan(Recorded r) {
   MemoryPlan plan;
   plan.layers = std::move(r.layers);
   plan.data_bytes = r.data_bytes;
+  for (const LayerPlan& layer : plan.layers) plan.host_bytes += layer.host_bytes;
   plan.phases.resize(kPhases.size());
   for (std::size_t p = 0; p < kPhases.size(); ++p) plan.phases[p].name = kPhases[p];
   std::vector<bool> phase_seen(kPhases.size(), false);
@@ -390,11 +395,19 @@ std::vector<models::BlockSelection> checkpoint_candidates(const TrainOptions& o)
   return unique;
 }
 
+// Whether the run's optimizer keeps state to offload: all but SGD without momentum.
+bool has_state(const TrainOptions& o) { return o.optimizer != OptimizerKind::sgd || o.momentum > 0; }
+
 // BatchNorm from its output rebuilds each saved feature map once in backward, an elementwise pass
 // where recomputing a block reruns its convolutions: priced as recomputing this fraction of the
 // blocks. Measured on MobileNetV2 (2 CPU cores): a step 0-11% slower (`frugal bench saving`), where
 // recomputing every block costs about 20-30% (samples/09_checkpointing).
 constexpr double kRebuildCost = 0.3;
+// The optimizer offloaded to the host copies the weights and gradients across each step and updates
+// at the host's speed: on a GPU that is bus transfers and a CPU pass over all the state, not measured
+// here, so it is priced as the costliest of the ways that keep the numbers, recomputing every block.
+// (On the CPU it is two memcpy of the weights and one of the gradients: samples/18_offload_optimizer.)
+constexpr double kOffloadCost = 1.0;
 
 // What the graph may save instead of what was given: BatchNorm from its output, then with bit masks
 // and bf16 compression too (changes the numbers); the given choice first, no duplicates.
@@ -411,7 +424,9 @@ std::vector<nn::ActivationSaving> saving_candidates(const TrainOptions& o) {
 bool changes_numbers(const BudgetOption& b, const TrainOptions& given) {
   return b.bf16 || b.saving.compress != nn::SavedCompression::none || b.optimizer != given.optimizer;
 }
-double speed_cost(const BudgetOption& b) { return b.recomputed + (b.saving.bn_from_output ? kRebuildCost : 0.0); }
+double speed_cost(const BudgetOption& b) {
+  return b.recomputed + (b.saving.bn_from_output ? kRebuildCost : 0.0) + (b.offload_optimizer ? kOffloadCost : 0.0);
+}
 
 std::string cost_words(const BudgetOption& b, const TrainOptions& given) {
   std::string words;
@@ -427,6 +442,8 @@ std::string cost_words(const BudgetOption& b, const TrainOptions& given) {
              "% of the blocks)");
   }
   if (b.optimizer_in_backward && !given.optimizer_in_backward) add("optimizer in backward (the same numbers)");
+  if (b.offload_optimizer && !given.offload_optimizer)
+    add("optimizer state on the host (weights and gradients copied each step)");
   if (b.bf16 && given.amp != DType::bf16) add("bf16 autocast (changes the numbers)");
   if (b.optimizer != given.optimizer) add("--optimizer " + optimizer_name(b.optimizer) + " (changes the numbers)");
   if (b.saving.str() != given.saving.str()) {
@@ -457,7 +474,7 @@ std::vector<BudgetOption> fit_budget(const TrainOptions& options, std::int64_t b
     const bool duplicate = std::any_of(found.begin(), found.end(), [&b](const BudgetOption& f) {
       return f.batch_size == b.batch_size && f.checkpoint_blocks == b.checkpoint_blocks && f.bf16 == b.bf16 &&
              f.saving.str() == b.saving.str() && f.optimizer_in_backward == b.optimizer_in_backward &&
-             f.optimizer == b.optimizer;
+             f.optimizer == b.optimizer && f.offload_optimizer == b.offload_optimizer;
     });
     if (duplicate) return;
     TrainOptions o = with_blocks(options, b.checkpoint_blocks);
@@ -466,6 +483,7 @@ std::vector<BudgetOption> fit_budget(const TrainOptions& options, std::int64_t b
     o.saving = b.saving;
     o.optimizer_in_backward = b.optimizer_in_backward;
     o.optimizer = b.optimizer;
+    o.offload_optimizer = b.offload_optimizer;
     if (b.bf16) o.amp = DType::bf16;
     const MemoryPlan plan = plan_memory(o, shape);
     b.peak_bytes = plan.peak_bytes;
@@ -488,8 +506,17 @@ std::vector<BudgetOption> fit_budget(const TrainOptions& options, std::int64_t b
                          .bf16 = bf16,
                          .saving = saving,
                          .optimizer_in_backward = options.optimizer_in_backward,
-                         .optimizer = options.optimizer};
+                         .optimizer = options.optimizer,
+                         .offload_optimizer = options.offload_optimizer};
           consider(b);
+          // The optimizer's state on the host, with the blocks and saving as given (train/options.cpp:
+          // not with the optimizer in backward or ZeRO-1), for an optimizer that keeps state.
+          if (!b.offload_optimizer && !b.optimizer_in_backward && !options.zero1 && has_state(options) &&
+              checkpoint == given_blocks(options) && saving.str() == options.saving.str()) {
+            BudgetOption offloaded = b;
+            offloaded.offload_optimizer = true;
+            consider(offloaded);
+          }
           // Less optimizer state than AdamW's, with the blocks and the saving as given: alternatives.
           if (options.optimizer == OptimizerKind::adamw && !options.zero1 && checkpoint == given_blocks(options) &&
               saving.str() == options.saving.str())
@@ -499,7 +526,8 @@ std::vector<BudgetOption> fit_budget(const TrainOptions& options, std::int64_t b
               consider(other);
             }
           // The optimizer in backward needs each gradient final inside backward (train/options.cpp).
-          if (!b.optimizer_in_backward && accum == 1 && !options.ddp && (bf16 || options.amp != DType::f16)) {
+          if (!b.optimizer_in_backward && !b.offload_optimizer && accum == 1 && !options.ddp &&
+              (bf16 || options.amp != DType::f16)) {
             b.optimizer_in_backward = true;
             consider(b);
           }
@@ -565,7 +593,13 @@ std::vector<std::pair<std::string, TrainOptions>> fix_candidates(const TrainOpti
       o.optimizer = smaller;
       changes.emplace_back("--optimizer " + optimizer_name(smaller), o);
     }
-  if (!failing.optimizer_in_backward && failing.accum == 1 && failing.amp != DType::f16 && !failing.ddp) {
+  if (!failing.offload_optimizer && !failing.optimizer_in_backward && !failing.zero1 && has_state(failing)) {
+    TrainOptions o = failing;
+    o.offload_optimizer = true;
+    changes.emplace_back("--offload optimizer", o);
+  }
+  if (!failing.optimizer_in_backward && !failing.offload_optimizer && failing.accum == 1 && failing.amp != DType::f16 &&
+      !failing.ddp) {
     TrainOptions o = failing;
     o.optimizer_in_backward = true;
     changes.emplace_back("--optimizer-in-backward", o);

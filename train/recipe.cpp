@@ -70,7 +70,10 @@ std::unique_ptr<nn::Optimizer> make_optimizer(std::vector<nn::ParamGroup> groups
 }
 
 std::unique_ptr<nn::Optimizer> make_optimizer(const nn::Module& model, const TrainOptions& o) {
-  return make_optimizer(param_groups(model, o), o);
+  if (!o.offload_optimizer) return make_optimizer(param_groups(model, o), o);
+  // --offload optimizer: the same optimizer, over pinned host copies of the parameters.
+  return std::make_unique<nn::OffloadedOptimizer>(
+      param_groups(model, o), [&o](std::vector<nn::ParamGroup> host_groups) { return make_optimizer(std::move(host_groups), o); });
 }
 
 dist::DdpOptions ddp_options(const TrainOptions& o) {

@@ -15,6 +15,7 @@
 #include "nn/module.h"
 #include "nn/optim.h"
 #include "nn/optimizer_in_backward.h"
+#include "nn/optimizer_offload.h"
 #include "train/options.h"
 #include "train/step.h"
 

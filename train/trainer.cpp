@@ -451,6 +451,7 @@ TrainResult run_training(const TrainOptions& options, const TrainHooks& hooks, s
   result.images_per_sec = run.train_seconds > 0 ? static_cast<double>(run.trained_samples) / run.train_seconds : 0.0;
   result.peak_allocated_bytes = static_cast<std::size_t>(stats.allocated_bytes.peak);
   result.peak_reserved_bytes = static_cast<std::size_t>(stats.reserved_bytes.peak);
+  result.peak_pinned_host_bytes = static_cast<std::size_t>(pinned_host_allocator().stats().requested_bytes.peak);
   for (int t = 0; t < kNumMemoryTags; ++t)
     result.peak_bytes_by_tag[static_cast<std::size_t>(t)] = static_cast<std::size_t>(tagged.tag_bytes[static_cast<std::size_t>(t)].peak);
   result.seed = options.seed;

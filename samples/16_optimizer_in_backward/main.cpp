@@ -14,7 +14,6 @@
 // measured ones (a GPU's library workspaces are beyond the planner's sight), and under the limit the
 // ordinary run out of memory while the fused one trains.
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -22,14 +21,12 @@
 #include "core/allocator_registry.h"
 #include "core/caching_allocator.h"
 #include "core/cuda_status.h"
-#include "core/random.h"
 #include "kernels/cpu_runtime.h"
-#include "models/registry.h"
 #include "train/planner.h"
 #include "train/recipe.h"
-#include "train/step.h"
 #include "samples/arguments.h"
 #include "samples/checks.h"
+#include "samples/random_steps.h"
 
 using namespace frugal;
 
@@ -52,27 +49,12 @@ Measured train_steps(const train::TrainOptions& o, std::int64_t in_channels, std
   CachingAllocator& allocator = default_caching_allocator(o.device);
   allocator.reset_peak_stats();
   const std::int64_t before = allocator.caching_stats().allocated_bytes.current;
-  manual_seed(kSeed);
-  const auto model = models::make_model(o.model, train::model_options(o, in_channels, kClasses));
-  model->to(o.device);
-  model->train();
-  const train::Recipe recipe = train::make_recipe(*model, nullptr, o, steps);
-  Generator data(kSeed + 1);
-  const Tensor images = normal({o.batch_size, in_channels, o.image_size, o.image_size}, 0.0, 1.0, {}, &data).to(o.device);
-  const Tensor labels = randint(0, kClasses, {o.batch_size}, {.dtype = DType::i64}, &data).to(o.device);
-  const train::StepHooks hooks{.next_batch = [&] { return data::Batch{images, labels, {}}; }};
+  const samples::RandomSteps run = samples::train_random_steps(o, in_channels, kClasses, steps, kSeed);
   Measured m;
-  m.step_seconds = 1e9;
-  for (std::int64_t step = 0; step < steps; ++step) {
-    const auto start = std::chrono::steady_clock::now();
-    train::optimizer_step(recipe.parts(*model, nullptr), train::step_recipe(o), 1, o.batch_size, hooks);
-    if (o.device.is_cuda()) cuda_synchronize(o.device.index());
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (step > 0) m.step_seconds = std::min(m.step_seconds, seconds);
-  }
+  m.step_seconds = run.fastest_step_seconds;
   m.peak_bytes = allocator.caching_stats().allocated_bytes.peak - before;
   m.grad_bytes = allocator.stats().tag_bytes[static_cast<int>(MemoryTag::grad)].peak;
-  for (const Tensor& p : model->parameters()) m.weights.push_back(p.to(Device::cpu()).to_vector<float>());
+  for (const Tensor& p : run.model->parameters()) m.weights.push_back(p.to(Device::cpu()).to_vector<float>());
   return m;
 }
 

@@ -66,6 +66,9 @@ TEST_CASE("train options: each bad value is a ValueError naming its flag") {
   bad([](train::TrainOptions& o) { o.optimizer_in_backward = true, o.accum = 2; }, "with --accum 2 a gradient is complete only");
   bad([](train::TrainOptions& o) { o.optimizer_in_backward = true, o.amp = DType::f16; }, "cannot run with --amp f16");
   bad([](train::TrainOptions& o) { o.optimizer_in_backward = true, o.ddp = true; }, "cannot run with --ddp");
+  bad([](train::TrainOptions& o) { o.offload_optimizer = true, o.optimizer_in_backward = true; }, "two places for one update");
+  bad([](train::TrainOptions& o) { o.offload_optimizer = true, o.ddp = true, o.ranks = 2, o.zero1 = true; },
+      "--zero1 shards it");
   bad([](train::TrainOptions& o) { o.ddp = true, o.zero1 = true, o.optimizer = train::OptimizerKind::adafactor; },
       "--zero1 shards sgd's and adamw's state only");
   CHECK_NOTHROW(train::validate(train::TrainOptions{}));
@@ -412,6 +415,42 @@ TEST_CASE("train: --optimizer-in-backward trains the same weights bit for bit wi
   const auto grad = static_cast<std::size_t>(MemoryTag::grad);
   CHECK(in_backward.peak_bytes_by_tag[grad] < ordinary.peak_bytes_by_tag[grad]);
   CHECK(in_backward.peak_allocated_bytes < ordinary.peak_allocated_bytes);
+}
+
+TEST_CASE("train: --offload optimizer trains the same weights and state bit for bit, with no optimizer bytes on the device") {
+  TempDir dir;
+  write_idx_folder(dir, 96);
+  train::TrainOptions o = small_cnn_run(dir.path);
+  o.steps = 3;
+  o.batch_size = 32;
+  o.save = dir / "in_place.safetensors";
+  const train::TrainResult in_place = train::train(o);
+  o.offload_optimizer = true;
+  o.save = dir / "offloaded.safetensors";
+  const train::TrainResult offloaded = train::train(o);
+  // The checkpoints are the same: weights and the optimizer's state, whichever side held it.
+  const train::Checkpoint a = train::load_checkpoint(dir / "in_place.safetensors"), b = train::load_checkpoint(o.save);
+  const auto check_same = [](const nn::StateDict& mine, const nn::StateDict& theirs) {
+    REQUIRE(mine.size() == theirs.size());
+    for (std::size_t i = 0; i < mine.size(); ++i) {
+      CAPTURE(mine[i].first);
+      CHECK(mine[i].first == theirs[i].first);
+      CHECK(mine[i].second.to_vector<double>() == theirs[i].second.to_vector<double>());
+    }
+  };
+  check_same(a.model, b.model);
+  check_same(a.optimizer, b.optimizer);
+  CHECK(offloaded.final_loss == in_place.final_loss);
+  const auto state = static_cast<std::size_t>(MemoryTag::optimizer);
+  CHECK(in_place.peak_bytes_by_tag[state] > 0);
+  CHECK(offloaded.peak_bytes_by_tag[state] == 0);
+  CHECK(offloaded.peak_allocated_bytes < in_place.peak_allocated_bytes);
+  CHECK(offloaded.peak_pinned_host_bytes > in_place.peak_bytes_by_tag[state]);  // the state and the copies
+  // It resumes from either, and the in-place run from its checkpoint.
+  o.resume = dir / "in_place.safetensors";
+  o.steps = 4;
+  o.save = dir / "resumed.safetensors";
+  CHECK_NOTHROW(train::train(o));
 }
 
 TEST_CASE("train: --optimizer adamw8bit keeps under a third of AdamW's state and trains near it, adafactor a tenth") {

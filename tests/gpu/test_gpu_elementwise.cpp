@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "core/allocator.h"
+#include "core/allocator_registry.h"
 #include "core/random.h"
 #include "kernels/dropout.h"
 #include "kernels/elementwise.h"
@@ -12,7 +14,9 @@
 #include "kernels/reduce.h"
 #include "kernels/softmax.h"
 #include "nn/autograd.h"
+#include "nn/functional.h"
 #include "nn/optim.h"
+#include "nn/optimizer_offload.h"
 #include "tests/gpu/gpu_compare.h"
 
 using namespace frugal;
@@ -176,4 +180,35 @@ TEST_CASE("Adafactor's steps (tensor ops) on the GPU match the CPU's") {
     gpu.step();
   }
   for (std::size_t i = 0; i < cpu_params.size(); ++i) check_close(gpu_params[i], cpu_params[i], DType::f32, "adafactor");
+}
+
+// The offloaded optimizer (nn/optimizer_offload.h) on cuda:0: the gradients cross to the host and
+// the weights back on a side stream, and the host runs the CPU's AdamW, so the weights are the
+// CPU-only run's bit for bit; the device's books hold no optimizer state. In the emulated CUDA build
+// a copy that did not wait for its stream would read poisoned memory here.
+TEST_CASE("an offloaded AdamW on cuda:0 steps as the CPU's AdamW, bit for bit, with no state on the device") {
+  Generator generator(8);
+  std::vector<Tensor> cpu_params, gpu_params;
+  for (const Shape& shape : std::vector<Shape>{{16, 8, 3, 3}, {32}, {10, 40}}) {
+    Tensor p = uniform(shape, -1.0, 1.0, {}, &generator);
+    Tensor q = p.to(kGpu);
+    cpu_params.push_back(autograd::set_requires_grad(p));
+    gpu_params.push_back(autograd::set_requires_grad(q));
+  }
+  const auto adamw = [](std::vector<nn::ParamGroup> groups) { return std::make_unique<nn::AdamW>(std::move(groups)); };
+  const std::int64_t device_state_before = allocator_for(kGpu).stats().tag_bytes[static_cast<int>(MemoryTag::optimizer)].current;
+  nn::AdamW cpu(cpu_params, 0.01);
+  nn::OffloadedOptimizer gpu({{.params = gpu_params, .lr = 0.01, .weight_decay = 1e-2}}, adamw);
+  for (int step = 0; step < 3; ++step) {
+    for (std::size_t i = 0; i < cpu_params.size(); ++i) {
+      const Tensor g = uniform(cpu_params[i].shape(), -1.0, 1.0, {}, &generator);
+      autograd::set_grad(cpu_params[i], g);
+      autograd::set_grad(gpu_params[i], functional::mul(g.to(kGpu), 1.0));  // made by a kernel on the default stream
+    }
+    cpu.step();
+    gpu.step();
+  }
+  CHECK(allocator_for(kGpu).stats().tag_bytes[static_cast<int>(MemoryTag::optimizer)].current == device_state_before);
+  for (std::size_t i = 0; i < cpu_params.size(); ++i)
+    CHECK(gpu_params[i].to(Device::cpu()).to_vector<float>() == cpu_params[i].to_vector<float>());
 }
