@@ -102,9 +102,16 @@ void OffloadedOptimizer::step() {
 }
 
 StateDict OffloadedOptimizer::state_dict() const {
-  const PinnedHostScope host;
-  const_cast<OffloadedOptimizer*>(this)->copy_group_settings();
-  return inner_->state_dict();
+  StateDict dict;
+  {
+    const PinnedHostScope host;  // the step counts it makes are host tensors, as the state is
+    dict = inner_->state_dict();
+  }
+  // The groups' lr and weight decay are this optimizer's (schedules set them here; the inner one has
+  // them from the last step only): its own dict holds just those, having no state of its own.
+  std::erase_if(dict, [](const auto& entry) { return entry.first.starts_with("param_groups."); });
+  for (auto& entry : Optimizer::state_dict()) dict.push_back(std::move(entry));
+  return dict;
 }
 
 void OffloadedOptimizer::load_state_dict(const StateDict& dict) {

@@ -33,7 +33,7 @@ namespace frugal::nn {
 class OffloadedOptimizer final : public Optimizer {
  public:
   // `make` builds the inner optimizer from groups of host tensors, each group keeping the lr and
-  // weight decay of its group in `groups`. The host copies are made at the first step.
+  // weight decay of its group in `groups`. The pinned host copies are made here, once.
   using MakeInner = std::function<std::unique_ptr<Optimizer>(std::vector<ParamGroup>)>;
   OffloadedOptimizer(std::vector<ParamGroup> groups, const MakeInner& make);
 
@@ -49,7 +49,6 @@ class OffloadedOptimizer final : public Optimizer {
 
  private:
   void update(const ParamGroup&, const Batch&) override;
-  void make_host_copies();
   void copy_group_settings();
 
   std::vector<Tensor> params_;      // the device's parameters, in the inner optimizer's order

@@ -7,7 +7,9 @@
 Each CONFIG is one string of flags both commands take ("--model cnn --batch-size 32"). The training
 run is short (--steps 3, no evaluation), enough for the optimizer's state to exist and a steady step
 to follow. A configuration that offloads the optimizer (`--offload optimizer`) gets a second row: the
-pinned host memory planned (`host_bytes`) against the peak the run measured (`peak_pinned_host_bytes`).
+pinned host memory planned (`host_bytes`) against the peak the run measured (`peak_pinned_host_bytes`;
+on a GPU that also holds the loader's pinned staging buffers, which the plan's host figure does not,
+and with `--optimizer adafactor` its update's temporaries, which it does not either).
 Exits 1 if any prediction is off by more than the tolerance (relative to the measured
 peak), 2 on bad arguments. Uses only the standard library.
 """

@@ -149,6 +149,10 @@ TEST_CASE("offloaded optimizer: a schedule's lr reaches the host's update, and p
   optimizer.step();
   CHECK(mlp.a.weight().to_vector<float>() == a_before);
   CHECK(mlp.b.weight().to_vector<float>() != b_before);
+  // A schedule's lr set after the last step is what a checkpoint saves.
+  optimizer.param_groups()[0].lr = 0.25;
+  for (const auto& [key, value] : optimizer.state_dict())
+    if (key == "param_groups.0.lr") CHECK(value.item<double>() == 0.25);
 }
 
 TEST_CASE("PinnedHostScope: CPU tensors made inside come from the pinned host allocator, and a pinned tensor off the CPU is refused") {
