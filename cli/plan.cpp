@@ -59,9 +59,10 @@ std::string ddp_words(const train::TrainOptions& o) {
 }
 
 // ", checkpointed blocks" (all of them), ", checkpointed blocks 1-5", or nothing; then what the graph
-// saves when not the standard minimum: ", saving bn-from-output+bf16".
+// saves when not the standard minimum: ", saving bn-from-output+bf16", and where.
 std::string checkpoint_words(const train::TrainOptions& o) {
-  const std::string saving = o.saving.standard() ? "" : ", saving " + o.saving.str();
+  const std::string saving = (o.saving.standard() ? "" : ", saving " + o.saving.str()) +
+                             (o.offload_activations ? ", saved activations on the host" : "");
   const models::BlockSelection blocks = models::checkpointed_blocks(o.checkpoint_activations, o.checkpoint_blocks);
   if (blocks.empty()) return saving;
   return (blocks.is_all() ? ", checkpointed blocks" : ", checkpointed blocks " + blocks.str()) + saving;
@@ -107,20 +108,30 @@ void print_plan(const train::TrainOptions& o, const train::MemoryPlan& plan, int
   }
   std::printf("\nat the peak: %s (the loader's batches: %s)\n", tags.c_str(), size(plan.data_bytes).c_str());
   if (o.offload_optimizer)
-    std::printf("on the host: %s pinned (the optimizer's state, and a copy of each weight and gradient)\n",
-                size(plan.host_bytes).c_str());
+    std::printf("on the host: %s pinned for the optimizer (its state, and a copy of each weight and gradient)\n",
+                size(plan.host_bytes - plan.activation_host_bytes).c_str());
+  if (o.offload_activations)
+    std::printf("on the host: %s pinned at most for the saved activations (at the end of a forward)\n",
+                size(plan.activation_host_bytes).c_str());
+}
+
+// What a budget option keeps on the host: "-", "optimizer", "activations" or "both".
+std::string offloaded_words(const train::BudgetOption& b) {
+  if (b.offload_optimizer && b.offload_activations) return "both";
+  if (b.offload_optimizer) return "optimizer";
+  return b.offload_activations ? "activations" : "-";
 }
 
 void print_budget(const std::vector<train::BudgetOption>& options, std::int64_t budget) {
-  std::printf("\nunder a budget of %s (fits: the device needed is within it):\n%-5s %11s %6s %11s %5s %-30s %6s %-9s %4s %15s %13s  %s\n",
+  std::printf("\nunder a budget of %s (fits: the device needed is within it):\n%-5s %11s %6s %11s %5s %-30s %6s %-9s %-11s %15s %13s  %s\n",
               size(budget).c_str(), "fits", "micro-batch", "accum", "checkpoint", "bf16", "saving", "in-bwd", "optimizer", "host",
               "predicted peak", "device needed", "cost, or why not");
   for (const train::BudgetOption& b : options) {
     const std::string why = b.fits ? b.cost : size(b.device_needed_bytes - budget) + " over (" + b.cost + ")";
-    std::printf("%-5s %11lld %6lld %11s %5s %-30s %6s %-9s %4s %15s %13s  %s\n", b.fits ? "yes" : "no", static_cast<long long>(b.batch_size),
+    std::printf("%-5s %11lld %6lld %11s %5s %-30s %6s %-9s %-11s %15s %13s  %s\n", b.fits ? "yes" : "no", static_cast<long long>(b.batch_size),
                 static_cast<long long>(b.accum), b.checkpoint_blocks.str().c_str(), b.bf16 ? "yes" : "no",
                 b.saving.str().c_str(), b.optimizer_in_backward ? "yes" : "no", train::optimizer_name(b.optimizer).c_str(),
-                b.offload_optimizer ? "yes" : "no", size(b.peak_bytes).c_str(),
+                offloaded_words(b).c_str(), size(b.peak_bytes).c_str(),
                 size(b.device_needed_bytes).c_str(), why.c_str());
   }
   if (options.empty() || !options.front().fits) std::printf("nothing fits: a smaller model or a larger device is needed\n");
@@ -134,7 +145,8 @@ nlohmann::json budget_json(const std::vector<train::BudgetOption>& options, std:
                             {"bf16", b.bf16}, {"activation_saving", b.saving.str()},
                             {"optimizer_in_backward", b.optimizer_in_backward},
                             {"optimizer", train::optimizer_name(b.optimizer)},
-                            {"offload_optimizer", b.offload_optimizer}, {"peak_bytes", b.peak_bytes},
+                            {"offload_optimizer", b.offload_optimizer},
+                            {"offload_activations", b.offload_activations}, {"peak_bytes", b.peak_bytes},
                             {"device_needed_bytes", b.device_needed_bytes}, {"fits", b.fits}, {"cost", b.cost}});
   return j;
 }
@@ -147,6 +159,7 @@ nlohmann::json plan_json(const train::TrainOptions& o, const train::MemoryPlan& 
                    {"optimizer", train::optimizer_name(o.optimizer)},
                    {"optimizer_in_backward", o.optimizer_in_backward},
                    {"offload_optimizer", o.offload_optimizer},
+                   {"offload_activations", o.offload_activations},
                    {"amp", o.amp ? nlohmann::json(std::string(dtype_name(*o.amp))) : nlohmann::json(nullptr)},
                    {"checkpoint_activations", o.checkpoint_activations},
                    {"checkpoint_blocks", models::checkpointed_blocks(o.checkpoint_activations, o.checkpoint_blocks).str()},
@@ -159,6 +172,7 @@ nlohmann::json plan_json(const train::TrainOptions& o, const train::MemoryPlan& 
                    {"peak_reserved_bytes", plan.peak_reserved_bytes},
                    {"device_needed_bytes", plan.device_needed_bytes},
                    {"host_bytes", plan.host_bytes},
+                   {"activation_host_bytes", plan.activation_host_bytes},
                    {"peak_phase", plan.peak_phase},
                    {"peak_layer", plan.peak_layer_index >= 0 ? nlohmann::json(plan.layers[static_cast<std::size_t>(plan.peak_layer_index)].name) : nlohmann::json(nullptr)},
                    {"data_bytes", plan.data_bytes}};

@@ -2,6 +2,7 @@
 #include "cli/shared_flags.h"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <stdexcept>
 
@@ -103,10 +104,14 @@ void StepFlags::add_to(CLI::App& c, FlagsFor flags_for) {
                "Update each weight inside backward the moment its gradient is complete, and free that gradient "
                "(the same numbers; not with --accum > 1, --amp f16 or --ddp)");
     c.add_option("--offload", offload,
-                 "optimizer: keep the optimizer's state in pinned host memory and update there, copying the weights "
-                 "and gradients across each step (no optimizer state on the device; not with --optimizer-in-backward "
-                 "or --zero1)")
-        ->check(CLI::IsMember({"optimizer"}));
+                 "What to keep in pinned host memory instead of on the device; both: --offload optimizer,activations. "
+                 "optimizer: its state, updated there, the weights and gradients copied across each step (not with "
+                 "--optimizer-in-backward or --zero1). activations: the feature maps forward saves, copied back "
+                 "during backward (not with --compress-activations)")
+        ->expected(1)
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+        ->delimiter(',')
+        ->check(CLI::IsMember({"optimizer", "activations"}));
     c.add_option("--momentum", momentum,
                  "SGD's momentum, AdamW's beta1 (default " + default_number(defaults.momentum) + "; 0: SGD keeps no momentum buffers)");
     c.add_option("--amp", amp, "Autocast to f16 (with loss scaling) or bf16")->check(CLI::IsMember({"f16", "bf16"}));
@@ -140,7 +145,8 @@ void StepFlags::apply(train::TrainOptions& o) const {
   if (accum) o.accum = *accum;
   if (!optimizer.empty()) o.optimizer = train::parse_optimizer(optimizer);
   o.optimizer_in_backward = optimizer_in_backward;
-  o.offload_optimizer = offload == "optimizer";
+  o.offload_optimizer = std::ranges::find(offload, "optimizer") != offload.end();
+  o.offload_activations = std::ranges::find(offload, "activations") != offload.end();
   if (momentum) o.momentum = *momentum;
   if (!amp.empty()) o.amp = parse_dtype(amp);
   if (workers) o.workers = *workers;

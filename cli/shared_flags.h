@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/device.h"
 #include "train/options.h"
@@ -56,7 +57,7 @@ struct StepFlags {
   std::optional<int> workers;
   std::string optimizer, amp;
   bool optimizer_in_backward = false;
-  std::string offload;  // --offload: "optimizer" (activations: planned)
+  std::vector<std::string> offload;  // --offload: "optimizer", "activations", or both
 
   void add_to(CLI::App& command, FlagsFor flags_for);
   bool batch_size_given() const { return !batch_size.empty() && batch_size != "auto"; }

@@ -123,7 +123,7 @@ void print_summary(std::ostream& out, const train::TrainResult& r) {
         << format_size(r.peak_bytes_by_tag[static_cast<std::size_t>(t)]) << (t + 1 < kNumMemoryTags ? "," : "\n");
   if (r.peak_pinned_host_bytes > 0)
     out << "pinned host     " << format_size(r.peak_pinned_host_bytes)
-        << " allocated at the peak (outside the device: the offloaded optimizer, the loader's staging)\n";
+        << " allocated at the peak (outside the device: what is offloaded, the loader's staging)\n";
   if (!r.checkpoint.empty()) out << "checkpoint      " << r.checkpoint << "\n";
   print_ranks(out, r);
   out << std::flush;

@@ -74,6 +74,51 @@ void copy_bytes_async(void* dst, Device dst_device, const void* src, Device src_
 #endif
 }
 
+void stream_wait(Device device, Stream waiter, Stream producer) {
+  switch (device.type()) {
+    case DeviceType::CPU:
+    case DeviceType::Meta:
+      return;  // work on them is done when its call returns
+    case DeviceType::CUDA:
+#if FRUGAL_WITH_CUDA
+      if (waiter.handle == producer.handle) return;  // one stream runs its work in order anyway
+      return cuda::stream_wait(device.index(), waiter, producer);
+#else
+      (void)waiter, (void)producer;
+      throw_no_cuda("stream_wait");
+#endif
+  }
+}
+
+StreamEvent::StreamEvent(Device device, Stream stream) {
+  if (!device.is_cuda()) return;
+#if FRUGAL_WITH_CUDA
+  handle_ = cuda::record_event(device.index(), stream);
+#else
+  (void)stream;
+  throw_no_cuda("StreamEvent");
+#endif
+}
+
+StreamEvent::~StreamEvent() {
+#if FRUGAL_WITH_CUDA
+  if (handle_ != nullptr) cuda::destroy_event(handle_);
+#endif
+}
+
+StreamEvent::StreamEvent(StreamEvent&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+
+StreamEvent& StreamEvent::operator=(StreamEvent&& other) noexcept {
+  std::swap(handle_, other.handle_);  // ours goes with `other`
+  return *this;
+}
+
+void StreamEvent::synchronize() const {
+#if FRUGAL_WITH_CUDA
+  if (handle_ != nullptr) cuda::synchronize_event(handle_);
+#endif
+}
+
 void record_stream(const Tensor& tensor, Stream stream) {
   if (!tensor.device().is_cuda() || tensor.nbytes() == 0) return;
   auto* caching = dynamic_cast<CachingAllocator*>(&allocator_for(tensor.device()));

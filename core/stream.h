@@ -20,6 +20,10 @@ class Tensor;
 
 // Enough for one per loader worker on a small machine; more workers share them (round robin).
 inline constexpr int kSideStreams = 4;
+// The side stream of the copies to and from host memory (nn/optimizer_offload.h,
+// nn/activation_offload.h): the last, so the data loader's workers (which take theirs from slot 0)
+// rarely share it.
+inline constexpr int kOffloadStreamSlot = kSideStreams - 1;
 
 // Side stream `slot` (0 .. kSideStreams-1) of `device`, created on first use and kept until the
 // process ends: the caching allocator pools blocks per stream, so streams created and destroyed per
@@ -36,6 +40,30 @@ void synchronize_stream(Device device, Stream stream);
 // first copies into its own pinned buffer, and the call returns when that is done.
 void copy_bytes_async(void* dst, Device dst_device, const void* src, Device src_device, std::size_t bytes,
                       Stream stream);
+
+// Work queued on `waiter` from now on starts only after what `producer` has queued by now: a side
+// stream's copy of a tensor that a kernel on the default stream is still writing. The host does not
+// wait (cudaEventRecord, then cudaStreamWaitEvent). Nothing to do on the CPU.
+void stream_wait(Device device, Stream waiter, Stream producer);
+
+// A point in a stream's queue (a CUDA event), so the host can wait for one copy rather than for
+// everything queued on the stream since (synchronize_stream). On the CPU and the meta device there
+// is nothing to wait for: it is done when made.
+class StreamEvent {
+ public:
+  StreamEvent() = default;                // done
+  StreamEvent(Device device, Stream stream);  // recorded on `stream` now
+  ~StreamEvent();
+  StreamEvent(StreamEvent&& other) noexcept;
+  StreamEvent& operator=(StreamEvent&& other) noexcept;
+  StreamEvent(const StreamEvent&) = delete;
+  StreamEvent& operator=(const StreamEvent&) = delete;
+
+  void synchronize() const;  // returns when the work queued before it is done
+
+ private:
+  void* handle_ = nullptr;  // null: nothing to wait for
+};
 
 // `tensor`'s memory is used by work on `stream` too, not only by the stream it was allocated for:
 // when it is freed, the caching allocator does not reuse it until that work (queued by then) is done

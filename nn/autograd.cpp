@@ -7,6 +7,7 @@
 
 #include "kernels/activation_codec.h"
 #include "kernels/elementwise.h"
+#include "nn/activation_offload.h"
 #include "nn/autograd_internal.h"
 #include "nn/node.h"
 #include "nn/saved_activations.h"
@@ -168,15 +169,17 @@ bool has_rebuild(const Tensor& t) {
   return m && m->rebuild && m->rebuild_version == t.storage()->version();
 }
 
-// What a SavedTensor keeps: the tensor itself, its Rebuild, or its compressed form. For the last two
-// the original's storage is watched (weakly: keeping it would defeat the purpose) so that an in-place
-// change after saving is still caught while anyone else holds the original.
+// What a SavedTensor keeps: the tensor itself, its Rebuild, its compressed form, or its copy in host
+// memory. For all but the first the original's storage is watched (weakly: keeping it would defeat
+// the purpose) so that an in-place change after saving is still caught while anyone else holds the
+// original.
 struct SavedForm {
-  enum class Kind : std::uint8_t { as_is, rebuilt, bf16, int8 };
+  enum class Kind : std::uint8_t { as_is, rebuilt, bf16, int8, offloaded };
   Kind kind = Kind::as_is;
   Tensor data;        // as_is: a detached alias; bf16: the bf16 copy
   ChannelCodes codes;  // int8: 8-bit codes per channel (kernels/activation_codec.h)
   std::shared_ptr<const Rebuild> rebuild;
+  std::shared_ptr<nn::OffloadedActivation> offloaded;  // in host memory until backward (nn/activation_offload.h)
   std::weak_ptr<Storage> original;
   std::uint64_t version = 0;
   DType dtype = DType::f32;  // the original's, which decompression gives back
@@ -185,7 +188,8 @@ struct SavedForm {
   // BatchNorm's own backward), so the first unpack keeps what it decompressed for the others, until
   // the last of them lets the form go; the second decompression took a tenth of a CIFAR-stem step
   // with bf16. (An f32 x-hat kept in bf16 is no longer decompressed here: BatchNorm's kernels write
-  // and read it in bf16 themselves, kernels/batch_norm.h's NormalizedForm.)
+  // and read it in bf16 themselves, kernels/batch_norm.h's NormalizedForm.) An offloaded tensor is
+  // copied back once for the same reason (OffloadedActivation keeps its device copy).
   mutable Tensor decompressed;
 };
 
@@ -198,34 +202,63 @@ std::shared_ptr<const SavedForm> as_is(const Tensor& t) {
   return form;
 }
 
-// Whether compression applies to t: a floating feature map, of at least 3 dims (images, not a
-// linear layer's [N, features] or a BatchNorm's per-channel statistics), that an op produced or
-// the caller says is an activation. Leaves (the batch, parameters) are held elsewhere anyway:
-// a compressed copy of them would add bytes, not save them.
-bool compressible(const Tensor& t, bool activation) {
+// Whether t is a feature map: of at least 3 dims (images, not a linear layer's [N, features] or a
+// BatchNorm's per-channel statistics), that an op produced or the caller says is an activation.
+// Leaves (the batch, parameters) are held elsewhere anyway: a compressed or offloaded copy of them
+// would add bytes, not save them.
+bool feature_map(const Tensor& t, bool activation) {
   const Meta* m = meta_of(t);
   const bool produced = activation || (m && m->grad_fn);
-  return produced && t.dim() >= 3 && (t.dtype() == DType::f32 || t.dtype() == DType::f64);
+  return produced && t.dim() >= 3;
+}
+
+// Compression makes 16 or 8 bits of an f32 or f64 map; a 16-bit map (autocast's) stays as it is.
+bool compressible(const Tensor& t, bool activation) {
+  return feature_map(t, activation) && (t.dtype() == DType::f32 || t.dtype() == DType::f64);
+}
+
+// The form that already stands in for t, if another node saved t (unchanged since) the same way.
+std::shared_ptr<const SavedForm> shared_stand_in(const Tensor& t, SavedForm::Kind kind) {
+  if (const Meta* m = meta_of(t))
+    if (auto shared = m->stand_in.lock(); shared && shared->kind == kind && shared->version == t.storage()->version())
+      return shared;
+  return nullptr;
+}
+
+// A form standing in for t, watching t's storage, for the next node that saves t to share.
+std::shared_ptr<SavedForm> stand_in_for(const Tensor& t, SavedForm::Kind kind) {
+  auto form = std::make_shared<SavedForm>();
+  form->kind = kind;
+  form->original = t.storage();
+  form->version = t.storage()->version();
+  form->dtype = t.dtype();
+  ensure_meta(t).stand_in = form;
+  return form;
 }
 
 std::shared_ptr<const SavedForm> compressed(const Tensor& t, nn::SavedCompression compression) {
   const auto kind = compression == nn::SavedCompression::bf16 ? SavedForm::Kind::bf16 : SavedForm::Kind::int8;
-  if (const Meta* m = meta_of(t))
-    if (auto shared = m->compressed.lock(); shared && shared->kind == kind && shared->version == t.storage()->version())
-      return shared;
-  auto form = std::make_shared<SavedForm>();
-  form->kind = kind;
-  {
-    MemoryTagScope tag(MemoryTag::activation);  // the compressed copy is what backward keeps
-    if (kind == SavedForm::Kind::bf16)
-      form->data = detach(t).to(DType::bf16);
-    else
-      form->codes = encode_per_channel_u8(detach(t));
-  }
-  form->original = t.storage();
-  form->version = t.storage()->version();
-  form->dtype = t.dtype();
-  ensure_meta(t).compressed = form;  // the next node that saves t shares this copy
+  if (auto shared = shared_stand_in(t, kind)) return shared;
+  const std::shared_ptr<SavedForm> form = stand_in_for(t, kind);
+  const MemoryTagScope tag(MemoryTag::activation);  // the compressed copy is what backward keeps
+  if (kind == SavedForm::Kind::bf16)
+    form->data = detach(t).to(DType::bf16);
+  else
+    form->codes = encode_per_channel_u8(detach(t));
+  return form;
+}
+
+// Whether moving a feature map to host memory frees its device memory: it must be the whole of its
+// storage (a view's storage stays alive for the rest of it) and contiguous (the copies move one
+// buffer). Any dtype: the copies move bytes.
+bool offloadable(const Tensor& t, bool activation) {
+  return feature_map(t, activation) && t.is_contiguous() && t.nbytes() == t.storage()->bytes();
+}
+
+std::shared_ptr<const SavedForm> offloaded(const Tensor& t) {
+  if (auto shared = shared_stand_in(t, SavedForm::Kind::offloaded)) return shared;
+  const std::shared_ptr<SavedForm> form = stand_in_for(t, SavedForm::Kind::offloaded);
+  form->offloaded = nn::offload_saved(t);
   return form;
 }
 
@@ -252,6 +285,11 @@ SavedTensor::SavedTensor(const Tensor& t, bool activation) {
   const nn::SavedCompression compression = nn::activation_saving().compress;
   if (compression != nn::SavedCompression::none && compressible(t, activation)) {
     form_ = compressed(t, compression);
+    return;
+  }
+  // Under an ActivationOffloadScope (forward with --offload activations, nn/activation_offload.h).
+  if (nn::offloading_activations() && offloadable(t, activation)) {
+    form_ = offloaded(t);
     return;
   }
   form_ = as_is(t);
@@ -284,6 +322,7 @@ Tensor SavedTensor::unpack(std::string_view op) const {
         form_->decompressed = form_->kind == SavedForm::Kind::bf16 ? form_->data.to(form_->dtype)
                                                                     : decode_per_channel_u8(form_->codes);
       return form_->decompressed;
+    case SavedForm::Kind::offloaded: return form_->offloaded->unpack();
   }
   return Tensor();
 }

@@ -19,10 +19,11 @@ struct Meta final : AutogradMeta {
   std::vector<PostAccumulateHook> post_hooks;
   bool retains_grad = false;
   // Below the standard minimum (nn/saved_activations.h): how to make this tensor again, valid while
-  // its storage is still at `rebuild_version`; and its compressed form, shared by the nodes that save it.
+  // its storage is still at `rebuild_version`; and what stands in for it in backward (its compressed
+  // form, or its copy in host memory), shared by the nodes that save it.
   std::shared_ptr<const Rebuild> rebuild;
   std::uint64_t rebuild_version = 0;
-  std::weak_ptr<const SavedForm> compressed;
+  std::weak_ptr<const SavedForm> stand_in;
 };
 
 Meta* meta_of(const Tensor& t);  // null when autograd never touched t

@@ -44,12 +44,14 @@ class SavedTensor {
   SavedTensor() = default;
   // Keeps t for backward as this thread's ActivationSaving says (nn/saved_activations.h): a Rebuild
   // when t has one; compressed when compression is on and t is a feature map an op produced (3 or
-  // more dims, with a grad_fn), or `activation` says it is one; otherwise t itself. Copies share what
-  // is kept: a tensor saved by two nodes is compressed once.
+  // more dims, with a grad_fn), or `activation` says it is one; a copy in host memory when such a
+  // feature map is the whole of its storage, contiguous, and an ActivationOffloadScope lives
+  // (nn/activation_offload.h); otherwise t itself. Copies share what is kept: a tensor saved by two
+  // nodes is compressed or offloaded once.
   explicit SavedTensor(const Tensor& t, bool activation = false);
   // Keeps t itself whatever the ActivationSaving (checkpoint's inputs must replay exactly).
   static SavedTensor exact(const Tensor& t);
-  // The saved tensor (rebuilt or decompressed if so kept); ValueError if it was modified in place
+  // The saved tensor (rebuilt, decompressed or copied back if so kept); ValueError if it was modified in place
   // since it was saved, or if the graph was already freed by an earlier backward (`op` names the
   // node in the message).
   Tensor unpack(std::string_view op) const;

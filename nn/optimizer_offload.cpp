@@ -12,10 +12,6 @@ namespace frugal::nn {
 
 namespace {
 
-// The side stream the copies run on: one of the shared pool's (core/stream.h), the last, so the
-// data loader's workers (which take them from slot 0) rarely share it.
-constexpr int kOffloadStreamSlot = kSideStreams - 1;
-
 // A pinned host tensor of `like`'s shape and dtype, under `tag` in the pinned allocator's books.
 Tensor pinned_like(const Tensor& like, MemoryTag tag) {
   const MemoryTagScope scope(tag);

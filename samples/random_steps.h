@@ -1,15 +1,19 @@
 // Training steps on one random batch, for the samples that measure what a way of training holds
-// (16, 18): the model `frugal train` would build, the recipe it would make (train/recipe.h) and the
+// (16, 18, 19), and what the allocators saw while they ran: the model `frugal train` would build, the recipe it would make (train/recipe.h) and the
 // trainer's own step (train/step.h), so what a sample measures is what the flag does. Memory does not
 // depend on the pixels, so no dataset is needed. Shared so that each sample times and trains alike.
 // Not here: what a sample reads from the allocators, or judges (samples/checks.h).
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
+#include "core/allocator_registry.h"
+#include "core/caching_allocator.h"
 #include "core/cuda_status.h"
 #include "core/random.h"
 #include "models/registry.h"
@@ -46,6 +50,35 @@ inline RandomSteps train_random_steps(const train::TrainOptions& o, std::int64_t
     if (step > 0) result.fastest_step_seconds = std::min(result.fastest_step_seconds, seconds);
   }
   return result;
+}
+
+struct MeasuredSteps {
+  std::int64_t peak_bytes = 0;                          // allocated on the device, beyond what was before the run
+  std::array<std::int64_t, kNumMemoryTags> tag_peak{};  // the most bytes of each tag alive at once on the device
+  std::int64_t host_bytes = 0;                          // the pinned host allocator's peak of requested bytes
+  double step_seconds = 0;                              // the fastest step after the first
+  std::vector<std::vector<float>> weights;              // after the last step, per parameter, on the CPU
+
+  std::int64_t tag(MemoryTag t) const { return tag_peak[static_cast<std::size_t>(t)]; }
+};
+
+// train_random_steps, with the device's and the pinned host allocator's peaks reset before and read after.
+inline MeasuredSteps measure_random_steps(const train::TrainOptions& o, std::int64_t in_channels, std::int64_t classes,
+                                          std::int64_t steps, std::uint64_t seed) {
+  CachingAllocator& allocator = default_caching_allocator(o.device);
+  CachingAllocator& host = pinned_host_allocator();
+  allocator.reset_peak_stats();
+  host.reset_peak_stats();
+  const std::int64_t before = allocator.caching_stats().allocated_bytes.current;
+  const std::int64_t host_before = host.stats().requested_bytes.current;
+  const RandomSteps run = train_random_steps(o, in_channels, classes, steps, seed);
+  MeasuredSteps m;
+  m.step_seconds = run.fastest_step_seconds;
+  m.peak_bytes = allocator.caching_stats().allocated_bytes.peak - before;
+  for (int t = 0; t < kNumMemoryTags; ++t) m.tag_peak[static_cast<std::size_t>(t)] = allocator.stats().tag_bytes[t].peak;
+  m.host_bytes = host.stats().requested_bytes.peak - host_before;
+  for (const Tensor& p : run.model->parameters()) m.weights.push_back(p.to(Device::cpu()).to_vector<float>());
+  return m;
 }
 
 }  // namespace frugal::samples

@@ -177,7 +177,7 @@ mpi train-ddp2-batch32-zero1 "$frugal" train --ddp --zero1 --batch-size 32 --ste
 # The samples whose figures docs/memory-guide.md and docs/tensor.md quote (each prints what it measured).
 for sample in 01_tensor_tour 02_caching_allocator 04_training_memory 05_streaming_data 06_small_model \
   08_batch_size 09_checkpointing 11_memory_monitoring 12_data_parallel 14_device_needed 16_optimizer_in_backward \
-  17_optimizer_state 18_offload_optimizer; do
+  17_optimizer_state 18_offload_optimizer 19_offload_activations; do
   run "sample-$sample" "$bin/$sample"
 done
 

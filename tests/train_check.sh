@@ -339,7 +339,8 @@ PY
     ;;
   plan_arguments)
     for bad in "--batch-size 0" "--model vgg16" "--amp f8" "--optimizer adam" "--depth -1" "--image-size 4" "--batch-size 1" \
-               "--budget lots" "--budget 0" "--compress-activations int4" "--bn-from-output=maybe"; do
+               "--budget lots" "--budget 0" "--compress-activations int4" "--bn-from-output=maybe" "--offload gpu" \
+               "--offload activations --compress-activations bf16"; do
       # shellcheck disable=SC2086
       expect_exit 2 "$frugal" plan $bad
       expect_one_line_error "^frugal( plan)?: "
@@ -384,6 +385,9 @@ assert not exact or not lossy or max(exact) < min(lossy), fits
 # The optimizer's state on the host is offered too, never with the optimizer in backward.
 offloaded = [o for o in options if o["offload_optimizer"]]
 assert offloaded and not any(o["optimizer_in_backward"] for o in offloaded), offloaded
+# And the saved activations on the host, never compressed ones (they move whole).
+moved = [o for o in options if o["offload_activations"]]
+assert moved and all(o["activation_saving"] == "standard" for o in moved), moved
 PY
     # Offloaded, the plan has no optimizer bytes on the device, and says what the host holds.
     "$frugal" plan --model cnn --batch-size 16 --offload optimizer --json "$dir/offload.json" >"$dir/out"
@@ -397,6 +401,18 @@ assert p["offload_optimizer"] and p["peak_bytes_by_tag"].get("optimizer", 0) == 
 assert all(l["optimizer_bytes"] == 0 for l in p["layers"]), p["layers"]
 # AdamW's two moments and a copy of each weight and gradient: four times the weights.
 assert p["host_bytes"] == sum(l["host_bytes"] for l in p["layers"]) == 4 * params, (p["host_bytes"], params)
+PY
+    # The saved activations offloaded: fewer activation bytes on the device, the host's figure their own.
+    "$frugal" plan --model cnn --batch-size 8 --offload activations --json "$dir/moved.json" >"$dir/out"
+    grep -q "^cnn, batch 1 x 8 of 32x32, adamw, saved activations on the host: predicted peak" "$dir/out" ||
+      fail "no offloaded activations in the headline: $(head -1 "$dir/out")"
+    grep -q "^on the host: .* pinned at most for the saved activations" "$dir/out" || fail "no host line: $(cat "$dir/out")"
+    python3 - "$dir/plan.json" "$dir/moved.json" <<'PY'
+import json, sys
+kept, moved = (json.load(open(f)) for f in sys.argv[1:])
+assert moved["offload_activations"] and moved["host_bytes"] == moved["activation_host_bytes"] > 0, moved
+saved = lambda p: sum(l["saved_bytes"] for l in p["layers"])  # on the device at the end of the forward
+assert saved(moved) < saved(kept), (saved(moved), saved(kept))
 PY
     # The saving flags reach the plan: its headline and JSON say which, and it keeps fewer bytes.
     "$frugal" plan --model mobilenet_v2 --width 0.5 --batch-size 8 --bn-from-output --bit-masks --compress-activations int8 \

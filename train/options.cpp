@@ -80,6 +80,10 @@ void validate(const TrainOptions& o) {
     FRUGAL_CHECK_VALUE(!o.zero1, "--offload optimizer keeps whole parameters' state on the host; --zero1 shards it "
                        "over the ranks: use one or the other");
   }
+  // Offloading moves feature maps whole; compressed ones are already a fraction of that, on the device.
+  FRUGAL_CHECK_VALUE(!o.offload_activations || o.saving.compress == nn::SavedCompression::none,
+                     "--offload activations moves saved feature maps to host memory whole; --compress-activations ",
+                     nn::saved_compression_name(o.saving.compress), " keeps them smaller on the device: use one or the other");
   // ZeRO-1 hands each rank's optimizer flat slices of the parameters; AdamW8bit's blocks and
   // Adafactor's rows and columns are shapes of whole parameters.
   FRUGAL_CHECK_VALUE(!o.zero1 || o.optimizer == OptimizerKind::sgd || o.optimizer == OptimizerKind::adamw,

@@ -40,6 +40,8 @@ struct TrainOptions {
   bool inplace_activations = true;           // ReLU/ReLU6 overwrite their input (torchvision's choice)
   nn::ActivationSaving saving = {};          // below the standard minimum: --bn-from-output, --bit-masks,
                                              // --compress-activations (nn/saved_activations.h)
+  bool offload_activations = false;          // --offload activations: saved feature maps in pinned host
+                                             // memory from forward to backward (nn/activation_offload.h)
 
   // The data (data/open_dataset.h).
   std::string data;                          // "" = Debian's Fashion-MNIST

@@ -13,6 +13,7 @@
 #include "core/random.h"
 #include "data/loader.h"
 #include "models/registry.h"
+#include "nn/activation_offload.h"
 #include "nn/amp.h"
 #include "dist/mirror_communicator.h"
 #include "kernels/optimizer.h"
@@ -113,6 +114,7 @@ struct Recorded {
   std::vector<AllocEvent> events;
   std::int64_t baseline = 0;  // allocated on the meta device before the plan began
   std::int64_t data_bytes = 0;
+  std::int64_t activation_host_bytes = 0;  // the most saved activations in host memory at once
 };
 
 // The training loader's batches as a run holds them (data/loader.h, Note [Bounded, ordered
@@ -194,6 +196,9 @@ Recorded run_on_meta(const TrainOptions& o, const PlanShape& shape, int steps) {
   LayerMarks layer_marks(meta, r.marks, leaves);
   nn::ModuleCallObserverScope observing(layer_marks);
 
+  // With --offload activations the host side of the saved tensors is counted, not allocated (nn/activation_offload.h).
+  nn::reset_offloaded_activation_peak();
+  const std::int64_t offloaded_before = nn::offloaded_activation_bytes().now;
   int step = 0;
   const StepHooks hooks{.next_batch = [&loader] { return loader.next(); },
                         .on_phase = [&](StepPhase phase, bool begin, std::int64_t micro) {
@@ -203,6 +208,7 @@ Recorded run_on_meta(const TrainOptions& o, const PlanShape& shape, int steps) {
   for (; step < steps; ++step) optimizer_step(recipe.parts(*model, ddp.get()), step_recipe(o), o.accum, o.accum * o.batch_size, hooks);
   r.events = meta.history();
   meta.record_history(0);
+  r.activation_host_bytes = nn::offloaded_activation_bytes().peak - offloaded_before;
   FRUGAL_CHECK(r.events.size() < kMaxEvents, "plan_memory: the run made more than ", kMaxEvents,
                " allocator events, more than the record holds");
   return r;
@@ -215,6 +221,8 @@ MemoryPlan read_plan(Recorded r) {
   MemoryPlan plan;
   plan.layers = std::move(r.layers);
   plan.data_bytes = r.data_bytes;
+  plan.activation_host_bytes = r.activation_host_bytes;
+  plan.host_bytes = plan.activation_host_bytes;
   for (const LayerPlan& layer : plan.layers) plan.host_bytes += layer.host_bytes;
   plan.phases.resize(kPhases.size());
   for (std::size_t p = 0; p < kPhases.size(); ++p) plan.phases[p].name = kPhases[p];
@@ -404,9 +412,10 @@ bool has_state(const TrainOptions& o) { return o.optimizer != OptimizerKind::sgd
 // recomputing every block costs about 20-30% (samples/09_checkpointing).
 constexpr double kRebuildCost = 0.3;
 // The optimizer offloaded to the host copies the weights and gradients across each step and updates
-// at the host's speed: on a GPU that is bus transfers and a CPU pass over all the state, not measured
-// here, so it is priced as the costliest of the ways that keep the numbers, recomputing every block.
-// (On the CPU it is two memcpy of the weights and one of the gradients: samples/18_offload_optimizer.)
+// at the host's speed; offloaded activations cross the bus twice, overlapped with compute as far as
+// the prefetch hides them. On a GPU neither is measured here, so each is priced as the costliest of
+// the ways that keep the numbers, recomputing every block. (On the CPU they are memcpy:
+// samples/18_offload_optimizer and samples/19_offload_activations measure them.)
 constexpr double kOffloadCost = 1.0;
 
 // What the graph may save instead of what was given: BatchNorm from its output, then with bit masks
@@ -425,7 +434,8 @@ bool changes_numbers(const BudgetOption& b, const TrainOptions& given) {
   return b.bf16 || b.saving.compress != nn::SavedCompression::none || b.optimizer != given.optimizer;
 }
 double speed_cost(const BudgetOption& b) {
-  return b.recomputed + (b.saving.bn_from_output ? kRebuildCost : 0.0) + (b.offload_optimizer ? kOffloadCost : 0.0);
+  return b.recomputed + (b.saving.bn_from_output ? kRebuildCost : 0.0) + (b.offload_optimizer ? kOffloadCost : 0.0) +
+         (b.offload_activations ? kOffloadCost : 0.0);
 }
 
 std::string cost_words(const BudgetOption& b, const TrainOptions& given) {
@@ -444,6 +454,8 @@ std::string cost_words(const BudgetOption& b, const TrainOptions& given) {
   if (b.optimizer_in_backward && !given.optimizer_in_backward) add("optimizer in backward (the same numbers)");
   if (b.offload_optimizer && !given.offload_optimizer)
     add("optimizer state on the host (weights and gradients copied each step)");
+  if (b.offload_activations && !given.offload_activations)
+    add("saved activations on the host (copied out in forward, back in backward)");
   if (b.bf16 && given.amp != DType::bf16) add("bf16 autocast (changes the numbers)");
   if (b.optimizer != given.optimizer) add("--optimizer " + optimizer_name(b.optimizer) + " (changes the numbers)");
   if (b.saving.str() != given.saving.str()) {
@@ -474,7 +486,8 @@ std::vector<BudgetOption> fit_budget(const TrainOptions& options, std::int64_t b
     const bool duplicate = std::any_of(found.begin(), found.end(), [&b](const BudgetOption& f) {
       return f.batch_size == b.batch_size && f.checkpoint_blocks == b.checkpoint_blocks && f.bf16 == b.bf16 &&
              f.saving.str() == b.saving.str() && f.optimizer_in_backward == b.optimizer_in_backward &&
-             f.optimizer == b.optimizer && f.offload_optimizer == b.offload_optimizer;
+             f.optimizer == b.optimizer && f.offload_optimizer == b.offload_optimizer &&
+             f.offload_activations == b.offload_activations;
     });
     if (duplicate) return;
     TrainOptions o = with_blocks(options, b.checkpoint_blocks);
@@ -484,6 +497,7 @@ std::vector<BudgetOption> fit_budget(const TrainOptions& options, std::int64_t b
     o.optimizer_in_backward = b.optimizer_in_backward;
     o.optimizer = b.optimizer;
     o.offload_optimizer = b.offload_optimizer;
+    o.offload_activations = b.offload_activations;
     if (b.bf16) o.amp = DType::bf16;
     const MemoryPlan plan = plan_memory(o, shape);
     b.peak_bytes = plan.peak_bytes;
@@ -497,6 +511,8 @@ std::vector<BudgetOption> fit_budget(const TrainOptions& options, std::int64_t b
       for (const nn::ActivationSaving& saving : saving_candidates(options)) {
         // Other savings with the blocks as given only: each is an alternative to recomputing.
         if (saving.str() != options.saving.str() && checkpoint != given_blocks(options)) continue;
+        // Offloaded activations move whole feature maps, never compressed ones (train/options.cpp).
+        if (options.offload_activations && saving.compress != nn::SavedCompression::none) continue;
         for (std::int64_t accum = 1; accum <= samples && samples / accum >= 2; accum *= 2) {
           if (samples % accum != 0) continue;
           BudgetOption b{.batch_size = samples / accum,
@@ -507,8 +523,16 @@ std::vector<BudgetOption> fit_budget(const TrainOptions& options, std::int64_t b
                          .saving = saving,
                          .optimizer_in_backward = options.optimizer_in_backward,
                          .optimizer = options.optimizer,
-                         .offload_optimizer = options.offload_optimizer};
+                         .offload_optimizer = options.offload_optimizer,
+                         .offload_activations = options.offload_activations};
           consider(b);
+          // The saved activations on the host, with the blocks and saving as given, uncompressed.
+          if (!b.offload_activations && saving.compress == nn::SavedCompression::none &&
+              checkpoint == given_blocks(options) && saving.str() == options.saving.str()) {
+            BudgetOption offloaded = b;
+            offloaded.offload_activations = true;
+            consider(offloaded);
+          }
           // The optimizer's state on the host, with the blocks and saving as given (train/options.cpp:
           // not with the optimizer in backward or ZeRO-1), for an optimizer that keeps state.
           if (!b.offload_optimizer && !b.optimizer_in_backward && !options.zero1 && has_state(options) &&
@@ -560,6 +584,12 @@ std::optional<std::int64_t> smallest_checkpoint_prefix(const TrainOptions& optio
 
 namespace {
 
+// The --offload flag that gives `o` what it offloads: "--offload optimizer,activations" for both.
+std::string offload_flag(const TrainOptions& o) {
+  if (o.offload_optimizer && o.offload_activations) return "--offload optimizer,activations";
+  return o.offload_optimizer ? "--offload optimizer" : "--offload activations";
+}
+
 // The changes planned_fixes tries, each with its flags. Plans (and may throw) to choose k for
 // --checkpoint-blocks 1-k: the fewest first blocks that fit the limit the run had, else half of them.
 std::vector<std::pair<std::string, TrainOptions>> fix_candidates(const TrainOptions& failing, const PlanShape& shape) {
@@ -596,7 +626,12 @@ std::vector<std::pair<std::string, TrainOptions>> fix_candidates(const TrainOpti
   if (!failing.offload_optimizer && !failing.optimizer_in_backward && !failing.zero1 && has_state(failing)) {
     TrainOptions o = failing;
     o.offload_optimizer = true;
-    changes.emplace_back("--offload optimizer", o);
+    changes.emplace_back(offload_flag(o), o);
+  }
+  if (!failing.offload_activations && failing.saving.compress == nn::SavedCompression::none) {
+    TrainOptions o = failing;
+    o.offload_activations = true;
+    changes.emplace_back(offload_flag(o), o);
   }
   if (!failing.optimizer_in_backward && !failing.offload_optimizer && failing.accum == 1 && failing.amp != DType::f16 &&
       !failing.ddp) {
@@ -609,7 +644,7 @@ std::vector<std::pair<std::string, TrainOptions>> fix_candidates(const TrainOpti
     o.saving.bn_from_output = true;
     changes.emplace_back("--bn-from-output", o);
   }
-  if (failing.saving.compress == nn::SavedCompression::none) {
+  if (failing.saving.compress == nn::SavedCompression::none && !failing.offload_activations) {
     TrainOptions o = failing;
     o.saving = {.bn_from_output = true, .bit_masks = true, .compress = nn::SavedCompression::bf16};
     changes.emplace_back("--bn-from-output --bit-masks --compress-activations bf16", o);

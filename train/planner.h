@@ -70,7 +70,10 @@ struct MemoryPlan {
   std::vector<LayerPlan> layers;
   std::vector<PhasePlan> phases;
   std::int64_t data_bytes = 0;         // the loader's batches alive at once (images and labels)
-  std::int64_t host_bytes = 0;         // pinned host memory of the offloaded optimizer (LayerPlan::host_bytes)
+  // Pinned host memory at its most: the offloaded optimizer's (LayerPlan::host_bytes), which stays
+  // for the whole run, plus the offloaded saved activations' at their most (the end of a forward).
+  std::int64_t host_bytes = 0;
+  std::int64_t activation_host_bytes = 0;  // --offload activations: that second part
   std::int64_t peak_bytes = 0;         // the most allocated at any moment: the figure to compare
   std::int64_t peak_reserved_bytes = 0;
   // The smallest device (a --memory-limit, in whole MiB) on which the planned steps run, fragmentation
@@ -128,6 +131,7 @@ struct BudgetOption {
   bool optimizer_in_backward = false;  // --optimizer-in-backward (one micro-batch per step only)
   OptimizerKind optimizer = OptimizerKind::adamw;  // for AdamW runs also adamw8bit and adafactor
   bool offload_optimizer = false;        // --offload optimizer: the optimizer's state in host memory
+  bool offload_activations = false;      // --offload activations: saved feature maps in host memory
   std::int64_t peak_bytes = 0;           // allocated at the peak
   std::int64_t device_needed_bytes = 0;  // the smallest device it runs on (MemoryPlan::device_needed_bytes)
   bool fits = false;                     // device_needed_bytes is within the budget
@@ -141,12 +145,13 @@ struct BudgetOption {
 // BatchNorm from its output, and that with bit masks and bf16 compression; and, with one micro-batch
 // per step (no f16 loss scaling, no DDP), the optimizer in backward; and for AdamW (with the blocks
 // and saving as given) 8-bit moments and Adafactor's factored ones; and (with the blocks and saving
-// as given) the optimizer's state offloaded to the host; each planned. Sorted:
+// as given) the optimizer's state offloaded to the host, and the saved activations offloaded there
+// (uncompressed); each planned. Sorted:
 // those that fit first, cheapest first (no change, or the optimizer in backward, which costs nothing;
 // then more micro-batches, which cost speed only;
 // then recomputing, the fewer blocks the cheaper: all of them costs about one more forward, and
 // BatchNorm from its output is priced as recomputing a third of the blocks (kRebuildCost in
-// planner.cpp) and offloading the optimizer as recomputing all of them (kOffloadCost); then bf16 autocast, compression or another optimizer, which change the numbers), those that do not by
+// planner.cpp) and offloading the optimizer or the activations as recomputing all of them (kOffloadCost); then bf16 autocast, compression or another optimizer, which change the numbers), those that do not by
 // how far over they are.
 std::vector<BudgetOption> fit_budget(const TrainOptions& options, std::int64_t budget_bytes, const PlanShape& shape = {});
 
@@ -160,7 +165,7 @@ std::optional<std::int64_t> smallest_checkpoint_prefix(const TrainOptions& optio
 // The planner's fixes for a run that ran out of memory: one change at a time (half and a quarter of
 // the batch with accumulation keeping the step's samples, checkpointing blocks 1..k, activation
 // checkpointing of every block, bf16 autocast, the smaller optimizers, the optimizer's state on the
-// host, the optimizer in backward, the ways of saving less), each planned, those predicted to need less listed
+// host, the saved activations on the host, the optimizer in backward, the ways of saving less), each planned, those predicted to need less listed
 // largest saving first. k is the smallest that fits when the run had a --memory-limit, else half the
 // blocks. Also the allocator settings that fight fragmentation (FRUGAL_ALLOC_CONF: expandable
 // segments the other way, max_split), each predicted by replaying the planned run's requests under

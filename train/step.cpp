@@ -4,6 +4,7 @@
 #include "core/error.h"
 #include "dist/ddp.h"
 #include "kernels/loss.h"
+#include "nn/activation_offload.h"
 #include "nn/amp.h"
 #include "nn/autograd.h"
 #include "nn/functional.h"
@@ -51,7 +52,8 @@ void add_totals(StepTotals& totals, const MicroBatch& m) {
 }  // namespace
 
 StepRecipe step_recipe(const TrainOptions& o) {
-  return {.amp = o.amp, .label_smoothing = o.label_smoothing, .saving = o.saving};
+  return {.amp = o.amp, .label_smoothing = o.label_smoothing, .saving = o.saving,
+          .offload_activations = o.offload_activations};
 }
 
 MicroBatch micro_batch(const StepParts& parts, const StepRecipe& recipe, const StepHooks& hooks, std::int64_t index,
@@ -63,6 +65,10 @@ MicroBatch micro_batch(const StepParts& parts, const StepRecipe& recipe, const S
   {
     const StepPhaseScope phase(hooks, StepPhase::forward, index);
     m.batch = hooks.next_batch();
+    // Saved feature maps go to host memory as forward saves them, and come back in backward without
+    // the scope (nn/activation_offload.h); what checkpointing recomputes in backward stays on the device.
+    std::optional<nn::ActivationOffloadScope> offload;
+    if (recipe.offload_activations) offload.emplace();
     std::optional<nn::AutocastGuard> autocast;  // forward and loss only: backward runs in the forward's dtypes
     if (recipe.amp) autocast.emplace(*recipe.amp);
     m.logits = parts.model(m.batch.inputs);

@@ -7,7 +7,8 @@
 //
 //   for each of the step's micro-batches:
 //     forward   the batch (taken from the caller's source), the model under autocast when asked,
-//               cross-entropy with label smoothing                 (what forward saves: recipe.saving)
+//               cross-entropy with label smoothing                 (what forward saves: recipe.saving;
+//                                                                  where: recipe.offload_activations)
 //     backward  of the loss weighted by the micro-batch's share of the step's samples, times the
 //               GradScaler's scale; with DDP the buckets are reduced during the last one only
 //   optimizer   DDP's buckets awaited, GradScaler's unscale/skip-on-overflow/step, its update,
@@ -53,6 +54,7 @@ struct StepRecipe {
   std::optional<DType> amp = std::nullopt;  // autocast forward and loss to f16 or bf16
   double label_smoothing = 0.0;
   nn::ActivationSaving saving = {};   // what forward saves for backward (nn/saved_activations.h)
+  bool offload_activations = false;   // and keeps it in host memory until backward (nn/activation_offload.h)
 };
 StepRecipe step_recipe(const TrainOptions& options);
 

@@ -405,6 +405,10 @@ namespace {
 TrainResult run_training(const TrainOptions& options, const TrainHooks& hooks, std::optional<data::DatasetSplits> opened,
                          PlanShape& shape) {
   const auto start = Clock::now();
+  // The pinned host memory this run takes, the offloaded optimizer's (made with the run) included.
+  CachingAllocator& pinned = pinned_host_allocator();
+  pinned.reset_peak_stats();
+  const std::int64_t pinned_before = pinned.stats().requested_bytes.current;
   const std::unique_ptr<Run> started = start_run(options, hooks, std::move(opened));
   Run& run = *started;
   shape = {.in_channels = run.inputs.splits.train->sample_shape()[0], .num_classes = run.num_classes};
@@ -451,7 +455,7 @@ TrainResult run_training(const TrainOptions& options, const TrainHooks& hooks, s
   result.images_per_sec = run.train_seconds > 0 ? static_cast<double>(run.trained_samples) / run.train_seconds : 0.0;
   result.peak_allocated_bytes = static_cast<std::size_t>(stats.allocated_bytes.peak);
   result.peak_reserved_bytes = static_cast<std::size_t>(stats.reserved_bytes.peak);
-  result.peak_pinned_host_bytes = static_cast<std::size_t>(pinned_host_allocator().stats().requested_bytes.peak);
+  result.peak_pinned_host_bytes = static_cast<std::size_t>(pinned.stats().requested_bytes.peak - pinned_before);
   for (int t = 0; t < kNumMemoryTags; ++t)
     result.peak_bytes_by_tag[static_cast<std::size_t>(t)] = static_cast<std::size_t>(tagged.tag_bytes[static_cast<std::size_t>(t)].peak);
   result.seed = options.seed;

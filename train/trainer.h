@@ -133,8 +133,9 @@ struct TrainResult {
   std::int64_t steps_taken = 0;  // optimizer steps this run took (a resumed run: since it resumed)
   std::int64_t epochs = 0;  // epochs completed
   double images_per_sec = 0.0;
-  // The pinned host allocator's peak of requested bytes (as tags count them): the offloaded optimizer's state and copies, and the
-  // loader's staging buffers on a GPU; 0 when neither was used.
+  // The pinned host allocator's peak of requested bytes (as tags count them): the offloaded optimizer's
+  // state and copies, the offloaded saved activations, and the loader's staging buffers on a GPU; 0
+  // when none was used.
   std::size_t peak_pinned_host_bytes = 0;
   // The mean training loss of the samples this run trained in its last epoch (those of a resumed
   // epoch before the resume are not this run's); NaN when it took no step.

@@ -87,4 +87,28 @@ void copy_bytes_async(void* dst, const void* src, std::size_t bytes, Stream stre
   FRUGAL_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, static_cast<cudaStream_t>(stream.handle)));
 }
 
+void* record_event(int index, Stream stream) {
+  set_current_device(index);  // an event belongs to the device current when it is created
+  cudaEvent_t event = nullptr;
+  FRUGAL_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));  // timing costs, and is unused
+  FRUGAL_CUDA_CHECK(cudaEventRecord(event, static_cast<cudaStream_t>(stream.handle)));
+  return event;
+}
+
+void synchronize_event(void* event) { FRUGAL_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event))); }
+
+void destroy_event(void* event) {
+  const cudaError_t status = cudaEventDestroy(static_cast<cudaEvent_t>(event));
+  if (status == cudaErrorCudartUnloading) return;  // at exit, the event goes with the process
+  FRUGAL_CUDA_CHECK(status);
+}
+
+// The wait is queued on `waiter` when this returns; the event can go at once (CUDA releases it when
+// the wait no longer needs it).
+void stream_wait(int index, Stream waiter, Stream producer) {
+  void* event = record_event(index, producer);
+  FRUGAL_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(waiter.handle), static_cast<cudaEvent_t>(event), 0));
+  destroy_event(event);
+}
+
 }  // namespace frugal::cuda

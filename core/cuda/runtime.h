@@ -22,6 +22,10 @@ void copy_bytes(void* dst, const void* src, std::size_t bytes);  // any directio
 Stream create_side_stream(int index);  // non-blocking: it does not wait for the legacy default stream
 void synchronize_stream(int index, Stream stream);
 void copy_bytes_async(void* dst, const void* src, std::size_t bytes, Stream stream);  // any direction
+void stream_wait(int index, Stream waiter, Stream producer);  // an event recorded on one, waited on by the other
+void* record_event(int index, Stream stream);                 // a cudaEvent_t, without timing
+void synchronize_event(void* event);
+void destroy_event(void* event);
 
 // The backing of device `index`'s caching allocator: cudaMalloc/cudaFree, CUDA events, and
 // expandable segments through the driver's virtual memory API (core/cuda/cuda_backing.cpp).

@@ -37,25 +37,9 @@ constexpr std::uint64_t kSeed = 16;
 
 double mib(std::int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 
-struct Measured {
-  std::int64_t peak_bytes = 0;  // allocated, beyond what was allocated before the run
-  std::int64_t grad_bytes = 0;  // the most bytes tagged grad alive at once
-  double step_seconds = 0;      // the fastest step after the first
-  std::vector<std::vector<float>> weights;  // after the last step, per parameter
-};
-
 // `steps` optimizer steps of `o` on one random batch, from the same weights every time.
-Measured train_steps(const train::TrainOptions& o, std::int64_t in_channels, std::int64_t steps) {
-  CachingAllocator& allocator = default_caching_allocator(o.device);
-  allocator.reset_peak_stats();
-  const std::int64_t before = allocator.caching_stats().allocated_bytes.current;
-  const samples::RandomSteps run = samples::train_random_steps(o, in_channels, kClasses, steps, kSeed);
-  Measured m;
-  m.step_seconds = run.fastest_step_seconds;
-  m.peak_bytes = allocator.caching_stats().allocated_bytes.peak - before;
-  m.grad_bytes = allocator.stats().tag_bytes[static_cast<int>(MemoryTag::grad)].peak;
-  for (const Tensor& p : run.model->parameters()) m.weights.push_back(p.to(Device::cpu()).to_vector<float>());
-  return m;
+samples::MeasuredSteps train_steps(const train::TrainOptions& o, std::int64_t in_channels, std::int64_t steps) {
+  return samples::measure_random_steps(o, in_channels, kClasses, steps, kSeed);
 }
 
 train::TrainOptions fused(train::TrainOptions o) {
@@ -71,13 +55,13 @@ void compare(const train::TrainOptions& o, std::int64_t in_channels, std::int64_
               static_cast<long long>(o.image_size), static_cast<long long>(o.image_size), static_cast<long long>(steps),
               o.device.str().c_str());
   std::printf("   %-20s %15s %14s %14s %9s\n", "optimizer step", "predicted peak", "measured peak", "gradients", "step");
-  Measured runs[2];
+  samples::MeasuredSteps runs[2];
   for (const bool in_backward : {false, true}) {
     const train::TrainOptions run = in_backward ? fused(o) : o;
     const std::int64_t predicted = train::plan_memory(run, shape).peak_bytes;
-    const Measured m = train_steps(run, in_channels, steps);
+    const samples::MeasuredSteps m = train_steps(run, in_channels, steps);
     std::printf("   %-20s %11.2f MiB %10.2f MiB %10.2f MiB %6.0f ms\n", in_backward ? "inside backward" : "after backward",
-                mib(predicted), mib(m.peak_bytes), mib(m.grad_bytes), 1000 * m.step_seconds);
+                mib(predicted), mib(m.peak_bytes), mib(m.tag(MemoryTag::grad)), 1000 * m.step_seconds);
     if (o.device.is_cpu())
       checks.expect(predicted == m.peak_bytes, o.model + (in_backward ? " fused" : " ordinary") +
                                                    ": the planner predicts the peak to the byte");
@@ -85,10 +69,10 @@ void compare(const train::TrainOptions& o, std::int64_t in_channels, std::int64_
   }
   const bool same = runs[0].weights == runs[1].weights;
   std::printf("   saved: %.2f MiB of the peak, %.2f MiB of gradients alive at once; weights after both: %s\n\n",
-              mib(runs[0].peak_bytes - runs[1].peak_bytes), mib(runs[0].grad_bytes - runs[1].grad_bytes),
+              mib(runs[0].peak_bytes - runs[1].peak_bytes), mib(runs[0].tag(MemoryTag::grad) - runs[1].tag(MemoryTag::grad)),
               same ? "bit-identical" : "DIFFERENT");
   checks.expect(same, o.model + ": the fused step gives the ordinary step's weights, bit for bit");
-  checks.expect(runs[1].grad_bytes < runs[0].grad_bytes, o.model + ": fewer gradient bytes alive with the fused step");
+  checks.expect(runs[1].tag(MemoryTag::grad) < runs[0].tag(MemoryTag::grad), o.model + ": fewer gradient bytes alive with the fused step");
   checks.expect(runs[1].peak_bytes < runs[0].peak_bytes, o.model + ": a lower peak with the fused step");
 }
 
@@ -127,7 +111,7 @@ int main(int argc, char** argv) {
   }
   std::printf("   after backward:  %s\n", ordinary_failed ? "out of memory, as planned" : "trained (not as planned)");
   checks.expect(ordinary_failed, "the ordinary step runs out of memory under the limit");
-  const Measured fitted = train_steps(fused(resnet), 3, *steps);
+  const samples::MeasuredSteps fitted = train_steps(fused(resnet), 3, *steps);
   set_memory_limit(resnet.device, kUnlimited);
   std::printf("   inside backward: trained %lld steps, peak %.2f MiB allocated\n", static_cast<long long>(*steps),
               mib(fitted.peak_bytes));

@@ -40,30 +40,9 @@ constexpr std::uint64_t kSeed = 18;
 
 double mib(std::int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 
-struct Measured {
-  std::int64_t peak_bytes = 0;       // allocated on the device, beyond what was allocated before the run
-  std::int64_t optimizer_bytes = 0;  // the most bytes tagged optimizer alive at once on the device
-  std::int64_t host_bytes = 0;       // the pinned host allocator's peak of requested bytes
-  double step_seconds = 0;           // the fastest step after the first
-  std::vector<std::vector<float>> weights;  // after the last step, per parameter
-};
-
 // `steps` optimizer steps of `o` on one random batch, from the same weights every time.
-Measured train_steps(const train::TrainOptions& o, std::int64_t steps) {
-  CachingAllocator& allocator = default_caching_allocator(o.device);
-  CachingAllocator& host = pinned_host_allocator();
-  allocator.reset_peak_stats();
-  host.reset_peak_stats();
-  const std::int64_t before = allocator.caching_stats().allocated_bytes.current;
-  const std::int64_t host_before = host.stats().requested_bytes.current;
-  const samples::RandomSteps run = samples::train_random_steps(o, kInChannels, kClasses, steps, kSeed);
-  Measured m;
-  m.step_seconds = run.fastest_step_seconds;
-  m.peak_bytes = allocator.caching_stats().allocated_bytes.peak - before;
-  m.optimizer_bytes = allocator.stats().tag_bytes[static_cast<int>(MemoryTag::optimizer)].peak;
-  m.host_bytes = host.stats().requested_bytes.peak - host_before;
-  for (const Tensor& p : run.model->parameters()) m.weights.push_back(p.to(Device::cpu()).to_vector<float>());
-  return m;
+samples::MeasuredSteps train_steps(const train::TrainOptions& o, std::int64_t steps) {
+  return samples::measure_random_steps(o, kInChannels, kClasses, steps, kSeed);
 }
 
 train::TrainOptions offloaded(train::TrainOptions o) {
@@ -93,14 +72,14 @@ int main(int argc, char** argv) {
               o.device.str().c_str());
   std::printf("   %-13s %15s %14s %17s %14s %14s %9s\n", "optimizer", "predicted peak", "measured peak", "device optimizer",
               "host planned", "host measured", "step");
-  Measured runs[2];
+  samples::MeasuredSteps runs[2];
   train::MemoryPlan plans[2];
   for (const bool offload : {false, true}) {
     const train::TrainOptions run = offload ? offloaded(o) : o;
     plans[offload] = train::plan_memory(run, shape);
-    const Measured m = train_steps(run, *steps);
+    const samples::MeasuredSteps m = train_steps(run, *steps);
     std::printf("   %-13s %11.2f MiB %10.2f MiB %13.2f MiB %10.2f MiB %10.2f MiB %6.0f ms\n", offload ? "on the host" : "on the device",
-                mib(plans[offload].peak_bytes), mib(m.peak_bytes), mib(m.optimizer_bytes), mib(plans[offload].host_bytes),
+                mib(plans[offload].peak_bytes), mib(m.peak_bytes), mib(m.tag(MemoryTag::optimizer)), mib(plans[offload].host_bytes),
                 mib(m.host_bytes), 1000 * m.step_seconds);
     if (o.device.is_cpu()) {
       const std::string which = offload ? "offloaded" : "in place";
@@ -113,7 +92,7 @@ int main(int argc, char** argv) {
   std::printf("   saved on the device: %.2f MiB of the peak; the host holds %.2f MiB; weights after both: %s\n\n",
               mib(runs[0].peak_bytes - runs[1].peak_bytes), mib(runs[1].host_bytes), same ? "bit-identical" : "different");
   if (o.device.is_cpu()) checks.expect(same, "on the CPU the offloaded step gives the in-place step's weights, bit for bit");
-  checks.expect(runs[1].optimizer_bytes == 0, "no optimizer bytes on the device when offloaded");
+  checks.expect(runs[1].tag(MemoryTag::optimizer) == 0, "no optimizer bytes on the device when offloaded");
   checks.expect(runs[1].peak_bytes < runs[0].peak_bytes, "a lower device peak when offloaded");
 
   // 2. A device between the two needs: the in-place optimizer does not fit, the offloaded one does.
@@ -130,7 +109,7 @@ int main(int argc, char** argv) {
   }
   std::printf("   on the device: %s\n", in_place_failed ? "out of memory, as planned" : "trained (not as planned)");
   checks.expect(in_place_failed, "the in-place optimizer runs out of memory under the limit");
-  const Measured fitted = train_steps(offloaded(o), *steps);
+  const samples::MeasuredSteps fitted = train_steps(offloaded(o), *steps);
   set_memory_limit(o.device, kUnlimited);
   std::printf("   on the host:   trained %lld steps, device peak %.2f MiB allocated\n", static_cast<long long>(*steps),
               mib(fitted.peak_bytes));

@@ -203,7 +203,8 @@ TEST_CASE("the planner: fit_budget offers some blocks checkpointed, ranked by th
   // of them; the optimizer on the host is priced as recomputing every block).
   std::vector<double> fractions;
   for (const train::BudgetOption& b : options)
-    if (b.fits && b.accum == 1 && !b.bf16 && b.saving.standard() && b.optimizer == o.optimizer && !b.offload_optimizer)
+    if (b.fits && b.accum == 1 && !b.bf16 && b.saving.standard() && b.optimizer == o.optimizer && !b.offload_optimizer &&
+        !b.offload_activations)
       fractions.push_back(b.recomputed);
   REQUIRE_FALSE(fractions.empty());
   CHECK(std::is_sorted(fractions.begin(), fractions.end()));

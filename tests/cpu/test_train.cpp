@@ -17,6 +17,7 @@
 #include "tests/cpu/test_files.h"
 #include "train/checkpoint.h"
 #include "train/options.h"
+#include "train/planner.h"
 #include "train/trainer.h"
 
 using namespace frugal;
@@ -69,6 +70,8 @@ TEST_CASE("train options: each bad value is a ValueError naming its flag") {
   bad([](train::TrainOptions& o) { o.offload_optimizer = true, o.optimizer_in_backward = true; }, "two places for one update");
   bad([](train::TrainOptions& o) { o.offload_optimizer = true, o.ddp = true, o.ranks = 2, o.zero1 = true; },
       "--zero1 shards it");
+  bad([](train::TrainOptions& o) { o.offload_activations = true, o.saving.compress = nn::SavedCompression::bf16; },
+      "--offload activations moves saved feature maps to host memory whole");
   bad([](train::TrainOptions& o) { o.ddp = true, o.zero1 = true, o.optimizer = train::OptimizerKind::adafactor; },
       "--zero1 shards sgd's and adamw's state only");
   CHECK_NOTHROW(train::validate(train::TrainOptions{}));
@@ -187,6 +190,16 @@ void rewrite_metadata(const std::string& path, const std::string& key, const std
     for (auto& [k, v] : file.metadata)
       if (k == "metadata_crc32") v = train::metadata_crc(file.metadata, path);
   nn::write_safetensors(path, file.tensors, file.metadata);
+}
+
+// Two state dicts with the same names in the same order and the same values, bit for bit.
+void check_same_bits(const nn::StateDict& mine, const nn::StateDict& theirs) {
+  REQUIRE(mine.size() == theirs.size());
+  for (std::size_t i = 0; i < mine.size(); ++i) {
+    CAPTURE(mine[i].first);
+    CHECK(mine[i].first == theirs[i].first);
+    CHECK(mine[i].second.to_vector<double>() == theirs[i].second.to_vector<double>());
+  }
 }
 
 // Options of a few fast steps of the small CNN on `data` (write_idx_folder's 12x12 images).
@@ -406,11 +419,7 @@ TEST_CASE("train: --optimizer-in-backward trains the same weights bit for bit wi
   // Read after both runs: weights read back are live tensors that a run's peak would count.
   const nn::StateDict ordinary_weights = train::load_checkpoint(dir / "ordinary.safetensors").model;
   const nn::StateDict in_backward_weights = train::load_checkpoint(o.save).model;
-  REQUIRE(ordinary_weights.size() == in_backward_weights.size());
-  for (std::size_t i = 0; i < ordinary_weights.size(); ++i) {
-    CAPTURE(ordinary_weights[i].first);
-    CHECK(ordinary_weights[i].second.to_vector<float>() == in_backward_weights[i].second.to_vector<float>());
-  }
+  check_same_bits(ordinary_weights, in_backward_weights);
   CHECK(in_backward.final_loss == ordinary.final_loss);
   const auto grad = static_cast<std::size_t>(MemoryTag::grad);
   CHECK(in_backward.peak_bytes_by_tag[grad] < ordinary.peak_bytes_by_tag[grad]);
@@ -430,16 +439,8 @@ TEST_CASE("train: --offload optimizer trains the same weights and state bit for 
   const train::TrainResult offloaded = train::train(o);
   // The checkpoints are the same: weights and the optimizer's state, whichever side held it.
   const train::Checkpoint a = train::load_checkpoint(dir / "in_place.safetensors"), b = train::load_checkpoint(o.save);
-  const auto check_same = [](const nn::StateDict& mine, const nn::StateDict& theirs) {
-    REQUIRE(mine.size() == theirs.size());
-    for (std::size_t i = 0; i < mine.size(); ++i) {
-      CAPTURE(mine[i].first);
-      CHECK(mine[i].first == theirs[i].first);
-      CHECK(mine[i].second.to_vector<double>() == theirs[i].second.to_vector<double>());
-    }
-  };
-  check_same(a.model, b.model);
-  check_same(a.optimizer, b.optimizer);
+  check_same_bits(a.model, b.model);
+  check_same_bits(a.optimizer, b.optimizer);
   CHECK(offloaded.final_loss == in_place.final_loss);
   const auto state = static_cast<std::size_t>(MemoryTag::optimizer);
   CHECK(in_place.peak_bytes_by_tag[state] > 0);
@@ -451,6 +452,33 @@ TEST_CASE("train: --offload optimizer trains the same weights and state bit for 
   o.steps = 4;
   o.save = dir / "resumed.safetensors";
   CHECK_NOTHROW(train::train(o));
+}
+
+TEST_CASE("train: --offload activations trains the same weights bit for bit, its saved feature maps in host memory as planned") {
+  TempDir dir;
+  write_idx_folder(dir, 96);
+  train::TrainOptions o = small_cnn_run(dir.path);
+  o.steps = 3;
+  o.batch_size = 32;
+  o.accum = 2;  // each micro-batch's forward offloads, its backward brings them back
+  o.save = dir / "on_device.safetensors";
+  const train::TrainResult on_device = train::train(o);
+  o.offload_activations = true;
+  o.save = dir / "offloaded.safetensors";
+  const train::TrainResult offloaded = train::train(o);
+  const train::Checkpoint a = train::load_checkpoint(dir / "on_device.safetensors"), b = train::load_checkpoint(o.save);
+  check_same_bits(a.model, b.model);
+  check_same_bits(a.optimizer, b.optimizer);
+  CHECK(offloaded.final_loss == on_device.final_loss);
+  const auto activation = static_cast<std::size_t>(MemoryTag::activation);
+  CHECK(offloaded.peak_bytes_by_tag[activation] < on_device.peak_bytes_by_tag[activation]);
+  CHECK(offloaded.peak_allocated_bytes <= on_device.peak_allocated_bytes);  // this small CNN peaks in its optimizer step
+  CHECK(on_device.peak_pinned_host_bytes == 0);
+  // The host side is what the planner counts on the meta device, to the byte; the device side is
+  // checked by the run itself (its planned peak, as for every run).
+  const train::MemoryPlan plan = train::plan_memory(o);
+  CHECK(plan.activation_host_bytes > 0);
+  CHECK(static_cast<std::int64_t>(offloaded.peak_pinned_host_bytes) == plan.host_bytes);
 }
 
 TEST_CASE("train: --optimizer adamw8bit keeps under a third of AdamW's state and trains near it, adafactor a tenth") {

@@ -10,9 +10,13 @@
 
 #include "core/caching_allocator.h"
 #include "core/cuda_status.h"
+#include "core/random.h"
 #include "core/stream.h"
 #include "data/loader.h"
 #include "kernels/gemm.h"
+#include "nn/activation_offload.h"
+#include "nn/autograd.h"
+#include "nn/functional.h"
 
 using namespace frugal;
 using namespace frugal::data;
@@ -92,4 +96,51 @@ TEST_CASE("DataLoader on cuda:0: a batch's copy does not wait behind the default
   CHECK(cudaStreamQuery(nullptr) == cudaErrorNotReady);
   const std::vector<std::int64_t> labels = batch->labels.to_vector<std::int64_t>();  // waits for the products
   for (std::size_t row = 0; row < labels.size(); ++row) CHECK(labels[row] == batch->indices[row] % 10);
+}
+
+TEST_CASE("stream_wait and StreamEvent: a side stream's copy waits for the default stream's kernel, the host for that copy alone") {
+  const Stream side = side_stream(kGpu, kOffloadStreamSlot);
+  const std::int64_t n = cuda_status().emulated ? 64 : 4096;  // the emulated runtime runs nothing until something waits
+  const Tensor a = full({n, n}, 1.0, {.device = kGpu});
+  const Tensor product = matmul(a, a);  // queued on the default stream: every element n
+  DataPtr pinned = pinned_host_allocator().allocate(product.nbytes());
+  stream_wait(kGpu, side, Stream{});
+  copy_bytes_async(pinned.get(), Device::cpu(), product.data_ptr(), kGpu, product.nbytes(), side);
+  const StreamEvent copied(kGpu, side);
+  copied.synchronize();
+  const auto* host = static_cast<const float*>(pinned.get());
+  CHECK(std::all_of(host, host + n * n, [n](float v) { return v == static_cast<float>(n); }));
+}
+
+// Offloaded activations (nn/activation_offload.h) on cuda:0: saved to pinned host memory on the side
+// stream after the default stream's kernels, back before the nodes that read them. In the emulated
+// CUDA build a copy that did not wait for its kernel, or a node that did not wait for its copy, reads
+// memory that was never written.
+TEST_CASE("offloaded activations on cuda:0: the gradients are those of the activations kept on the device, bit for bit") {
+  Generator generator(4);
+  // Elementwise ops and sums only: their CUDA kernels add in a fixed order (a library convolution's
+  // backward may not), so the two backward passes can be compared bit for bit.
+  const Tensor x = normal({4, 3, 10, 10}, 0.0, 1.0, {}, &generator).to(kGpu);
+  Tensor w1 = normal({1, 3, 10, 10}, 0.0, 2.0, {}, &generator).to(kGpu), w2 = normal({1, 3, 10, 10}, 0.0, 1.0, {}, &generator).to(kGpu);
+  autograd::set_requires_grad(w1);
+  autograd::set_requires_grad(w2);
+  const auto loss = [&] {
+    const Tensor h = functional::relu6(functional::mul(x, w1));  // h is saved by relu6 and the next mul: one copy
+    const Tensor y = functional::mul(h, w2);
+    return functional::sum(functional::mul(y, y));
+  };
+  autograd::backward(loss());
+  const std::vector<float> g1 = autograd::grad(w1).to_vector<float>(), g2 = autograd::grad(w2).to_vector<float>();
+  autograd::set_grad(w1, Tensor());
+  autograd::set_grad(w2, Tensor());
+  Tensor offloaded_loss;
+  {
+    const nn::ActivationOffloadScope scope;
+    offloaded_loss = loss();
+  }
+  CHECK(nn::offloaded_activation_bytes().now > 0);
+  autograd::backward(offloaded_loss);
+  CHECK(nn::offloaded_activation_bytes().now == 0);
+  CHECK(autograd::grad(w1).to_vector<float>() == g1);
+  CHECK(autograd::grad(w2).to_vector<float>() == g2);
 }
