@@ -48,13 +48,13 @@ std::vector<train::LayerPlan> grouped(const std::vector<train::LayerPlan>& layer
   return groups;
 }
 
-// ", rank 0 of 4 data-parallel ranks (ZeRO-1, bucket views)", or nothing.
+// ", rank 0 of 4 data-parallel ranks (ZeRO-2)", "... (ZeRO-1, bucket views)", or nothing.
 std::string ddp_words(const train::TrainOptions& o) {
   if (!o.ddp) return "";
   std::string words = ", rank 0 of " + std::to_string(o.ranks) + " data-parallel ranks";
-  if (o.zero1 || o.bucket_views)
-    words += std::string(" (") + (o.zero1 ? "ZeRO-1" : "") + (o.zero1 && o.bucket_views ? ", " : "") +
-             (o.bucket_views ? "bucket views" : "") + ")";
+  const std::string zero = o.zero > 0 ? "ZeRO-" + std::to_string(o.zero) : "";
+  if (o.zero > 0 || o.bucket_views)
+    words += " (" + zero + (o.zero > 0 && o.bucket_views ? ", " : "") + (o.bucket_views ? "bucket views" : "") + ")";
   return words;
 }
 
@@ -166,7 +166,7 @@ nlohmann::json plan_json(const train::TrainOptions& o, const train::MemoryPlan& 
                    {"inplace_activations", o.inplace_activations},
                    {"activation_saving", o.saving.str()},
                    {"ddp_ranks", o.ddp ? nlohmann::json(o.ranks) : nlohmann::json(nullptr)},
-                   {"zero1", o.zero1},
+                   {"zero", o.zero},
                    {"bucket_views", o.bucket_views},
                    {"peak_bytes", plan.peak_bytes},
                    {"peak_reserved_bytes", plan.peak_reserved_bytes},
@@ -197,7 +197,7 @@ PlanCommand::PlanCommand(CLI::App& app)
   c->add_option("--in-channels", in_channels_, "Channels of the input images (default 1, Fashion-MNIST's)")->check(between(1, 4096));
   step_.add_to(*c, FlagsFor::plan);
   c->add_option("--ddp", ddp_, "Plan one rank of N data-parallel ranks (--batch-size per rank): its gradient buckets "
-                "and, with --zero1, its shard of the optimizer state")->check(between(1, 65536));
+                "and, with --zero 1 or 2, its shard of the optimizer state (and of the gradients)")->check(between(1, 65536));
   ddp_flags_.add_to(*c);
   c->add_option("--depth", depth_, "Group the layer table by the first N parts of the names (default 2; 0: every layer)")
       ->check(between(0, 64));
@@ -211,7 +211,7 @@ int PlanCommand::run() const {
     train::TrainOptions o;
     model_.apply(o);
     step_.apply(o);
-    FRUGAL_CHECK_VALUE(ddp_ || !ddp_flags_.any(), "--bucket-cap, --bucket-views and --zero1 need --ddp N");
+    FRUGAL_CHECK_VALUE(ddp_ || !ddp_flags_.any(), "--bucket-cap, --bucket-views and --zero need --ddp N");
     if (ddp_) {
       o.ddp = true;
       o.ranks = *ddp_;

@@ -106,7 +106,7 @@ void StepFlags::add_to(CLI::App& c, FlagsFor flags_for) {
     c.add_option("--offload", offload,
                  "What to keep in pinned host memory instead of on the device; both: --offload optimizer,activations. "
                  "optimizer: its state, updated there, the weights and gradients copied across each step (not with "
-                 "--optimizer-in-backward or --zero1). activations: the feature maps forward saves, copied back "
+                 "--optimizer-in-backward or --zero). activations: the feature maps forward saves, copied back "
                  "during backward (not with --compress-activations)")
         ->expected(1)
         ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
@@ -157,13 +157,16 @@ void StepFlags::apply(train::TrainOptions& o) const {
 void DdpFlags::add_to(CLI::App& c) {
   c.add_option("--bucket-cap", bucket_cap, "With --ddp: gradient bucket size, e.g. 25MiB (default, PyTorch's)");
   c.add_flag("--bucket-views", bucket_views, "With --ddp: gradients live inside the buckets (no second copy)");
-  c.add_flag("--zero1", zero1, "With --ddp: shard the optimizer state across the ranks (ZeRO stage 1)");
+  c.add_option("--zero", zero,
+               "With --ddp: ZeRO stage 1 shards the optimizer state across the ranks, 2 the gradients too (not with "
+               "--bucket-views)")
+      ->check(CLI::IsMember({1, 2}));
 }
 
 void DdpFlags::apply(train::TrainOptions& o) const {
   if (!bucket_cap.empty()) o.bucket_cap_bytes = parse_size(bucket_cap);
   o.bucket_views = bucket_views;
-  o.zero1 = zero1;
+  o.zero = zero.value_or(0);
 }
 
 void DataFlags::add_to(CLI::App& c, FlagsFor flags_for) {

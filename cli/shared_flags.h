@@ -7,7 +7,7 @@
 //   StepFlags (train, plan; eval: --batch-size, --workers, --image-size, --num-classes): what one
 //     step is: --batch-size, --accum, --optimizer, --optimizer-in-backward, --momentum, --amp, --workers,
 //     --image-size, --num-classes;
-//   DdpFlags (train, plan): --bucket-cap, --bucket-views, --zero1 (how many ranks differs: `train --ddp`
+//   DdpFlags (train, plan): --bucket-cap, --bucket-views, --zero (how many ranks differs: `train --ddp`
 //     takes mpirun's, `plan --ddp N` N);
 //   DataFlags (train, eval): --data, --test-data;  DeviceFlag (train, eval): --device.
 // A flag whose default or meaning differs between commands (eval's batch of 256, its model options
@@ -69,10 +69,11 @@ struct StepFlags {
 
 struct DdpFlags {
   std::string bucket_cap;
-  bool bucket_views = false, zero1 = false;
+  bool bucket_views = false;
+  std::optional<int> zero;  // --zero: the ZeRO stage
 
   void add_to(CLI::App& command);
-  bool any() const { return bucket_views || zero1 || !bucket_cap.empty(); }
+  bool any() const { return bucket_views || zero || !bucket_cap.empty(); }
   // Into `o` (which has ddp set); ValueError for a size that does not parse.
   void apply(train::TrainOptions& o) const;
 };

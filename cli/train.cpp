@@ -139,7 +139,7 @@ train::TrainOptions TrainCommand::options_from_flags() const {
 // --ddp and its options (the world's size is read once MPI starts, in options_from_flags).
 void TrainCommand::apply_ddp_flags(train::TrainOptions& o) const {
   FRUGAL_CHECK_VALUE(ddp_ || !(ddp_flags_.any() || ddp_timeout_),
-                     "--bucket-cap, --bucket-views, --zero1 and --ddp-timeout need --ddp");
+                     "--bucket-cap, --bucket-views, --zero and --ddp-timeout need --ddp");
   if (!ddp_) return;
   FRUGAL_CHECK_VALUE(step_.batch_size != "auto", "--batch-size auto with --ddp is not supported: give the batch per rank "
                      "(frugal plan --ddp N --budget SIZE finds one)");

@@ -52,7 +52,7 @@ class TrainCommand final : public Subcommand {
   DeviceFlag device_;   // --device
   bool augment_ = false, no_eval_ = false;
   bool ddp_ = false;    // data parallelism (dist/)
-  DdpFlags ddp_flags_;  // --bucket-cap, --bucket-views, --zero1
+  DdpFlags ddp_flags_;  // --bucket-cap, --bucket-views, --zero
   std::optional<double> ddp_timeout_;
   bool no_leak_check_ = false;
   bool allow_nonfinite_ = false;

@@ -1,4 +1,4 @@
-// DistributedDataParallel and ZeRO-1 (see ddp.h): the model check and broadcast at construction,
+// DistributedDataParallel and ZeRO-1 and -2 (see ddp.h): the model check and broadcast at construction,
 // bucket assignment, the hooks that start each bucket's collective, synchronize(), and the sharded
 // optimizer with its consolidated state dict.
 #include "dist/ddp.h"
@@ -111,17 +111,18 @@ struct DistributedDataParallel::State {
     std::int64_t offset = 0;  // elements from the start of its bucket
     bool ready = false;       // its gradient is in the bucket this round
   };
-  struct Slice {  // ZeRO-1: the part of a parameter inside this rank's chunk of its bucket
+  struct Slice {  // ZeRO: the part of a parameter inside this rank's chunk of its bucket
     int slot = 0;
     Tensor tensor;                  // 1-D, aliasing the parameter; what the inner optimizer updates
     std::int64_t param_offset = 0;  // where it starts in the flattened parameter
     std::int64_t chunk_offset = 0;  // where it starts in this rank's chunk
   };
   struct BucketState {
-    Tensor buffer;              // flat; ZeRO-1 pads it to a multiple of the world size
+    std::int64_t numel = 0;     // of the buffer: its parameters', ZeRO padding to a multiple of the world size
+    Tensor buffer;              // flat; ZeRO-2: only while a backward fills it and its collective runs
     std::vector<int> slots;     // in the order backward produces them
-    std::vector<int> slices;    // ZeRO-1: this rank's slices of its parameters
-    Tensor shard;               // ZeRO-1: the average of chunk rank() over the ranks
+    std::vector<int> slices;    // ZeRO: this rank's slices of its parameters
+    Tensor shard;               // ZeRO: the average of chunk rank() over the ranks
     int pending = 0;            // gradients not in yet this round
     WorkHandle work;            // the collective in flight this round
     bool seen_done = false;     // its completion was observed (for communication_seconds)
@@ -138,7 +139,7 @@ struct DistributedDataParallel::State {
   bool attached = true;        // false once the DistributedDataParallel is gone: the hooks then do nothing
   bool sync = true;
   bool sharded = false;        // shard_optimizer() was called
-  bool shards_reduced = false; // ZeRO-1: synchronize() ran since the last step
+  bool shards_reduced = false; // ZeRO: synchronize() ran since the last step
   std::size_t next_bucket = 0; // buckets start in index order
   bool round_started = false;
   std::vector<int> order;
@@ -146,14 +147,27 @@ struct DistributedDataParallel::State {
   int in_flight = 0;
   Clock::time_point busy_since;
 
-  Tensor view_of(const Slot& s) const {
-    return buckets[static_cast<std::size_t>(s.bucket)].buffer.narrow(0, s.offset, s.param.numel()).view(s.param.shape());
+  bool zero() const { return options.zero >= 1; }
+  bool sharded_gradients() const { return options.zero >= 2; }
+
+  // The bucket's buffer, made (zeros, under the caller's tag: grad in backward, param in the step's
+  // gather) if ZeRO-2 freed it.
+  Tensor& buffer_of(BucketState& b) const {
+    if (!b.buffer.defined()) {
+      const Tensor& first = slots[static_cast<std::size_t>(b.slots.front())].param;
+      b.buffer = zeros({b.numel}, {.dtype = first.dtype(), .device = first.device()});
+    }
+    return b.buffer;
   }
-  std::int64_t chunk_numel(const BucketState& b) const { return b.buffer.numel() / comm.world_size(); }
+  Tensor view_of(const Slot& s) {
+    BucketState& b = buckets[static_cast<std::size_t>(s.bucket)];
+    return buffer_of(b).narrow(0, s.offset, s.param.numel()).view(s.param.shape());
+  }
+  std::int64_t chunk_numel(const BucketState& b) const { return b.numel / comm.world_size(); }
 
   // View mode: makes the parameter's .grad its bucket view, copying a gradient that arrived as a
   // tensor of its own (after zero_grad set it to none) and freeing that tensor.
-  void adopt_view(const Slot& s) const {
+  void adopt_view(const Slot& s) {
     Tensor view = view_of(s);
     const Tensor g = autograd::grad(s.param);
     if (g.defined() && g.data_ptr() == view.data_ptr() && g.shares_storage_with(view)) return;
@@ -177,6 +191,7 @@ struct DistributedDataParallel::State {
                        "synchronize(); call synchronize() after every backward made outside no_sync()");
     s.ready = true;
     if (!options.gradient_as_bucket_view) view_of(s).copy_(autograd::grad(s.param));
+    if (sharded_gradients()) autograd::set_grad(s.param, Tensor());  // its bucket holds it now
     if (--buckets[static_cast<std::size_t>(s.bucket)].pending == 0) start_ready();
     poll();
   }
@@ -195,6 +210,7 @@ struct DistributedDataParallel::State {
       } else {
         view_of(s).fill_(0.0);
       }
+      if (sharded_gradients()) autograd::set_grad(s.param, Tensor());
       s.ready = true;
     }
     b.pending = 0;
@@ -205,15 +221,15 @@ struct DistributedDataParallel::State {
   }
 
   void start(std::size_t index) {
-    FRUGAL_CHECK_VALUE(!options.zero1 || sharded, "DistributedDataParallel: zero1 reduce-scatters each bucket into ",
+    FRUGAL_CHECK_VALUE(!zero() || sharded, "DistributedDataParallel: ZeRO reduce-scatters each bucket into ",
                        "the shard a sharded optimizer steps; call shard_optimizer() before the first backward");
     if (!round_started) {
       order.clear();
       round_started = true;
     }
     BucketState& b = buckets[index];
-    b.work = options.zero1 ? comm.reduce_scatter_async(b.buffer, b.shard, ReduceOp::average)
-                           : comm.all_reduce_async(b.buffer, ReduceOp::average);
+    b.work = zero() ? comm.reduce_scatter_async(buffer_of(b), b.shard, ReduceOp::average)
+                    : comm.all_reduce_async(buffer_of(b), ReduceOp::average);
     order.push_back(static_cast<int>(index));
     b.seen_done = false;
     if (in_flight++ == 0) busy_since = Clock::now();
@@ -236,7 +252,7 @@ struct DistributedDataParallel::State {
     for (const int index : b.slots) {
       Slot& s = slots[static_cast<std::size_t>(index)];
       s.ready = false;
-      if (options.zero1) continue;
+      if (zero()) continue;
       if (options.gradient_as_bucket_view) {
         adopt_view(s);  // the view already holds the average; this only gives a parameter without a gradient its view
       } else if (Tensor g = autograd::grad(s.param); g.defined()) {
@@ -251,6 +267,7 @@ struct DistributedDataParallel::State {
     }
     b.pending = static_cast<int>(b.slots.size());
     b.work.reset();
+    if (sharded_gradients()) b.buffer = Tensor();  // its gradients are reduced into the shard
   }
 
   void synchronize() {
@@ -271,34 +288,45 @@ struct DistributedDataParallel::State {
     for (BucketState& b : buckets) finish(b);
     next_bucket = 0;
     round_started = false;
-    shards_reduced = options.zero1;
+    shards_reduced = zero();
   }
 
-  // ZeRO-1, after the inner optimizer updated this rank's slices: every bucket's chunks gathered
-  // from all ranks (into the bucket buffer, its gradients spent), then copied into the parameters.
+  // ZeRO, after the inner optimizer updated this rank's slices: every bucket's chunks gathered from
+  // all ranks into the bucket buffer, then copied into the parameters. Stage 1 gathers every bucket
+  // at once into its buffer (its gradients spent by then); stage 2 makes a buffer for one bucket at
+  // a time and frees it, so the step holds one bucket of parameters more, not all of them.
   void gather_parameters() {
     MemoryTagScope tag(MemoryTag::param);
-    std::vector<Tensor> chunks;
-    std::vector<WorkHandle> works;
-    for (BucketState& b : buckets) {
-      // In place: this rank's chunk of the bucket buffer is the all-gather's input, so no temporary
-      // copy of 1/world of the parameters is made.
-      Tensor chunk = b.buffer.narrow(0, comm.rank() * chunk_numel(b), chunk_numel(b));
-      for (const int index : b.slices) {
-        const Slice& slice = slices[static_cast<std::size_t>(index)];
-        chunk.narrow(0, slice.chunk_offset, slice.tensor.numel()).copy_(slice.tensor);
-      }
-      works.push_back(comm.all_gather_async(chunk, b.buffer));
-      chunks.push_back(std::move(chunk));  // alive until its collective is waited on
-    }
+    std::vector<WorkHandle> works(buckets.size());
     for (std::size_t i = 0; i < buckets.size(); ++i) {
-      works[i]->wait();
-      for (const int index : buckets[i].slots) {
-        const Slot& s = slots[static_cast<std::size_t>(index)];
-        s.param.view({-1}).copy_(buckets[i].buffer.narrow(0, s.offset, s.param.numel()));
-      }
-      // The parameters' .grad are views of this buffer: zeros, not parameter values, until the next backward.
-      if (options.gradient_as_bucket_view) buckets[i].buffer.fill_(0.0);
+      works[i] = start_gather(buckets[i]);
+      if (sharded_gradients()) finish_gather(buckets[i], *works[i]);
+    }
+    if (!sharded_gradients())
+      for (std::size_t i = 0; i < buckets.size(); ++i) finish_gather(buckets[i], *works[i]);
+  }
+
+  // In place: this rank's chunk of the bucket buffer is the all-gather's input, so no temporary copy
+  // of 1/world of the parameters is made.
+  WorkHandle start_gather(BucketState& b) {
+    Tensor chunk = buffer_of(b).narrow(0, comm.rank() * chunk_numel(b), chunk_numel(b));
+    for (const int index : b.slices) {
+      const Slice& slice = slices[static_cast<std::size_t>(index)];
+      chunk.narrow(0, slice.chunk_offset, slice.tensor.numel()).copy_(slice.tensor);
+    }
+    return comm.all_gather_async(chunk, b.buffer);  // the chunk is a view of the buffer, alive with it
+  }
+
+  void finish_gather(BucketState& b, Work& work) {
+    work.wait();
+    for (const int index : b.slots) {
+      const Slot& s = slots[static_cast<std::size_t>(index)];
+      s.param.view({-1}).copy_(b.buffer.narrow(0, s.offset, s.param.numel()));
+    }
+    if (sharded_gradients()) {
+      b.buffer = Tensor();
+    } else if (options.gradient_as_bucket_view) {
+      b.buffer.fill_(0.0);  // the parameters' .grad are views of it: zeros, not parameter values, until the next backward
     }
   }
 };
@@ -347,11 +375,12 @@ void build_buckets(State& state) {
       described.parameters.push_back(s.name);
       described.bytes += s.param.nbytes();
     }
-    if (state.options.zero1) numel = (numel + world - 1) / world * world;
+    if (state.zero()) numel = (numel + world - 1) / world * world;
     const Tensor& first = state.slots[static_cast<std::size_t>(members[0])].param;
     const TensorOptions options{.dtype = first.dtype(), .device = first.device()};
-    bucket.buffer = zeros({numel}, options);
-    if (state.options.zero1) bucket.shard = zeros({numel / world}, options);
+    bucket.numel = numel;
+    if (!state.sharded_gradients()) bucket.buffer = zeros({numel}, options);  // ZeRO-2 makes it when a backward needs it
+    if (state.zero()) bucket.shard = zeros({numel / world}, options);
     bucket.pending = static_cast<int>(members.size());
     bucket.slots = std::move(members);
     state.buckets.push_back(std::move(bucket));
@@ -359,7 +388,7 @@ void build_buckets(State& state) {
   }
 }
 
-// ZeRO-1: for every parameter, the part of it inside this rank's chunk of its bucket, if any.
+// ZeRO: for every parameter, the part of it inside this rank's chunk of its bucket, if any.
 void build_slices(State& state) {
   const std::int64_t rank = state.comm.rank();
   for (State::BucketState& b : state.buckets) {
@@ -384,6 +413,10 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& model, Communicator
   FRUGAL_CHECK_VALUE(options.bucket_cap_bytes > 0 && options.first_bucket_cap_bytes > 0,
                      "DistributedDataParallel: bucket caps must be > 0 bytes, got ", options.first_bucket_cap_bytes,
                      " (first) and ", options.bucket_cap_bytes);
+  FRUGAL_CHECK_VALUE(options.zero >= 0 && options.zero <= 2, "DistributedDataParallel: ZeRO stage ", options.zero,
+                     " is not 0, 1 or 2");
+  FRUGAL_CHECK_VALUE(options.zero < 2 || !options.gradient_as_bucket_view, "DistributedDataParallel: ZeRO-2 frees each ",
+                     "bucket once it is reduced, so gradients cannot live in them as views (gradient_as_bucket_view)");
   check_same_model(model, comm);
   broadcast_from_rank0(model, comm);
   nn::NamedTensors params = model.named_parameters();
@@ -401,7 +434,7 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& model, Communicator
   }
   FRUGAL_CHECK_VALUE(!state_->slots.empty(), "DistributedDataParallel: the model has no parameter that requires grad");
   build_buckets(*state_);
-  if (options.zero1) build_slices(*state_);
+  if (options.zero >= 1) build_slices(*state_);
   const std::weak_ptr<State> weak = state_;
   for (std::size_t i = 0; i < state_->slots.size(); ++i)
     autograd::register_post_accumulate_grad_hook(state_->slots[i].param, [weak, i](const Tensor&) {
@@ -427,13 +460,13 @@ double DistributedDataParallel::wait_seconds() const { return state_->wait_secon
 double DistributedDataParallel::communication_seconds() const { return state_->communication_seconds; }
 const DdpOptions& DistributedDataParallel::options() const { return state_->options; }
 
-// ---- ZeRO-1's optimizer
+// ---- ZeRO's optimizer
 
 namespace {
 
 std::string state_key(std::size_t index, const std::string& name) { return "state." + std::to_string(index) + "." + name; }
 
-// The optimizer a trainer steps under ZeRO-1 (see shard_optimizer in ddp.h). Its own groups are
+// The optimizer a trainer steps under ZeRO (see shard_optimizer in ddp.h). Its own groups are
 // the slice groups (what schedules change); the inner optimizer, built over the same slices,
 // holds the state and does the arithmetic.
 class ShardedOptimizer final : public nn::Optimizer {
@@ -441,20 +474,15 @@ class ShardedOptimizer final : public nn::Optimizer {
   // full_slots[g][i]: the slot of parameter i of the caller's group g.
   ShardedOptimizer(std::shared_ptr<State> state, std::vector<nn::ParamGroup> slice_groups, std::unique_ptr<nn::Optimizer> inner,
                    std::vector<std::vector<int>> full_slots)
-      : nn::Optimizer(std::move(slice_groups), {}, "ZeRO-1"),
+      : nn::Optimizer(std::move(slice_groups), {}, "ZeRO"),
         state_(std::move(state)),
         inner_(std::move(inner)),
         full_slots_(std::move(full_slots)) {}
 
   void step() override {
-    FRUGAL_CHECK_VALUE(state_->shards_reduced, "ZeRO-1 step(): no reduced gradients; call synchronize() after backward");
+    FRUGAL_CHECK_VALUE(state_->shards_reduced, "ZeRO step(): no reduced gradients; call synchronize() after backward");
     autograd::NoGradGuard no_grad;
-    for (std::size_t g = 0; g < param_groups().size(); ++g) {
-      nn::ParamGroup& inner = inner_->param_groups()[g];
-      inner.lr = param_groups()[g].lr;
-      inner.weight_decay = param_groups()[g].weight_decay;
-      inner.initial_lr = param_groups()[g].initial_lr;
-    }
+    nn::copy_group_settings(*this, *inner_);  // schedules set the groups' lr here
     inner_->step();
     state_->gather_parameters();
     state_->shards_reduced = false;
@@ -483,7 +511,7 @@ class ShardedOptimizer final : public nn::Optimizer {
 
  private:
   void update(const nn::ParamGroup&, const Batch&) override {
-    FRUGAL_THROW(Error, "ZeRO-1: step() updates through the inner optimizer, never through update()");
+    FRUGAL_THROW(Error, "ZeRO: step() updates through the inner optimizer, never through update()");
   }
   // The inner optimizer's number of the slice of `slot` on this rank, or -1.
   int inner_index(int slot) const;
@@ -529,8 +557,8 @@ nn::StateDict ShardedOptimizer::state_dict() const {
     MemoryTagScope tag(MemoryTag::other);
     for (std::size_t k = 0; k < names.size(); ++k)
       for (const State::BucketState& b : state_->buckets) {
-        const TensorOptions options{.dtype = b.buffer.dtype(), .device = b.buffer.device()};
-        const Tensor chunk = zeros({state_->chunk_numel(b)}, options), gathered = zeros({b.buffer.numel()}, options);
+        const TensorOptions options{.dtype = b.shard.dtype(), .device = b.shard.device()};
+        const Tensor chunk = zeros({state_->chunk_numel(b)}, options), gathered = zeros({b.numel}, options);
         for (const int index : b.slices) {
           const State::Slice& slice = state_->slices[static_cast<std::size_t>(index)];
           const int i = inner_index(slice.slot);
@@ -554,8 +582,7 @@ nn::StateDict ShardedOptimizer::state_dict() const {
       for (std::size_t k = 0; k < names.size(); ++k) dict.emplace_back(state_key(i, names[k]), full_state[static_cast<std::size_t>(slot)][k]);
       dict.emplace_back(state_key(i, "step"), full({}, static_cast<double>(step), {.dtype = DType::i64}));
     }
-  for (const auto& [key, tensor] : nn::Optimizer::state_dict())  // the groups' lr, weight decay, initial lr
-    if (key.starts_with("param_groups.")) dict.emplace_back(key, tensor);
+  for (auto& entry : nn::group_entries(nn::Optimizer::state_dict())) dict.push_back(std::move(entry));  // lr, wd, initial lr
   return dict;
 }
 
@@ -581,7 +608,7 @@ void ShardedOptimizer::load_state_dict(const nn::StateDict& dict) {
         const std::string name = it->first.substr(prefix.size());
         Tensor value = it->second;
         if (name != "step") {
-          FRUGAL_CHECK_SHAPE(value.shape() == param.shape(), "ZeRO-1 load_state_dict: '", it->first, "' has shape ",
+          FRUGAL_CHECK_SHAPE(value.shape() == param.shape(), "ZeRO load_state_dict: '", it->first, "' has shape ",
                              shape_str(value.shape()), " but its parameter has shape ", shape_str(param.shape()));
         }
         if (i >= 0) {
@@ -595,7 +622,7 @@ void ShardedOptimizer::load_state_dict(const nn::StateDict& dict) {
         it = remaining.erase(it);
       }
     }
-  FRUGAL_CHECK_VALUE(remaining.empty(), "ZeRO-1 load_state_dict: unexpected key '", remaining.begin()->first,
+  FRUGAL_CHECK_VALUE(remaining.empty(), "ZeRO load_state_dict: unexpected key '", remaining.begin()->first,
                      "' (a dict of another optimizer, or of other parameters?)");
   inner_->load_state_dict(inner);
   nn::Optimizer::load_state_dict(groups);
@@ -606,7 +633,7 @@ void ShardedOptimizer::load_state_dict(const nn::StateDict& dict) {
 std::unique_ptr<nn::Optimizer> DistributedDataParallel::shard_optimizer(
     std::function<std::unique_ptr<nn::Optimizer>(std::vector<nn::ParamGroup>)> make, std::vector<nn::ParamGroup> groups) {
   State& state = *state_;
-  FRUGAL_CHECK_VALUE(state.options.zero1, "shard_optimizer: ZeRO-1 is off (DdpOptions::zero1); step an ordinary optimizer");
+  FRUGAL_CHECK_VALUE(state.zero(), "shard_optimizer: ZeRO is off (DdpOptions::zero is 0); step an ordinary optimizer");
   FRUGAL_CHECK_VALUE(!state.sharded, "shard_optimizer: already called; one sharded optimizer per DistributedDataParallel");
   std::vector<nn::ParamGroup> slice_groups;
   std::vector<std::vector<int>> full_slots;

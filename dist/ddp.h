@@ -1,8 +1,8 @@
 // DistributedDataParallel: data parallelism over a Communicator, as torch.nn.parallel.DDP. Every
 // rank holds the whole model and runs forward and backward on its own part of the batch; the
 // gradients are averaged over the ranks before the optimizer step, so every rank takes the same
-// step and the replicas stay equal. With ZeRO-1 (zero1) each rank also keeps the optimizer state
-// of only 1/world_size of the parameters.
+// step and the replicas stay equal. With ZeRO (DdpOptions::zero) each rank also keeps the optimizer
+// state of only 1/world_size of the parameters (stage 1), and the gradients too (stage 2).
 //
 // Gradient buckets. The parameters are packed, in reverse registration order (the order backward
 // produces their gradients), into flat buckets of at most bucket_cap_bytes (the first one
@@ -35,6 +35,15 @@
 // then). After a ZeRO-1 synchronize() only this rank's slices hold averaged gradients; the
 // parameters' own .grad keep the local ones (in view mode, zeros after the step).
 //
+// ZeRO-2 shards the gradients as well: a bucket's buffer exists only from its first gradient of a
+// backward until its reduce-scatter is done, and each parameter's .grad is freed as soon as it is
+// copied into the bucket, so between steps a rank keeps only its chunk of each bucket's averaged
+// gradients (the shard), and during backward the buckets in flight. The step's all-gather then
+// needs a bucket-sized buffer of its own, made and freed one bucket at a time. Under no_sync the
+// micro-batches before the last accumulate whole gradients in .grad, as without ZeRO: the saving
+// holds from the last micro-batch's backward on. Not with gradient_as_bucket_view (the buckets are
+// not kept).
+//
 // Parameters that no rank produced a gradient for in a synchronized backward get a zero gradient
 // (PyTorch's find_unused_parameters keeps them None at the price of an extra all-reduce), so every
 // rank's optimizer sees the same gradients. Buffers (BatchNorm's running statistics) are broadcast
@@ -42,7 +51,7 @@
 // buckets and slices are views of the memory the parameters have then.
 //
 // Not here: how the bytes travel (dist/communicator.h and its backends), splitting the data
-// between ranks (the trainer), sharding gradients or parameters (ZeRO-2/3, FSDP).
+// between ranks (the trainer), sharding the parameters themselves (ZeRO-3, FSDP).
 #pragma once
 
 #include <chrono>
@@ -62,14 +71,16 @@ struct DdpOptions {
   std::size_t bucket_cap_bytes = 25 << 20;       // PyTorch's default bucket_cap_mb = 25
   std::size_t first_bucket_cap_bytes = 1 << 20;  // PyTorch's first bucket: small, so communication starts early
   bool gradient_as_bucket_view = false;          // .grad tensors are views into the buckets: no second copy
-  bool zero1 = false;                            // shard optimizer state: reduce-scatter, local update, all-gather
+  // ZeRO stage: 0 off; 1 the optimizer state sharded (reduce-scatter, local update, all-gather);
+  // 2 the gradients too (the buckets freed once reduced, .grad freed once in its bucket).
+  int zero = 0;
 };
 
 class DistributedDataParallel {
  public:
   struct Bucket {
     std::vector<std::string> parameters;  // dotted names, in the order backward produces their gradients
-    std::size_t bytes;                    // its gradients' bytes (ZeRO-1 pads the buffer by < world_size elements)
+    std::size_t bytes;                    // its gradients' bytes (ZeRO pads the buffer by < world_size elements)
   };
 
   // Verifies that every rank's parameters and buffers have the same names, shapes and dtypes (a
@@ -100,11 +111,11 @@ class DistributedDataParallel {
 
   // After backward, before the optimizer step: starts every bucket not started yet (all of them
   // after a backward under no_sync, or those holding a parameter that got no gradient), waits for
-  // every bucket's collective and leaves the gradients averaged over the ranks (ZeRO-1: this
-  // rank's slices). Every rank must call it the same number of times.
+  // every bucket's collective and leaves the gradients averaged over the ranks (ZeRO: this rank's
+  // slices). Every rank must call it the same number of times.
   void synchronize();
 
-  // ZeRO-1 only (ValueError otherwise, or when called twice): the optimizer to step with. `make`
+  // ZeRO only (ValueError otherwise, or when called twice): the optimizer to step with. `make`
   // builds the inner optimizer (SGD, AdamW, ...) from groups of this rank's slices, each group
   // keeping the lr and weight decay of the group in `groups` its parameters come from; every
   // parameter in `groups` must be one of the model's. The returned optimizer's param_groups() are

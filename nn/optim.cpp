@@ -119,6 +119,24 @@ void Optimizer::zero_grad(bool set_to_none) {
     }
 }
 
+void copy_group_settings(const Optimizer& from, Optimizer& to) {
+  FRUGAL_CHECK(from.param_groups().size() == to.param_groups().size(), "copy_group_settings: ",
+               from.param_groups().size(), " groups into ", to.param_groups().size());
+  for (std::size_t g = 0; g < from.param_groups().size(); ++g) {
+    ParamGroup& inner = to.param_groups()[g];
+    inner.lr = from.param_groups()[g].lr;
+    inner.weight_decay = from.param_groups()[g].weight_decay;
+    inner.initial_lr = from.param_groups()[g].initial_lr;
+  }
+}
+
+StateDict group_entries(const StateDict& dict) {
+  StateDict groups;
+  for (const auto& [key, value] : dict)
+    if (key.starts_with("param_groups.")) groups.emplace_back(key, value);
+  return groups;
+}
+
 StateDict Optimizer::state_dict() const {
   StateDict dict;
   for (std::size_t i = 0; i < state_.size(); ++i) {

@@ -45,9 +45,10 @@ class Optimizer {
   Optimizer(const Optimizer&) = delete;  // the state tensors would be shared by both copies
   Optimizer& operator=(const Optimizer&) = delete;
 
-  // step, zero_grad, the state dict and state_bytes are virtual for one subclass, ZeRO-1's sharded
-  // optimizer (dist/ddp.h), which updates its slice of every parameter through an ordinary
-  // optimizer and then gathers the parameters from the other ranks.
+  // step, zero_grad, the state dict and state_bytes are virtual for the optimizers that step through
+  // an inner one: ZeRO's sharded optimizer (dist/ddp.h), which updates its slice of every parameter
+  // and then gathers the parameters from the other ranks, and the offloaded optimizer
+  // (nn/optimizer_offload.h), which updates host copies.
 
   // One update of every parameter that has a gradient, with no autograd recording.
   virtual void step();
@@ -61,7 +62,7 @@ class Optimizer {
   virtual void zero_grad(bool set_to_none = true);
   // GradScaler asks before stepping: given whether this process found an inf or NaN gradient, did
   // any process training with it? Each process alone decides, unless the ranks must step together
-  // because each updates a different part of the parameters (ZeRO-1 agrees across ranks).
+  // because each updates a different part of the parameters (ZeRO agrees across ranks).
   virtual bool found_inf_anywhere(bool found_here) { return found_here; }
 
   std::vector<ParamGroup>& param_groups() { return groups_; }
@@ -107,6 +108,13 @@ class Optimizer {
   std::string name_;
   std::vector<ParamState> state_;  // by parameter number over all groups
 };
+
+// For the optimizers that step through an inner one (above): the groups' lr, weight decay and
+// initial lr that schedules set on `from`, copied into `to`'s groups of the same numbers before it
+// steps; and the entries of a state dict that are those settings ("param_groups.*"), which the
+// outer optimizer keeps as its own.
+void copy_group_settings(const Optimizer& from, Optimizer& to);
+StateDict group_entries(const StateDict& dict);
 
 // torch.optim.SGD: g += wd p; buf = g at the first step, then momentum buf + (1 - dampening) g;
 // g = nesterov ? g + momentum buf : buf; p -= lr g. nesterov needs momentum > 0 and no dampening.

@@ -53,20 +53,10 @@ std::size_t OffloadedOptimizer::staging_bytes() const {
   return bytes;
 }
 
-// The groups' lr and weight decay are set on this optimizer (by schedules); the inner one steps with them.
-void OffloadedOptimizer::copy_group_settings() {
-  for (std::size_t g = 0; g < param_groups().size(); ++g) {
-    ParamGroup& inner = inner_->param_groups()[g];
-    inner.lr = param_groups()[g].lr;
-    inner.weight_decay = param_groups()[g].weight_decay;
-    inner.initial_lr = param_groups()[g].initial_lr;
-  }
-}
-
 void OffloadedOptimizer::step() {
   if (params_.empty() || params_.front().device().is_meta()) return;  // the planner: no host side to plan
   autograd::NoGradGuard no_grad;
-  copy_group_settings();
+  copy_group_settings(*this, *inner_);  // the groups' lr and weight decay are set here, by schedules
   const Device device = params_.front().device();
   const Stream stream = side_stream(device, kOffloadStreamSlot);
   // 1. Backward's kernels run on the default stream, which the side stream does not wait for: the
@@ -106,7 +96,7 @@ StateDict OffloadedOptimizer::state_dict() const {
   // The groups' lr and weight decay are this optimizer's (schedules set them here; the inner one has
   // them from the last step only): its own dict holds just those, having no state of its own.
   std::erase_if(dict, [](const auto& entry) { return entry.first.starts_with("param_groups."); });
-  for (auto& entry : Optimizer::state_dict()) dict.push_back(std::move(entry));
+  for (auto& entry : group_entries(Optimizer::state_dict())) dict.push_back(std::move(entry));
   return dict;
 }
 
@@ -115,10 +105,7 @@ void OffloadedOptimizer::load_state_dict(const StateDict& dict) {
     const PinnedHostScope host;
     inner_->load_state_dict(dict);
   }  // checks every key: nothing changes unless everything fits
-  StateDict groups;               // this optimizer's own: the groups' lr and weight decay that schedules set
-  for (const auto& [key, value] : dict)
-    if (key.starts_with("param_groups.")) groups.emplace_back(key, value);
-  Optimizer::load_state_dict(groups);
+  Optimizer::load_state_dict(group_entries(dict));  // this optimizer's own: the groups' settings schedules set
 }
 
 void OffloadedOptimizer::update(const ParamGroup&, const Batch&) {

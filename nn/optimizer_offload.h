@@ -49,7 +49,6 @@ class OffloadedOptimizer final : public Optimizer {
 
  private:
   void update(const ParamGroup&, const Batch&) override;
-  void copy_group_settings();
 
   std::vector<Tensor> params_;      // the device's parameters, in the inner optimizer's order
   std::vector<Tensor> host_params_; // their pinned host copies, the inner optimizer's parameters

@@ -77,17 +77,21 @@ void validate(const TrainOptions& o) {
   if (o.offload_optimizer) {
     FRUGAL_CHECK_VALUE(!o.optimizer_in_backward, "--offload optimizer and --optimizer-in-backward are two places for "
                        "one update (the host after backward, the device inside it): use one or the other");
-    FRUGAL_CHECK_VALUE(!o.zero1, "--offload optimizer keeps whole parameters' state on the host; --zero1 shards it "
-                       "over the ranks: use one or the other");
+    FRUGAL_CHECK_VALUE(o.zero == 0, "--offload optimizer keeps whole parameters' state on the host; --zero ", o.zero,
+                       " shards it over the ranks: use one or the other");
   }
   // Offloading moves feature maps whole; compressed ones are already a fraction of that, on the device.
   FRUGAL_CHECK_VALUE(!o.offload_activations || o.saving.compress == nn::SavedCompression::none,
                      "--offload activations moves saved feature maps to host memory whole; --compress-activations ",
                      nn::saved_compression_name(o.saving.compress), " keeps them smaller on the device: use one or the other");
-  // ZeRO-1 hands each rank's optimizer flat slices of the parameters; AdamW8bit's blocks and
+  // ZeRO hands each rank's optimizer flat slices of the parameters; AdamW8bit's blocks and
   // Adafactor's rows and columns are shapes of whole parameters.
-  FRUGAL_CHECK_VALUE(!o.zero1 || o.optimizer == OptimizerKind::sgd || o.optimizer == OptimizerKind::adamw,
-                     "--zero1 shards sgd's and adamw's state only, not --optimizer ", optimizer_name(o.optimizer));
+  FRUGAL_CHECK_VALUE(o.zero >= 0 && o.zero <= 2, "--zero must be 1 or 2, got ", o.zero);
+  FRUGAL_CHECK_VALUE(o.zero == 0 || o.optimizer == OptimizerKind::sgd || o.optimizer == OptimizerKind::adamw,
+                     "--zero ", o.zero, " shards sgd's and adamw's state only, not --optimizer ", optimizer_name(o.optimizer));
+  // ZeRO-2 frees each gradient bucket once it is reduced: gradients cannot live in the buckets.
+  FRUGAL_CHECK_VALUE(o.zero < 2 || !o.bucket_views, "--bucket-views keeps every gradient in its bucket; --zero 2 frees "
+                     "the buckets once reduced: use one or the other");
   FRUGAL_CHECK_VALUE(o.save_every == 0 || !o.save.empty(), "--save-every needs --save FILE");
   // --checkpoint-activations means every block; with a --checkpoint-blocks naming fewer, one of the
   // two is a mistake, and which one cannot be guessed.
@@ -97,7 +101,7 @@ void validate(const TrainOptions& o) {
   if (!o.checkpoint_blocks.empty()) models::check_checkpoint_blocks(o.model, o.checkpoint_blocks);
   FRUGAL_CHECK_VALUE(o.ranks >= 1 && o.ranks <= 65536, "the number of ranks must be in [1, 65536], got ", o.ranks);
   FRUGAL_CHECK_VALUE(o.ddp || o.ranks == 1, o.ranks, " ranks need --ddp");
-  FRUGAL_CHECK_VALUE(o.ddp || (!o.zero1 && !o.bucket_views), "--zero1 and --bucket-views need --ddp");
+  FRUGAL_CHECK_VALUE(o.ddp || (o.zero == 0 && !o.bucket_views), "--zero and --bucket-views need --ddp");
   FRUGAL_CHECK_VALUE(o.bucket_cap_bytes >= 1024, "--bucket-cap must be at least 1 KiB, got ", o.bucket_cap_bytes, " bytes");
   FRUGAL_CHECK_VALUE(std::isfinite(o.ddp_timeout) && o.ddp_timeout > 0, "--ddp-timeout must be a positive number of "
                      "seconds, got ", o.ddp_timeout);

@@ -87,7 +87,8 @@ struct TrainOptions {
   int ranks = 1;                             // the world's size (frugal plan --ddp N sets it without ranks)
   std::size_t bucket_cap_bytes = std::size_t{25} << 20;  // PyTorch's bucket_cap_mb default
   bool bucket_views = false;                 // gradients live in the buckets: no second copy
-  bool zero1 = false;                        // optimizer state sharded across the ranks (ZeRO stage 1)
+  int zero = 0;                              // --zero: ZeRO stage, 1 the optimizer state sharded across the
+                                             // ranks, 2 the gradients too (dist/ddp.h); 0 off
   double ddp_timeout = 300.0;                // seconds a collective may take before every rank stops
 };
 

@@ -181,7 +181,7 @@ Recorded run_on_meta(const TrainOptions& o, const PlanShape& shape, int steps) {
   std::unordered_map<const nn::Module*, int> leaves;
   r.layers = leaf_layers(*model, o, leaves);
   model->train();
-  // With --ddp: the buckets and ZeRO-1's shards of `ranks` ranks, over a simulated world whose
+  // With --ddp: the buckets and ZeRO's shards of `ranks` ranks, over a simulated world whose
   // collectives move nothing (dist/mirror_communicator.h): what one rank holds.
   std::optional<dist::MirrorCommunicator> world;
   std::unique_ptr<dist::DistributedDataParallel> ddp;
@@ -534,15 +534,15 @@ std::vector<BudgetOption> fit_budget(const TrainOptions& options, std::int64_t b
             consider(offloaded);
           }
           // The optimizer's state on the host, with the blocks and saving as given (train/options.cpp:
-          // not with the optimizer in backward or ZeRO-1), for an optimizer that keeps state.
-          if (!b.offload_optimizer && !b.optimizer_in_backward && !options.zero1 && has_state(options) &&
+          // not with the optimizer in backward or ZeRO), for an optimizer that keeps state.
+          if (!b.offload_optimizer && !b.optimizer_in_backward && options.zero == 0 && has_state(options) &&
               checkpoint == given_blocks(options) && saving.str() == options.saving.str()) {
             BudgetOption offloaded = b;
             offloaded.offload_optimizer = true;
             consider(offloaded);
           }
           // Less optimizer state than AdamW's, with the blocks and the saving as given: alternatives.
-          if (options.optimizer == OptimizerKind::adamw && !options.zero1 && checkpoint == given_blocks(options) &&
+          if (options.optimizer == OptimizerKind::adamw && options.zero == 0 && checkpoint == given_blocks(options) &&
               saving.str() == options.saving.str())
             for (const OptimizerKind smaller : {OptimizerKind::adamw8bit, OptimizerKind::adafactor}) {
               BudgetOption other = b;
@@ -617,13 +617,13 @@ std::vector<std::pair<std::string, TrainOptions>> fix_candidates(const TrainOpti
     o.amp = DType::bf16;
     changes.emplace_back("--amp bf16", o);
   }
-  if (failing.optimizer == OptimizerKind::adamw && !failing.zero1)  // ZeRO-1 shards sgd's and adamw's state only
+  if (failing.optimizer == OptimizerKind::adamw && failing.zero == 0)  // ZeRO shards sgd's and adamw's state only
     for (const OptimizerKind smaller : {OptimizerKind::adamw8bit, OptimizerKind::adafactor}) {
       TrainOptions o = failing;
       o.optimizer = smaller;
       changes.emplace_back("--optimizer " + optimizer_name(smaller), o);
     }
-  if (!failing.offload_optimizer && !failing.optimizer_in_backward && !failing.zero1 && has_state(failing)) {
+  if (!failing.offload_optimizer && !failing.optimizer_in_backward && failing.zero == 0 && has_state(failing)) {
     TrainOptions o = failing;
     o.offload_optimizer = true;
     changes.emplace_back(offload_flag(o), o);

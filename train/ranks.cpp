@@ -37,7 +37,7 @@ std::string rank_agreement_json(const TrainOptions& o) {
   j["save"] = !o.save.empty();
   j["bucket-cap"] = o.bucket_cap_bytes;
   j["bucket-views"] = o.bucket_views;
-  j["zero1"] = o.zero1;
+  j["zero"] = o.zero;
   j["device"] = o.device.is_cuda() ? "cuda" : o.device.str();
   j["allow-nonfinite"] = o.allow_nonfinite;  // one rank stopping on a NaN loss alone would leave the others waiting
   return j.dump();

@@ -81,14 +81,14 @@ dist::DdpOptions ddp_options(const TrainOptions& o) {
   d.bucket_cap_bytes = o.bucket_cap_bytes;
   d.first_bucket_cap_bytes = std::min(d.first_bucket_cap_bytes, o.bucket_cap_bytes);
   d.gradient_as_bucket_view = o.bucket_views;
-  d.zero1 = o.zero1;
+  d.zero = o.zero;
   return d;
 }
 
 std::unique_ptr<nn::Optimizer> make_optimizer(const nn::Module& model, dist::DistributedDataParallel* ddp,
                                               const TrainOptions& o) {
-  if (!o.zero1) return make_optimizer(model, o);
-  FRUGAL_CHECK_VALUE(ddp != nullptr, "--zero1 needs --ddp");
+  if (o.zero == 0) return make_optimizer(model, o);
+  FRUGAL_CHECK_VALUE(ddp != nullptr, "--zero needs --ddp");
   return ddp->shard_optimizer([&o](std::vector<nn::ParamGroup> groups) { return make_optimizer(std::move(groups), o); },
                               param_groups(model, o));
 }

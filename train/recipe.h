@@ -23,8 +23,8 @@ namespace frugal::train {
 
 models::ModelOptions model_options(const TrainOptions& options, std::int64_t in_channels, std::int64_t num_classes);
 std::unique_ptr<nn::Optimizer> make_optimizer(const nn::Module& model, const TrainOptions& options);
-// With --ddp: the gradient buckets' options, and the optimizer of the run (ZeRO-1's sharded one with
-// --zero1, over `ddp`'s slices; otherwise make_optimizer's).
+// With --ddp: the gradient buckets' options, and the optimizer of the run (ZeRO's sharded one with
+// --zero 1 or 2, over `ddp`'s slices; otherwise make_optimizer's).
 dist::DdpOptions ddp_options(const TrainOptions& options);
 std::unique_ptr<nn::Optimizer> make_optimizer(const nn::Module& model, dist::DistributedDataParallel* ddp,
                                               const TrainOptions& options);

@@ -178,7 +178,7 @@ int rank_run(const std::string& mode, const fs::path& folder) {
     train::TrainOptions o = lesson_options(ranks, lesson_device(dist::mpi_local_rank()));
     o.ddp = true;
     o.ranks = ranks;
-    o.zero1 = mode == "zero1";
+    o.zero = mode == "zero1" ? 1 : 0;
     o.save = (folder / (mode + ".safetensors")).string();
     const train::TrainResult result = train::train(o);
     if (result.root) write_report(folder / (mode + ".txt"), {result.final_loss, result.per_rank});

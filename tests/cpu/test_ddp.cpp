@@ -290,7 +290,7 @@ TEST_CASE("DDP construction: rank 0's weights everywhere, and a model that diffe
                        DistributedError);
 }
 
-TEST_CASE("DDP errors: bad caps, two backwards without synchronize, ZeRO-1 misuse") {
+TEST_CASE("DDP errors: bad caps, two backwards without synchronize, ZeRO misuse") {
   RecordingCommunicator comm;
   auto model = make_mlp();
   CHECK_THROWS_WITH_AS(DistributedDataParallel(*model, comm, {.bucket_cap_bytes = 0}), doctest::Contains("bucket caps must be > 0"),
@@ -305,10 +305,14 @@ TEST_CASE("DDP errors: bad caps, two backwards without synchronize, ZeRO-1 misus
                        doctest::Contains("arrived twice before synchronize()"), ValueError);
   auto make_sgd = [](std::vector<nn::ParamGroup> groups) { return std::make_unique<nn::SGD>(std::move(groups)); };
   CHECK_THROWS_WITH_AS(ddp.shard_optimizer(make_sgd, {{.params = model->parameters(), .lr = 0.1}}),
-                       doctest::Contains("ZeRO-1 is off"), ValueError);
+                       doctest::Contains("ZeRO is off"), ValueError);
+  CHECK_THROWS_WITH_AS(DistributedDataParallel(*make_mlp(), comm, {.gradient_as_bucket_view = true, .zero = 2}),
+                       doctest::Contains("ZeRO-2 frees each bucket once it is reduced"), ValueError);
+  CHECK_THROWS_WITH_AS(DistributedDataParallel(*make_mlp(), comm, {.zero = 3}), doctest::Contains("ZeRO stage 3 is not 0, 1 or 2"),
+                       ValueError);
 
   auto sharded_model = make_mlp();
-  DistributedDataParallel zero(*sharded_model, comm, {.zero1 = true});
+  DistributedDataParallel zero(*sharded_model, comm, {.zero = 1});
   CHECK_THROWS_WITH_AS(backward(*sharded_model, 1), doctest::Contains("call shard_optimizer() before the first backward"),
                        ValueError);
   CHECK_THROWS_WITH_AS(zero.shard_optimizer(make_sgd, {{.params = model->parameters(), .lr = 0.1}}),
@@ -369,7 +373,7 @@ TEST_CASE("ZeRO-1 in a world of one: the same steps and state dict as the unshar
 
       auto model = make_mlp();
       RecordingCommunicator comm;
-      DistributedDataParallel ddp(*model, comm, {.gradient_as_bucket_view = views, .zero1 = true});
+      DistributedDataParallel ddp(*model, comm, {.gradient_as_bucket_view = views, .zero = 1});
       const auto sharded = ddp.shard_optimizer(make, two_groups(*model));
       train_steps(*model, *sharded, &ddp, 3);
       check_close(values_of(*model), values_of(*reference));
@@ -380,7 +384,7 @@ TEST_CASE("ZeRO-1 in a world of one: the same steps and state dict as the unshar
       // Back in through load_state_dict: the same dict comes out again.
       auto fresh_model = make_mlp();
       RecordingCommunicator comm2;
-      DistributedDataParallel fresh(*fresh_model, comm2, {.zero1 = true});
+      DistributedDataParallel fresh(*fresh_model, comm2, {.zero = 1});
       const auto loaded = fresh.shard_optimizer(make, two_groups(*fresh_model));
       loaded->load_state_dict(theirs);
       check_same_dict(loaded->state_dict(), theirs);
@@ -396,7 +400,7 @@ TEST_CASE("ZeRO-1 as rank 1 of 3: reduce-scatter, this rank's chunk updated as u
 
   auto model = make_mlp();
   RecordingCommunicator comm(3, 1);  // every rank with the same data: the averages are this rank's
-  DistributedDataParallel ddp(*model, comm, {.zero1 = true});
+  DistributedDataParallel ddp(*model, comm, {.zero = 1});
   const auto sharded = ddp.shard_optimizer(make, two_groups(*model));
   comm.calls.clear();
   backward(*model, 10);
@@ -421,10 +425,68 @@ TEST_CASE("ZeRO-1 as rank 1 of 3: reduce-scatter, this rank's chunk updated as u
   CHECK(tag_bytes(MemoryTag::optimizer) - state_before == static_cast<std::int64_t>(2 * 47 * sizeof(float)));  // and the allocator sees it there
 }
 
+TEST_CASE("ZeRO-2 in a world of one: the steps, state dict and micro-batches of the unsharded optimizer") {
+  const MakeOptimizer make = [](std::vector<nn::ParamGroup> g) { return std::make_unique<nn::AdamW>(std::move(g)); };
+  auto reference = make_mlp();
+  const auto plain = make(two_groups(*reference));
+  train_steps(*reference, *plain, nullptr, 3);
+
+  auto model = make_mlp();
+  RecordingCommunicator comm;
+  DistributedDataParallel ddp(*model, comm, {.zero = 2});
+  const auto sharded = ddp.shard_optimizer(make, two_groups(*model));
+  train_steps(*model, *sharded, &ddp, 3);
+  check_close(values_of(*model), values_of(*reference));
+  check_same_dict(sharded->state_dict(), plain->state_dict());
+
+  // Two micro-batches under no_sync, then one synchronized: the sum of both, as without ZeRO.
+  auto accumulated = make_mlp(), whole = make_mlp();
+  RecordingCommunicator comm2;
+  DistributedDataParallel zero2(*accumulated, comm2, {.zero = 2});
+  const auto optimizer = zero2.shard_optimizer(make, two_groups(*accumulated));
+  const auto whole_optimizer = make(two_groups(*whole));
+  {
+    const auto no_sync = zero2.no_sync();
+    backward(*accumulated, 20);
+  }
+  backward(*accumulated, 21);
+  zero2.synchronize();
+  optimizer->step();
+  backward(*whole, 20);
+  backward(*whole, 21);
+  whole_optimizer->step();
+  check_close(values_of(*accumulated), values_of(*whole));
+}
+
+TEST_CASE("ZeRO-2 as rank 1 of 3: between steps only this rank's chunk of the gradients is kept, no .grad and no bucket") {
+  const MakeOptimizer make = [](std::vector<nn::ParamGroup> g) { return std::make_unique<nn::SGD>(std::move(g), 0.9); };
+  std::int64_t kept[3] = {};
+  for (const int stage : {0, 1, 2}) {
+    CAPTURE(stage);
+    auto model = make_mlp();
+    RecordingCommunicator comm(3, 1);
+    const std::int64_t before = grad_bytes();
+    DistributedDataParallel ddp(*model, comm, {.zero = stage});
+    const auto optimizer = stage > 0 ? ddp.shard_optimizer(make, two_groups(*model)) : make(two_groups(*model));
+    backward(*model, 10);
+    ddp.synchronize();
+    kept[stage] = grad_bytes() - before;  // after synchronize, before the step: what the step reads
+    for (const Tensor& p : model->parameters()) CHECK(autograd::grad(p).defined() == (stage < 2));
+    optimizer->step();
+    optimizer->zero_grad();
+  }
+  // 139 gradients: plain DDP keeps .grad (556 B) and its bucket; ZeRO-1 the same, its bucket padded
+  // to 141 elements, and a 47-element shard; ZeRO-2 the shard alone (47 x 4 = 188 B), its bucket
+  // freed once reduced.
+  CHECK(kept[2] == 47 * 4);
+  CHECK(kept[1] == kept[0] + 2 * 4 + kept[2]);
+  CHECK(kept[0] >= 2 * 139 * 4);
+}
+
 TEST_CASE("ZeRO-1 with loss scaling: the ranks agree whether a gradient overflowed") {
   auto model = make_mlp();
   RecordingCommunicator comm;
-  DistributedDataParallel ddp(*model, comm, {.zero1 = true});
+  DistributedDataParallel ddp(*model, comm, {.zero = 1});
   const auto optimizer = ddp.shard_optimizer([](std::vector<nn::ParamGroup> g) { return std::make_unique<nn::SGD>(std::move(g)); },
                                              {{.params = model->parameters(), .lr = 0.1}});
   nn::GradScaler scaler(1024.0);

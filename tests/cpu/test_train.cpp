@@ -61,19 +61,21 @@ TEST_CASE("train options: each bad value is a ValueError naming its flag") {
   bad([](train::TrainOptions& o) { o.amp = DType::f32; }, "--amp");
   bad([](train::TrainOptions& o) { o.save_every = 3; }, "--save-every needs --save");
   bad([](train::TrainOptions& o) { o.ranks = 2; }, "2 ranks need --ddp");
-  bad([](train::TrainOptions& o) { o.zero1 = true; }, "--zero1 and --bucket-views need --ddp");
+  bad([](train::TrainOptions& o) { o.zero = 1; }, "--zero and --bucket-views need --ddp");
+  bad([](train::TrainOptions& o) { o.ddp = true, o.zero = 3; }, "--zero must be 1 or 2, got 3");
+  bad([](train::TrainOptions& o) { o.ddp = true, o.zero = 2, o.bucket_views = true; }, "--zero 2 frees the buckets");
   bad([](train::TrainOptions& o) { o.ddp = true, o.bucket_cap_bytes = 10; }, "--bucket-cap must be at least 1 KiB");
   bad([](train::TrainOptions& o) { o.ddp = true, o.ddp_timeout = 0; }, "--ddp-timeout");
   bad([](train::TrainOptions& o) { o.optimizer_in_backward = true, o.accum = 2; }, "with --accum 2 a gradient is complete only");
   bad([](train::TrainOptions& o) { o.optimizer_in_backward = true, o.amp = DType::f16; }, "cannot run with --amp f16");
   bad([](train::TrainOptions& o) { o.optimizer_in_backward = true, o.ddp = true; }, "cannot run with --ddp");
   bad([](train::TrainOptions& o) { o.offload_optimizer = true, o.optimizer_in_backward = true; }, "two places for one update");
-  bad([](train::TrainOptions& o) { o.offload_optimizer = true, o.ddp = true, o.ranks = 2, o.zero1 = true; },
-      "--zero1 shards it");
+  bad([](train::TrainOptions& o) { o.offload_optimizer = true, o.ddp = true, o.ranks = 2, o.zero = 1; },
+      "--zero 1 shards it");
   bad([](train::TrainOptions& o) { o.offload_activations = true, o.saving.compress = nn::SavedCompression::bf16; },
       "--offload activations moves saved feature maps to host memory whole");
-  bad([](train::TrainOptions& o) { o.ddp = true, o.zero1 = true, o.optimizer = train::OptimizerKind::adafactor; },
-      "--zero1 shards sgd's and adamw's state only");
+  bad([](train::TrainOptions& o) { o.ddp = true, o.zero = 2, o.optimizer = train::OptimizerKind::adafactor; },
+      "--zero 2 shards sgd's and adamw's state only");
   CHECK_NOTHROW(train::validate(train::TrainOptions{}));
   CHECK_THROWS_AS(train::parse_optimizer("adam"), ValueError);
   CHECK(train::schedule_name(train::parse_schedule("onecycle")) == "onecycle");
