@@ -146,7 +146,7 @@ nlohmann::json budget_json(const std::vector<train::BudgetOption>& options, std:
                             {"optimizer_in_backward", b.optimizer_in_backward},
                             {"optimizer", train::optimizer_name(b.optimizer)},
                             {"offload_optimizer", b.offload_optimizer},
-                            {"offload_activations", b.offload_activations}, {"peak_bytes", b.peak_bytes},
+                            {"offload_activations", b.offload_activations}, {"zero", b.zero}, {"peak_bytes", b.peak_bytes},
                             {"device_needed_bytes", b.device_needed_bytes}, {"fits", b.fits}, {"cost", b.cost}});
   return j;
 }

@@ -44,7 +44,8 @@ int report_out_of_memory(const OutOfMemoryError& e, const train::TrainOptions& o
     std::cerr << train::describe(explained->explanation());
   std::cerr << "Smaller batches (--batch-size, with --accum to keep the effective batch), --checkpoint-blocks, "
                "--checkpoint-activations, --bn-from-output, --compress-activations, --optimizer-in-backward, --optimizer "
-               "adamw8bit or adafactor, --offload optimizer or activations, or --amp bf16 need less. "
+               "adamw8bit or adafactor, --offload optimizer or activations, "
+            << (o.ddp ? "--zero 1 or 2, " : "") << "or --amp bf16 need less. "
             << (o.save.empty() ? "" : "The last checkpoint, " + o.save + ", is intact.") << "\n";
   return kExitOutOfMemory;
 }

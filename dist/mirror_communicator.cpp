@@ -41,7 +41,12 @@ WorkHandle MirrorCommunicator::reduce_scatter_async(const Tensor& input, const T
 WorkHandle MirrorCommunicator::all_gather_async(const Tensor& input, const Tensor& output, Stream) {
   check_all_gather(input, output);
   const Tensor flat = output.view({-1});
-  for (int r = 0; r < world_size_; ++r) Tensor(flat.narrow(0, r * input.numel(), input.numel())).copy_(input.view({-1}));
+  for (int r = 0; r < world_size_; ++r) {
+    Tensor chunk = flat.narrow(0, r * input.numel(), input.numel());
+    // In place (ZeRO's gather: the input is this rank's chunk of the output) a real backend moves
+    // nothing for it; copying a tensor onto itself would make a temporary the planner must not see.
+    if (chunk.data_ptr() != input.data_ptr()) chunk.copy_(input.view({-1}));
+  }
   return std::make_shared<CompletedWork>();
 }
 

@@ -142,7 +142,8 @@ done
 with_json train-steps2-save "$frugal" train --steps 2 --no-eval --save "$out/train-steps2-save.safetensors"
 # docs/memory-guide.md and docs/distributed.md: one of 4 data-parallel ranks.
 with_json plan-ddp4-batch16 "$frugal" plan --ddp 4 --batch-size 16
-with_json plan-ddp4-batch16-zero1-views "$frugal" plan --ddp 4 --batch-size 16 --zero1 --bucket-views
+with_json plan-ddp4-batch16-zero1-views "$frugal" plan --ddp 4 --batch-size 16 --zero 1 --bucket-views
+with_json plan-ddp4-batch16-zero2 "$frugal" plan --ddp 4 --batch-size 16 --zero 2
 
 # README.md: the planned peak beside the measured one, `frugal train --steps 3 --no-eval`.
 with_json train-steps3 "$frugal" train --steps 3 --no-eval
@@ -171,13 +172,15 @@ with_json train-batch-auto-512MiB "$frugal" train --batch-size auto --memory-lim
 # docs/memory-guide.md and docs/distributed.md, "What it saves": 64 samples per step on 2 ranks, 3 steps
 # (one process: train-steps3 above; each rank's peaks are in the JSON's per_rank).
 mpi train-ddp2-batch32 "$frugal" train --ddp --batch-size 32 --steps 3 --no-eval --json "$out/train-ddp2-batch32.json"
-mpi train-ddp2-batch32-zero1 "$frugal" train --ddp --zero1 --batch-size 32 --steps 3 --no-eval \
+mpi train-ddp2-batch32-zero1 "$frugal" train --ddp --zero 1 --batch-size 32 --steps 3 --no-eval \
   --json "$out/train-ddp2-batch32-zero1.json"
+mpi train-ddp2-batch32-zero2 "$frugal" train --ddp --zero 2 --batch-size 32 --steps 3 --no-eval \
+  --json "$out/train-ddp2-batch32-zero2.json"
 
 # The samples whose figures docs/memory-guide.md and docs/tensor.md quote (each prints what it measured).
 for sample in 01_tensor_tour 02_caching_allocator 04_training_memory 05_streaming_data 06_small_model \
   08_batch_size 09_checkpointing 11_memory_monitoring 12_data_parallel 14_device_needed 16_optimizer_in_backward \
-  17_optimizer_state 18_offload_optimizer 19_offload_activations; do
+  17_optimizer_state 18_offload_optimizer 19_offload_activations 20_zero_stages; do
   run "sample-$sample" "$bin/$sample"
 done
 

@@ -403,6 +403,17 @@ std::vector<models::BlockSelection> checkpoint_candidates(const TrainOptions& o)
   return unique;
 }
 
+// The ZeRO stages above the given one that `o` could run with: a --ddp run of SGD or AdamW whose
+// optimizer stays on the device; stage 2 not with bucket views (train/options.cpp).
+std::vector<int> zero_candidates(const TrainOptions& o) {
+  std::vector<int> stages;
+  const bool shardable = o.optimizer == OptimizerKind::sgd || o.optimizer == OptimizerKind::adamw;
+  if (!o.ddp || !shardable || o.offload_optimizer) return stages;
+  for (int stage = o.zero + 1; stage <= 2; ++stage)
+    if (stage < 2 || !o.bucket_views) stages.push_back(stage);
+  return stages;
+}
+
 // Whether the run's optimizer keeps state to offload: all but SGD without momentum.
 bool has_state(const TrainOptions& o) { return o.optimizer != OptimizerKind::sgd || o.momentum > 0; }
 
@@ -417,6 +428,10 @@ constexpr double kRebuildCost = 0.3;
 // the ways that keep the numbers, recomputing every block. (On the CPU they are memcpy:
 // samples/18_offload_optimizer and samples/19_offload_activations measure them.)
 constexpr double kOffloadCost = 1.0;
+// ZeRO moves as many bytes as plain DDP's all-reduce (a reduce-scatter, then an all-gather), but
+// the all-gather of the updated parameters runs after the step, where backward cannot hide it:
+// priced as recomputing a tenth of the blocks, not measured (docs/distributed.md).
+constexpr double kZeroCost = 0.1;
 
 // What the graph may save instead of what was given: BatchNorm from its output, then with bit masks
 // and bf16 compression too (changes the numbers); the given choice first, no duplicates.
@@ -435,7 +450,7 @@ bool changes_numbers(const BudgetOption& b, const TrainOptions& given) {
 }
 double speed_cost(const BudgetOption& b) {
   return b.recomputed + (b.saving.bn_from_output ? kRebuildCost : 0.0) + (b.offload_optimizer ? kOffloadCost : 0.0) +
-         (b.offload_activations ? kOffloadCost : 0.0);
+         (b.offload_activations ? kOffloadCost : 0.0) + kZeroCost * b.zero;
 }
 
 std::string cost_words(const BudgetOption& b, const TrainOptions& given) {
@@ -456,6 +471,7 @@ std::string cost_words(const BudgetOption& b, const TrainOptions& given) {
     add("optimizer state on the host (weights and gradients copied each step)");
   if (b.offload_activations && !given.offload_activations)
     add("saved activations on the host (copied out in forward, back in backward)");
+  if (b.zero != given.zero) add("--zero " + std::to_string(b.zero) + " (the parameters all-gathered after each step)");
   if (b.bf16 && given.amp != DType::bf16) add("bf16 autocast (changes the numbers)");
   if (b.optimizer != given.optimizer) add("--optimizer " + optimizer_name(b.optimizer) + " (changes the numbers)");
   if (b.saving.str() != given.saving.str()) {
@@ -487,7 +503,7 @@ std::vector<BudgetOption> fit_budget(const TrainOptions& options, std::int64_t b
       return f.batch_size == b.batch_size && f.checkpoint_blocks == b.checkpoint_blocks && f.bf16 == b.bf16 &&
              f.saving.str() == b.saving.str() && f.optimizer_in_backward == b.optimizer_in_backward &&
              f.optimizer == b.optimizer && f.offload_optimizer == b.offload_optimizer &&
-             f.offload_activations == b.offload_activations;
+             f.offload_activations == b.offload_activations && f.zero == b.zero;
     });
     if (duplicate) return;
     TrainOptions o = with_blocks(options, b.checkpoint_blocks);
@@ -498,6 +514,7 @@ std::vector<BudgetOption> fit_budget(const TrainOptions& options, std::int64_t b
     o.optimizer = b.optimizer;
     o.offload_optimizer = b.offload_optimizer;
     o.offload_activations = b.offload_activations;
+    o.zero = b.zero;
     if (b.bf16) o.amp = DType::bf16;
     const MemoryPlan plan = plan_memory(o, shape);
     b.peak_bytes = plan.peak_bytes;
@@ -524,8 +541,17 @@ std::vector<BudgetOption> fit_budget(const TrainOptions& options, std::int64_t b
                          .optimizer_in_backward = options.optimizer_in_backward,
                          .optimizer = options.optimizer,
                          .offload_optimizer = options.offload_optimizer,
-                         .offload_activations = options.offload_activations};
+                         .offload_activations = options.offload_activations,
+                         .zero = options.zero};
           consider(b);
+          // The higher ZeRO stages, with the blocks and saving as given (train/options.cpp: SGD or
+          // AdamW, not with the optimizer on the host; ZeRO-2 not with bucket views).
+          if (checkpoint == given_blocks(options) && saving.str() == options.saving.str())
+            for (const int stage : zero_candidates(options)) {
+              BudgetOption sharded = b;
+              sharded.zero = stage;
+              consider(sharded);
+            }
           // The saved activations on the host, with the blocks and saving as given, uncompressed.
           if (!b.offload_activations && saving.compress == nn::SavedCompression::none &&
               checkpoint == given_blocks(options) && saving.str() == options.saving.str()) {
@@ -632,6 +658,11 @@ std::vector<std::pair<std::string, TrainOptions>> fix_candidates(const TrainOpti
     TrainOptions o = failing;
     o.offload_activations = true;
     changes.emplace_back(offload_flag(o), o);
+  }
+  for (const int stage : zero_candidates(failing)) {
+    TrainOptions o = failing;
+    o.zero = stage;
+    changes.emplace_back("--zero " + std::to_string(stage), o);
   }
   if (!failing.optimizer_in_backward && !failing.offload_optimizer && failing.accum == 1 && failing.amp != DType::f16 &&
       !failing.ddp) {

@@ -132,6 +132,7 @@ struct BudgetOption {
   OptimizerKind optimizer = OptimizerKind::adamw;  // for AdamW runs also adamw8bit and adafactor
   bool offload_optimizer = false;        // --offload optimizer: the optimizer's state in host memory
   bool offload_activations = false;      // --offload activations: saved feature maps in host memory
+  int zero = 0;                          // with --ddp: the ZeRO stage (--zero 1|2)
   std::int64_t peak_bytes = 0;           // allocated at the peak
   std::int64_t device_needed_bytes = 0;  // the smallest device it runs on (MemoryPlan::device_needed_bytes)
   bool fits = false;                     // device_needed_bytes is within the budget
@@ -146,7 +147,7 @@ struct BudgetOption {
 // per step (no f16 loss scaling, no DDP), the optimizer in backward; and for AdamW (with the blocks
 // and saving as given) 8-bit moments and Adafactor's factored ones; and (with the blocks and saving
 // as given) the optimizer's state offloaded to the host, and the saved activations offloaded there
-// (uncompressed); each planned. Sorted:
+// (uncompressed); and for a --ddp run of SGD or AdamW, the higher ZeRO stages; each planned. Sorted:
 // those that fit first, cheapest first (no change, or the optimizer in backward, which costs nothing;
 // then more micro-batches, which cost speed only;
 // then recomputing, the fewer blocks the cheaper: all of them costs about one more forward, and
@@ -165,7 +166,8 @@ std::optional<std::int64_t> smallest_checkpoint_prefix(const TrainOptions& optio
 // The planner's fixes for a run that ran out of memory: one change at a time (half and a quarter of
 // the batch with accumulation keeping the step's samples, checkpointing blocks 1..k, activation
 // checkpointing of every block, bf16 autocast, the smaller optimizers, the optimizer's state on the
-// host, the saved activations on the host, the optimizer in backward, the ways of saving less), each planned, those predicted to need less listed
+// host, the saved activations on the host, the optimizer in backward, the ways of saving less, and
+// for a --ddp run the higher ZeRO stages), each planned, those predicted to need less listed
 // largest saving first. k is the smallest that fits when the run had a --memory-limit, else half the
 // blocks. Also the allocator settings that fight fragmentation (FRUGAL_ALLOC_CONF: expandable
 // segments the other way, max_split), each predicted by replaying the planned run's requests under

@@ -18,21 +18,10 @@
 // 1/N of one process's, the parameters replicated, the optimizer state replicated by plain DDP and
 // about 1/N under ZeRO-1, and every run's final parameters within kTolerance of the one process's.
 // Not here: the collectives (dist/), the training loop (train/trainer.h), `frugal train --ddp`.
-#include <spawn.h>
-#include <stdlib.h>  // mkdtemp
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -40,19 +29,20 @@
 
 #include "core/cuda_status.h"
 #include "core/error.h"
-#include "core/mapped_file.h"
 #include "data/idx.h"
 #include "dist/mpi_runtime.h"
 #include "dist/nccl_communicator.h"
 #include "kernels/cpu_runtime.h"
-#include "train/checkpoint.h"
 #include "train/trainer.h"
 #include "samples/checks.h"
-
-extern char** environ;
+#include "samples/rank_runs.h"
 
 using namespace frugal;
 namespace fs = std::filesystem;
+using samples::RunReport;
+using samples::tag;
+
+constexpr const char* kSample = "12_data_parallel";
 
 namespace {
 
@@ -110,61 +100,6 @@ Device lesson_device(int local_rank) {
   return Device::cuda(dist::device_for_local_rank(local_rank, gpus));
 }
 
-// What a run measured, one entry per rank (the single process is a world of one).
-struct RunReport {
-  double final_loss = 0.0;
-  std::vector<train::RankReport> ranks;
-};
-
-// Text, one line per rank: peaks and seconds, then the peak bytes of each MemoryTag in enum order.
-void write_report(const fs::path& path, const RunReport& report) {
-  std::ostringstream out;
-  out.precision(17);
-  out << report.final_loss << " " << report.ranks.size() << "\n";
-  for (const train::RankReport& r : report.ranks) {
-    out << r.rank << " " << r.peak_allocated_bytes << " " << r.communication_wait_seconds << " " << r.communication_seconds;
-    for (std::size_t bytes : r.peak_bytes_by_tag) out << " " << bytes;
-    out << "\n";
-  }
-  write_file_atomically(path.string(), out.str());  // core/mapped_file.h: the reader never sees half
-}
-
-RunReport read_report(const fs::path& path) {
-  std::ifstream in(path);
-  RunReport report;
-  std::size_t ranks = 0;
-  FRUGAL_CHECK(in >> report.final_loss >> ranks, "12_data_parallel: ", path.string(), " is missing or damaged");
-  report.ranks.resize(ranks);
-  for (train::RankReport& r : report.ranks) {
-    in >> r.rank >> r.peak_allocated_bytes >> r.communication_wait_seconds >> r.communication_seconds;
-    for (std::size_t& bytes : r.peak_bytes_by_tag) in >> bytes;
-  }
-  FRUGAL_CHECK(!in.fail(), "12_data_parallel: ", path.string(), " is damaged");
-  return report;
-}
-
-// The one-process run's report: its own peaks, and no communication.
-RunReport single_report(const train::TrainResult& result) {
-  train::RankReport r;
-  r.peak_allocated_bytes = result.peak_allocated_bytes;
-  r.peak_reserved_bytes = result.peak_reserved_bytes;
-  r.peak_bytes_by_tag = result.peak_bytes_by_tag;
-  return {result.final_loss, {r}};
-}
-
-// The largest absolute difference between the models of two checkpoints (same names and shapes).
-double max_difference(const fs::path& a, const fs::path& b) {
-  const nn::StateDict x = train::load_checkpoint(a.string()).model, y = train::load_checkpoint(b.string()).model;
-  FRUGAL_CHECK(x.size() == y.size(), "12_data_parallel: ", a.string(), " and ", b.string(), " hold different models");
-  double worst = 0.0;
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    const std::vector<double> u = x[i].second.to_vector<double>(), v = y[i].second.to_vector<double>();
-    FRUGAL_CHECK(x[i].first == y[i].first && u.size() == v.size(), "12_data_parallel: ", x[i].first, " differs in name or size");
-    for (std::size_t k = 0; k < u.size(); ++k) worst = std::max(worst, std::abs(u[k] - v[k]));
-  }
-  return worst;
-}
-
 // ---- Under mpirun: one rank of a data-parallel run ----
 
 // Every rank trains; rank 0 writes the report and (through TrainOptions::save) the final model.
@@ -181,7 +116,7 @@ int rank_run(const std::string& mode, const fs::path& folder) {
     o.zero = mode == "zero1" ? 1 : 0;
     o.save = (folder / (mode + ".safetensors")).string();
     const train::TrainResult result = train::train(o);
-    if (result.root) write_report(folder / (mode + ".txt"), {result.final_loss, result.per_rank});
+    if (result.root) samples::write_report(folder / (mode + ".txt"), {result.final_loss, result.per_rank});
     return 0;
   } catch (const Error& e) {
     // The other ranks may be waiting for this one in a collective: end them all.
@@ -191,72 +126,6 @@ int rank_run(const std::string& mode, const fs::path& folder) {
 }
 
 // ---- Started alone: the baseline, the two mpirun jobs, the comparison ----
-
-// mpirun from PATH, or "" when it is not installed.
-std::string find_mpirun() {
-  const char* path = std::getenv("PATH");
-  std::string folders = path ? path : "";
-  for (std::size_t start = 0; start <= folders.size();) {
-    const std::size_t end = std::min(folders.find(':', start), folders.size());
-    const fs::path candidate = fs::path(folders.substr(start, end - start)) / "mpirun";
-    if (end > start && ::access(candidate.c_str(), X_OK) == 0) return candidate.string();
-    start = end + 1;
-  }
-  return "";
-}
-
-// A fresh folder for the ranks' reports and checkpoints, removed with everything in it at the end.
-class ResultFolder {
- public:
-  ResultFolder() {
-    std::string pattern = (fs::temp_directory_path() / "frugal-12-data-parallel-XXXXXX").string();  // mkdtemp fills in the X
-    FRUGAL_CHECK(::mkdtemp(pattern.data()) != nullptr, "12_data_parallel: cannot create a folder in ",
-                 fs::temp_directory_path().string(), ": ", std::strerror(errno));
-    path_ = pattern;
-  }
-  ~ResultFolder() {
-    std::error_code ignored;  // a folder left in /tmp is no reason to fail the lesson
-    fs::remove_all(path_, ignored);
-  }
-  ResultFolder(const ResultFolder&) = delete;
-  ResultFolder& operator=(const ResultFolder&) = delete;
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
-// Runs `mpirun -np kRanks --oversubscribe <this program> --rank-run mode folder` and waits for it.
-void launch_ranks(const std::string& mpirun, const std::string& mode, const fs::path& folder) {
-  const std::string self = fs::read_symlink("/proc/self/exe").string();
-  const std::string np = std::to_string(kRanks), dir = folder.string();
-  std::vector<std::string> args = {mpirun, "-np", np, "--oversubscribe", self, "--rank-run", mode, dir};
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  // OpenMPI's mpirun refuses to start as root unless both variables say it is meant (containers and
-  // CI run as root); they change nothing else, so they are added only for root.
-  std::vector<std::string> variables;
-  for (char** e = environ; *e != nullptr; ++e) variables.emplace_back(*e);
-  if (::geteuid() == 0) {
-    variables.emplace_back("OMPI_ALLOW_RUN_AS_ROOT=1");
-    variables.emplace_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1");
-  }
-  std::vector<char*> envp;
-  for (std::string& v : variables) envp.push_back(v.data());
-  envp.push_back(nullptr);
-
-  std::fflush(stdout);  // what this process printed comes before what the ranks print
-  pid_t pid = 0;
-  const int failed = ::posix_spawn(&pid, mpirun.c_str(), nullptr, nullptr, argv.data(), envp.data());
-  FRUGAL_CHECK(failed == 0, "12_data_parallel: cannot start ", mpirun, ": ", std::strerror(failed));
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0) FRUGAL_CHECK(errno == EINTR, "12_data_parallel: waitpid: ", std::strerror(errno));
-  FRUGAL_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "12_data_parallel: the ", mode, " run on ", kRanks,
-               " ranks failed (", WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status)) : "killed by a signal", ")");
-}
-
-std::size_t tag(const train::RankReport& r, MemoryTag t) { return r.peak_bytes_by_tag[static_cast<int>(t)]; }
 
 void print_row(const std::string& label, const train::RankReport& r, bool communicates) {
   std::printf("   %-20s %8.2f %8.2f %8.2f %8.2f %8.2f", label.c_str(), mib(r.peak_allocated_bytes), mib(tag(r, MemoryTag::activation)),
@@ -345,7 +214,7 @@ void print_agreement(const fs::path& folder, const RunReport& single, const RunR
                      samples::Checks& checks) {
   std::printf("5. Do the runs end with the same model? (largest |difference| of any parameter, tolerance %.0e)\n", kTolerance);
   for (const auto& [name, mode, run] : {std::tuple{"DDP", "plain", &plain}, std::tuple{"ZeRO-1", "zero1", &zero1}}) {
-    const double difference = max_difference(folder / (std::string(mode) + ".safetensors"), folder / "single.safetensors");
+    const double difference = samples::max_difference(kSample, folder / (std::string(mode) + ".safetensors"), folder / "single.safetensors");
     std::printf("   %-7s vs 1 process: %.2e, mean training loss %.6f vs %.6f: %s\n", name, difference, run->final_loss, single.final_loss,
                 difference <= kTolerance ? "the same model, to float rounding" : "DIFFERENT beyond float rounding");
     checks.expect(difference <= kTolerance, std::string(name) + " ends with one process's parameters, to float rounding");
@@ -365,13 +234,13 @@ int lesson() {
   const Device device = lesson_device(0);
   std::printf("The cnn (no BatchNorm) on Fashion-MNIST, AdamW, %lld steps, on %s%s\n\n", static_cast<long long>(kSteps),
               device.str().c_str(), device.is_cuda() ? " and one GPU per rank" : ": every rank on the CPU as well");
-  const ResultFolder folder;
+  const samples::ResultFolder folder(kSample);
 
   std::printf("1. One process, batch %lld\n", static_cast<long long>(kGlobalBatch));
   train::TrainOptions o = lesson_options(1, device);
   o.save = (folder.path() / "single.safetensors").string();
   const train::TrainResult result = train::train(o);
-  const RunReport single = single_report(result);
+  const RunReport single = samples::single_report(result);
   std::printf("   %lld steps in %.1f s, mean training loss %.4f, %lld parameters\n\n", static_cast<long long>(result.steps),
               result.wall_seconds, result.final_loss, static_cast<long long>(result.parameters));
 
@@ -379,7 +248,7 @@ int lesson() {
     std::printf("this build has no MPI (FRUGAL_MPI=OFF): the data-parallel runs need OpenMPI (libopenmpi-dev).\n");
     return 0;
   }
-  const std::string mpirun = find_mpirun();
+  const std::string mpirun = samples::find_mpirun();
   if (mpirun.empty()) {
     std::printf("mpirun is not on PATH (apt-get install openmpi-bin): the data-parallel runs need it.\n");
     return 0;
@@ -388,12 +257,13 @@ int lesson() {
               static_cast<long long>(kGlobalBatch / kRanks), mpirun.c_str(), kRanks);
   for (const char* mode : {"plain", "zero1"}) {
     const auto start = std::chrono::steady_clock::now();
-    launch_ranks(mpirun, mode, folder.path());
+    samples::launch_ranks(kSample, mpirun, kRanks, mode, folder.path());
     std::printf("   %-5s: %.1f s, MPI's start and end included\n", mode,
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
   std::printf("\n");
-  const RunReport plain = read_report(folder.path() / "plain.txt"), zero1 = read_report(folder.path() / "zero1.txt");
+  const RunReport plain = samples::read_report(kSample, folder.path() / "plain.txt");
+  const RunReport zero1 = samples::read_report(kSample, folder.path() / "zero1.txt");
   print_table(single, plain, zero1);
   samples::Checks checks;
   print_ratios(single, plain, zero1, checks);

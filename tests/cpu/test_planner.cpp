@@ -395,3 +395,28 @@ TEST_CASE("the planner: a plan's work does not grow with the batch or the image"
   CHECK(huge_cost.heap_allocations < 2 * small_cost.heap_allocations);
   CHECK(huge_cost.cpu_bytes < (1 << 20));
 }
+
+TEST_CASE("the planner: a data-parallel rank needs less with each ZeRO stage, and each is offered as a fix") {
+  train::TrainOptions o = full_mobilenet();
+  o.ddp = true;
+  o.ranks = 4;
+  std::int64_t previous = train::plan_memory(o).peak_bytes;
+  for (const int stage : {1, 2}) {
+    CAPTURE(stage);
+    train::TrainOptions sharded = o;
+    sharded.zero = stage;
+    const std::int64_t peak = train::plan_memory(sharded).peak_bytes;
+    CHECK(peak < previous);
+    previous = peak;
+  }
+  const std::vector<train::MemoryFix> fixes = train::planned_fixes(o, {});
+  for (const char* flag : {"--zero 1: needs ", "--zero 2: needs "})
+    CHECK(std::any_of(fixes.begin(), fixes.end(), [&](const train::MemoryFix& f) { return f.text.rfind(flag, 0) == 0; }));
+  // Not for one process, nor ZeRO-2 beside bucket views (it frees the buckets they live in).
+  o.bucket_views = true;
+  const std::vector<train::MemoryFix> with_views = train::planned_fixes(o, {});
+  CHECK_FALSE(std::any_of(with_views.begin(), with_views.end(), [](const train::MemoryFix& f) { return f.text.rfind("--zero 2", 0) == 0; }));
+  o.ddp = false, o.ranks = 1, o.bucket_views = false;
+  const std::vector<train::MemoryFix> alone = train::planned_fixes(o, {});
+  CHECK_FALSE(std::any_of(alone.begin(), alone.end(), [](const train::MemoryFix& f) { return f.text.rfind("--zero", 0) == 0; }));
+}
