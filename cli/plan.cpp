@@ -197,7 +197,7 @@ PlanCommand::PlanCommand(CLI::App& app)
   c->add_option("--in-channels", in_channels_, "Channels of the input images (default 1, Fashion-MNIST's)")->check(between(1, 4096));
   step_.add_to(*c, FlagsFor::plan);
   c->add_option("--ddp", ddp_, "Plan one rank of N data-parallel ranks (--batch-size per rank): its gradient buckets "
-                "and, with --zero 1 or 2, its shard of the optimizer state (and of the gradients)")->check(between(1, 65536));
+                "and, with --zero 1, 2 or 3, its shard of the optimizer state (and of the gradients, and of the parameters)")->check(between(1, 65536));
   ddp_flags_.add_to(*c);
   c->add_option("--depth", depth_, "Group the layer table by the first N parts of the names (default 2; 0: every layer)")
       ->check(between(0, 64));

@@ -158,9 +158,9 @@ void DdpFlags::add_to(CLI::App& c) {
   c.add_option("--bucket-cap", bucket_cap, "With --ddp: gradient bucket size, e.g. 25MiB (default, PyTorch's)");
   c.add_flag("--bucket-views", bucket_views, "With --ddp: gradients live inside the buckets (no second copy)");
   c.add_option("--zero", zero,
-               "With --ddp: ZeRO stage 1 shards the optimizer state across the ranks, 2 the gradients too (not with "
-               "--bucket-views)")
-      ->check(CLI::IsMember({1, 2}));
+               "With --ddp: ZeRO stage 1 shards the optimizer state across the ranks, 2 the gradients too, 3 the "
+               "parameters too, gathered per layer around its use (2 and 3: not with --bucket-views)")
+      ->check(CLI::IsMember({1, 2, 3}));
 }
 
 void DdpFlags::apply(train::TrainOptions& o) const {

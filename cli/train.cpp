@@ -45,7 +45,7 @@ int report_out_of_memory(const OutOfMemoryError& e, const train::TrainOptions& o
   std::cerr << "Smaller batches (--batch-size, with --accum to keep the effective batch), --checkpoint-blocks, "
                "--checkpoint-activations, --bn-from-output, --compress-activations, --optimizer-in-backward, --optimizer "
                "adamw8bit or adafactor, --offload optimizer or activations, "
-            << (o.ddp ? "--zero 1 or 2, " : "") << "or --amp bf16 need less. "
+            << (o.ddp ? "--zero 1, 2 or 3, " : "") << "or --amp bf16 need less. "
             << (o.save.empty() ? "" : "The last checkpoint, " + o.save + ", is intact.") << "\n";
   return kExitOutOfMemory;
 }

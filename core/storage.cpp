@@ -17,6 +17,21 @@ Allocator& storage_allocator(Device device, bool pinned) {
 }  // namespace
 
 Storage::Storage(std::size_t bytes, Device device, Stream stream, bool pinned)
-    : data_(storage_allocator(device, pinned).allocate(bytes, stream)), bytes_(bytes), device_(device) {}
+    : data_(storage_allocator(device, pinned).allocate(bytes, stream)), bytes_(bytes), device_(device), pinned_(pinned) {}
+
+void Storage::release() { data_ = DataPtr(); }
+
+void Storage::reallocate() {
+  if (resident()) return;
+  data_ = storage_allocator(device_, pinned_).allocate(bytes_, Stream{});
+}
+
+void Storage::ensure_resident() {
+  if (resident()) return;
+  FRUGAL_CHECK_VALUE(materialize_ != nullptr, "a storage of ", bytes_, " bytes on ", device_.str(),
+                     " was released and nothing can gather it again");
+  materialize_();
+  FRUGAL_CHECK(resident(), "a released storage of ", bytes_, " bytes was not gathered by its owner");
+}
 
 }  // namespace frugal

@@ -172,6 +172,10 @@ StridedLayout Tensor::layout() const {
 }
 
 void* Tensor::data_ptr() const {
+  // A ZeRO-3 parameter between its uses (core/storage.h): reading it would read address 0.
+  FRUGAL_CHECK_VALUE(storage()->resident(), "a tensor of shape ", shape_str(shape()), " has its memory released (a ",
+                     "parameter sharded by ZeRO-3, read outside its layer: gather the model's parameters first, ",
+                     "DistributedDataParallel::full_parameters())");
   return static_cast<char*>(storage()->data()) + offset() * static_cast<std::int64_t>(element_size());
 }
 

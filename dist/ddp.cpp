@@ -1,6 +1,7 @@
-// DistributedDataParallel and ZeRO-1 and -2 (see ddp.h): the model check and broadcast at construction,
-// bucket assignment, the hooks that start each bucket's collective, synchronize(), and the sharded
-// optimizer with its consolidated state dict.
+// DistributedDataParallel and ZeRO-1, -2 and -3 (see ddp.h): the model check and broadcast at
+// construction, bucket assignment, the hooks that start each bucket's collective, synchronize(),
+// ZeRO-3's gathering of each layer's parameters around its use, and the sharded optimizer with its
+// consolidated state dict.
 #include "dist/ddp.h"
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <sstream>
 
 #include "core/allocator.h"
+#include "core/stream.h"
 #include "nn/autograd.h"
 
 namespace frugal::dist {
@@ -123,6 +125,12 @@ struct DistributedDataParallel::State {
     std::vector<int> slots;     // in the order backward produces them
     std::vector<int> slices;    // ZeRO: this rank's slices of its parameters
     Tensor shard;               // ZeRO: the average of chunk rank() over the ranks
+    // ZeRO-3: the bucket is one layer's parameters, and this rank keeps only its chunk of them.
+    Tensor param_shard;         // this rank's chunk of the flattened parameters: what the optimizer updates
+    Tensor gathering;           // the whole flattened parameters while an all-gather fills them
+    WorkHandle gather_work;     // that all-gather, in flight
+    bool gathered = false;      // the parameters' own storages hold their values now
+    int accumulated = 0;        // ZeRO-3 under no_sync: gradients in this backward, to release the layer after the last
     int pending = 0;            // gradients not in yet this round
     WorkHandle work;            // the collective in flight this round
     bool seen_done = false;     // its completion was observed (for communication_seconds)
@@ -140,6 +148,10 @@ struct DistributedDataParallel::State {
   bool sync = true;
   bool sharded = false;        // shard_optimizer() was called
   bool shards_reduced = false; // ZeRO: synchronize() ran since the last step
+  bool full_held = false;      // ZeRO-3: a FullParameters lives; every layer stays gathered
+  std::vector<int> forward_order;  // ZeRO-3: buckets in the order the first forward used them
+  bool order_known = false;        // after the first synchronize(): prefetch follows forward_order
+  std::map<const nn::Module*, int> bucket_of_layer;  // ZeRO-3: a layer's bucket
   std::size_t next_bucket = 0; // buckets start in index order
   bool round_started = false;
   std::vector<int> order;
@@ -149,6 +161,7 @@ struct DistributedDataParallel::State {
 
   bool zero() const { return options.zero >= 1; }
   bool sharded_gradients() const { return options.zero >= 2; }
+  bool sharded_parameters() const { return options.zero >= 3; }
 
   // The bucket's buffer, made (zeros, under the caller's tag: grad in backward, param in the step's
   // gather) if ZeRO-2 freed it.
@@ -186,13 +199,23 @@ struct DistributedDataParallel::State {
                        "' arrived while its bucket's collective is in flight; call synchronize() after every backward ",
                        "made outside no_sync()");
     if (options.gradient_as_bucket_view) adopt_view(s);
-    if (!sync) return;  // accumulating: the last micro-batch's backward reduces the sum
+    if (!sync) {  // accumulating: the last micro-batch's backward reduces the sum
+      BucketState& b = buckets[static_cast<std::size_t>(s.bucket)];
+      if (sharded_parameters() && ++b.accumulated == static_cast<int>(b.slots.size())) {
+        b.accumulated = 0;
+        release_layer(s.bucket);  // ZeRO-3: this backward is done with the layer
+      }
+      return;
+    }
     FRUGAL_CHECK_VALUE(!s.ready, "DistributedDataParallel: the gradient of '", s.name, "' arrived twice before ",
                        "synchronize(); call synchronize() after every backward made outside no_sync()");
     s.ready = true;
     if (!options.gradient_as_bucket_view) view_of(s).copy_(autograd::grad(s.param));
     if (sharded_gradients()) autograd::set_grad(s.param, Tensor());  // its bucket holds it now
-    if (--buckets[static_cast<std::size_t>(s.bucket)].pending == 0) start_ready();
+    if (--buckets[static_cast<std::size_t>(s.bucket)].pending == 0) {
+      release_layer(s.bucket);  // ZeRO-3: backward is done with this layer's parameters
+      start_ready();
+    }
     poll();
   }
 
@@ -289,6 +312,103 @@ struct DistributedDataParallel::State {
     next_bucket = 0;
     round_started = false;
     shards_reduced = zero();
+    if (sharded_parameters()) {
+      for (std::size_t i = 0; i < buckets.size(); ++i) release_layer(static_cast<int>(i));  // those no gradient reached
+      order_known = true;  // the first forward has run: from now on the next layer is gathered ahead
+    }
+  }
+
+  // ---- ZeRO-3: each layer's parameters gathered from the ranks' shards around its use.
+  // Note [Gathering ahead]: every rank gathers the layers in the same order (the forward's, then
+  // backward's reverse), so the all-gathers are the same collectives in the same order everywhere;
+  // while a layer computes, the next one's all-gather is already started, as FSDP's prefetch does.
+  // A layer is gathered at the start of its forward call and released at its end; in backward it is
+  // gathered when the first saved parameter of it is unpacked (core/storage.h's materializer) and
+  // released once all its gradients are in its bucket.
+
+  void start_layer_gather(int index) {
+    BucketState& b = buckets[static_cast<std::size_t>(index)];
+    if (b.gathered || b.gather_work) return;
+    const MemoryTagScope tag(MemoryTag::param);
+    b.gathering = empty({b.numel}, {.dtype = b.param_shard.dtype(), .device = b.param_shard.device()});
+    Tensor mine = b.gathering.narrow(0, comm.rank() * chunk_numel(b), chunk_numel(b));
+    mine.copy_(b.param_shard);
+    b.gather_work = comm.all_gather_async(mine, b.gathering);
+  }
+
+  // The layer's parameters back in their own storages, written byte for byte so that their versions
+  // (which saved tensors check) stay what they were.
+  void finish_layer_gather(int index) {
+    BucketState& b = buckets[static_cast<std::size_t>(index)];
+    if (b.gathered) return;
+    start_layer_gather(index);
+    b.gather_work->wait();
+    const MemoryTagScope tag(MemoryTag::param);
+    for (const int slot : b.slots) {
+      const Tensor& p = slots[static_cast<std::size_t>(slot)].param;
+      p.storage()->reallocate();
+      const Tensor source = b.gathering.narrow(0, slots[static_cast<std::size_t>(slot)].offset, p.numel());
+      copy_bytes_async(p.data_ptr(), p.device(), source.data_ptr(), source.device(), p.nbytes(), Stream{});
+    }
+    b.gathering = Tensor();
+    b.gather_work.reset();
+    b.gathered = true;
+  }
+
+  void release_layer(int index) {
+    BucketState& b = buckets[static_cast<std::size_t>(index)];
+    if (!sharded_parameters() || full_held || !b.gathered) return;
+    for (const int slot : b.slots) slots[static_cast<std::size_t>(slot)].param.storage()->release();
+    b.gathered = false;
+  }
+
+  // Layer `index` gathered, and the next one this pass will use (forward: the one after it in
+  // forward_order; backward: the one before) on its way.
+  void gather_for_use(int index, bool backward) {
+    finish_layer_gather(index);
+    if (!order_known || full_held) return;
+    const auto it = std::find(forward_order.begin(), forward_order.end(), index);
+    if (it == forward_order.end()) return;
+    if (!backward && std::next(it) != forward_order.end()) start_layer_gather(*std::next(it));
+    if (backward && it != forward_order.begin()) start_layer_gather(*std::prev(it));
+  }
+
+  void before_layer(const nn::Module& module) {
+    const auto found = bucket_of_layer.find(&module);
+    if (found == bucket_of_layer.end() || full_held) return;
+    if (!order_known && std::find(forward_order.begin(), forward_order.end(), found->second) == forward_order.end())
+      forward_order.push_back(found->second);
+    gather_for_use(found->second, false);
+  }
+
+  void after_layer(const nn::Module& module) {
+    if (const auto found = bucket_of_layer.find(&module); found != bucket_of_layer.end()) release_layer(found->second);
+  }
+
+  // FullParameters: every layer gathered (all started, then each finished), kept until released.
+  void gather_all() {
+    if (!sharded_parameters() || full_held) return;
+    for (std::size_t i = 0; i < buckets.size(); ++i) start_layer_gather(static_cast<int>(i));
+    for (std::size_t i = 0; i < buckets.size(); ++i) finish_layer_gather(static_cast<int>(i));
+    full_held = true;
+  }
+
+  // The end of a FullParameters: this rank's chunk of what the parameters hold now copied back into
+  // its shard (weights loaded under it stay loaded), then the memory given back.
+  void release_all() {
+    if (!full_held) return;
+    full_held = false;
+    const std::int64_t rank = comm.rank();
+    for (std::size_t i = 0; i < buckets.size(); ++i) {
+      BucketState& b = buckets[i];
+      const std::int64_t chunk = chunk_numel(b), begin = rank * chunk, end = begin + chunk;
+      for (const int index : b.slots) {
+        const Slot& s = slots[static_cast<std::size_t>(index)];
+        const std::int64_t lo = std::max(begin, s.offset), hi = std::min(end, s.offset + s.param.numel());
+        if (lo < hi) b.param_shard.narrow(0, lo - begin, hi - lo).copy_(autograd::detach(s.param).view({-1}).narrow(0, lo - s.offset, hi - lo));
+      }
+      release_layer(static_cast<int>(i));
+    }
   }
 
   // ZeRO, after the inner optimizer updated this rank's slices: every bucket's chunks gathered from
@@ -296,6 +416,7 @@ struct DistributedDataParallel::State {
   // at once into its buffer (its gradients spent by then); stage 2 makes a buffer for one bucket at
   // a time and frees it, so the step holds one bucket of parameters more, not all of them.
   void gather_parameters() {
+    if (sharded_parameters()) return;  // the shards are the parameters: the next forward gathers each layer
     MemoryTagScope tag(MemoryTag::param);
     std::vector<WorkHandle> works(buckets.size());
     for (std::size_t i = 0; i < buckets.size(); ++i) {
@@ -359,10 +480,37 @@ std::vector<std::vector<int>> assign_buckets(const std::vector<State::Slot>& slo
   return result;
 }
 
-void build_buckets(State& state) {
+// ZeRO-3: a bucket per layer, the parameters each module holds itself (not its children's), in the
+// order backward reaches them (by their first slot); the layers are what forward gathers one by one.
+std::vector<std::vector<int>> assign_layers(State& state, const nn::Module& model) {
+  std::vector<std::pair<const nn::Module*, std::vector<int>>> layers;
+  std::vector<bool> taken(state.slots.size(), false);
+  for (const auto& [name, module] : model.named_modules()) {
+    std::vector<int> members;
+    for (const auto& [param_name, param] : module->named_parameters()) {
+      if (param_name.find('.') != std::string::npos) continue;  // a child's
+      for (std::size_t i = 0; i < state.slots.size(); ++i)
+        if (!taken[i] && state.slots[i].param.is_same(param)) {
+          taken[i] = true;
+          members.push_back(static_cast<int>(i));
+        }
+    }
+    std::sort(members.begin(), members.end());
+    if (!members.empty()) layers.emplace_back(module, std::move(members));
+  }
+  std::sort(layers.begin(), layers.end(), [](const auto& a, const auto& b) { return a.second.front() < b.second.front(); });
+  std::vector<std::vector<int>> groups;
+  for (auto& [module, members] : layers) {
+    state.bucket_of_layer[module] = static_cast<int>(groups.size());
+    groups.push_back(std::move(members));
+  }
+  return groups;
+}
+
+void build_buckets(State& state, std::vector<std::vector<int>> groups) {
   const std::int64_t world = state.comm.world_size();
   MemoryTagScope tag(MemoryTag::grad);
-  for (std::vector<int>& members : assign_buckets(state.slots, state.options)) {
+  for (std::vector<int>& members : groups) {
     const auto b = static_cast<int>(state.buckets.size());
     State::BucketState bucket;
     DistributedDataParallel::Bucket described{.parameters = {}, .bytes = 0};
@@ -388,6 +536,38 @@ void build_buckets(State& state) {
   }
 }
 
+// ZeRO-3: each layer's chunk of this rank copied out of its parameters (before the slices, which
+// view it), under the param tag.
+void make_parameter_shards(State& state) {
+  const MemoryTagScope tag(MemoryTag::param);
+  const std::int64_t rank = state.comm.rank();
+  for (State::BucketState& b : state.buckets) {
+    const std::int64_t chunk = state.chunk_numel(b), begin = rank * chunk, end = begin + chunk;
+    const Tensor& first = state.slots[static_cast<std::size_t>(b.slots.front())].param;
+    b.param_shard = zeros({chunk}, {.dtype = first.dtype(), .device = first.device()});
+    for (const int index : b.slots) {
+      const State::Slot& s = state.slots[static_cast<std::size_t>(index)];
+      const std::int64_t lo = std::max(begin, s.offset), hi = std::min(end, s.offset + s.param.numel());
+      if (lo < hi) b.param_shard.narrow(0, lo - begin, hi - lo).copy_(autograd::detach(s.param).view({-1}).narrow(0, lo - s.offset, hi - lo));
+    }
+  }
+}
+
+// ZeRO-3, once the shards hold this rank's part: every parameter gives its memory back, and learns
+// how to gather it again when a saved tensor of it is unpacked in backward.
+void release_parameters(State& state, const std::weak_ptr<State>& weak) {
+  for (std::size_t b = 0; b < state.buckets.size(); ++b)
+    for (const int index : state.buckets[b].slots) {
+      const State::Slot& s = state.slots[static_cast<std::size_t>(index)];
+      FRUGAL_CHECK_VALUE(s.param.nbytes() == s.param.storage()->bytes(), "DistributedDataParallel: ZeRO-3 gives each ",
+                         "parameter's memory back between uses, but '", s.name, "' shares its storage with other tensors");
+      s.param.storage()->set_materializer([weak, b] {
+        if (const std::shared_ptr<State> state = weak.lock(); state && state->attached) state->gather_for_use(static_cast<int>(b), true);
+      });
+      s.param.storage()->release();
+    }
+}
+
 // ZeRO: for every parameter, the part of it inside this rank's chunk of its bucket, if any.
 void build_slices(State& state) {
   const std::int64_t rank = state.comm.rank();
@@ -397,7 +577,9 @@ void build_slices(State& state) {
       const State::Slot& s = state.slots[static_cast<std::size_t>(index)];
       const std::int64_t lo = std::max(begin, s.offset), hi = std::min(end, s.offset + s.param.numel());
       if (lo >= hi) continue;
-      const Tensor tensor = autograd::detach(s.param).view({-1}).narrow(0, lo - s.offset, hi - lo);
+      // ZeRO-3: the parameters come and go; the slice is this rank's own copy of that part.
+      const Tensor tensor = state.sharded_parameters() ? b.param_shard.narrow(0, lo - begin, hi - lo)
+                                                       : autograd::detach(s.param).view({-1}).narrow(0, lo - s.offset, hi - lo);
       b.slices.push_back(static_cast<int>(state.slices.size()));
       state.slices.push_back({.slot = index, .tensor = tensor, .param_offset = lo - s.offset, .chunk_offset = lo - begin});
     }
@@ -408,15 +590,31 @@ void build_slices(State& state) {
 
 // ---- DistributedDataParallel
 
+// ZeRO-3's module hooks: a layer's parameters gathered before its forward call, released after.
+class DistributedDataParallel::LayerHooks final : public nn::ModuleCallObserver {
+ public:
+  explicit LayerHooks(std::weak_ptr<State> state) : state_(std::move(state)) {}
+  void before_call(const nn::Module& module) override {
+    if (const std::shared_ptr<State> state = state_.lock(); state && state->attached) state->before_layer(module);
+  }
+  void after_call(const nn::Module& module, const Tensor*) override {
+    if (const std::shared_ptr<State> state = state_.lock(); state && state->attached) state->after_layer(module);
+  }
+
+ private:
+  std::weak_ptr<State> state_;
+};
+
+
 DistributedDataParallel::DistributedDataParallel(nn::Module& model, Communicator& comm, DdpOptions options)
     : state_(std::make_shared<State>(comm, options)) {
   FRUGAL_CHECK_VALUE(options.bucket_cap_bytes > 0 && options.first_bucket_cap_bytes > 0,
                      "DistributedDataParallel: bucket caps must be > 0 bytes, got ", options.first_bucket_cap_bytes,
                      " (first) and ", options.bucket_cap_bytes);
-  FRUGAL_CHECK_VALUE(options.zero >= 0 && options.zero <= 2, "DistributedDataParallel: ZeRO stage ", options.zero,
-                     " is not 0, 1 or 2");
-  FRUGAL_CHECK_VALUE(options.zero < 2 || !options.gradient_as_bucket_view, "DistributedDataParallel: ZeRO-2 frees each ",
-                     "bucket once it is reduced, so gradients cannot live in them as views (gradient_as_bucket_view)");
+  FRUGAL_CHECK_VALUE(options.zero >= 0 && options.zero <= 3, "DistributedDataParallel: ZeRO stage ", options.zero,
+                     " is not 0, 1, 2 or 3");
+  FRUGAL_CHECK_VALUE(options.zero < 2 || !options.gradient_as_bucket_view, "DistributedDataParallel: ZeRO-", options.zero,
+                     " frees each bucket once it is reduced, so gradients cannot live in them as views (gradient_as_bucket_view)");
   check_same_model(model, comm);
   broadcast_from_rank0(model, comm);
   nn::NamedTensors params = model.named_parameters();
@@ -433,9 +631,15 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& model, Communicator
     state_->slots.push_back({.name = name, .param = param});
   }
   FRUGAL_CHECK_VALUE(!state_->slots.empty(), "DistributedDataParallel: the model has no parameter that requires grad");
-  build_buckets(*state_);
-  if (options.zero >= 1) build_slices(*state_);
   const std::weak_ptr<State> weak = state_;
+  build_buckets(*state_, options.zero >= 3 ? assign_layers(*state_, model) : assign_buckets(state_->slots, options));
+  if (options.zero >= 3) make_parameter_shards(*state_);
+  if (options.zero >= 1) build_slices(*state_);
+  if (options.zero >= 3) {
+    release_parameters(*state_, weak);
+    layer_hooks_ = std::make_unique<LayerHooks>(weak);
+    layer_scope_.emplace(*layer_hooks_);
+  }
   for (std::size_t i = 0; i < state_->slots.size(); ++i)
     autograd::register_post_accumulate_grad_hook(state_->slots[i].param, [weak, i](const Tensor&) {
       if (const std::shared_ptr<State> state = weak.lock(); state && state->attached) state->on_gradient(static_cast<int>(i));
@@ -443,6 +647,16 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& model, Communicator
 }
 
 DistributedDataParallel::~DistributedDataParallel() { state_->attached = false; }
+
+DistributedDataParallel::FullParameters::FullParameters(std::shared_ptr<State> state) : state_(std::move(state)) {
+  state_->gather_all();
+}
+
+DistributedDataParallel::FullParameters::~FullParameters() {
+  if (state_) state_->release_all();
+}
+
+DistributedDataParallel::FullParameters DistributedDataParallel::full_parameters() { return FullParameters(state_); }
 
 void DistributedDataParallel::set_sync(bool enabled) { state_->sync = enabled; }
 bool DistributedDataParallel::sync_enabled() const { return state_->sync; }

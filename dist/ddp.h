@@ -2,7 +2,8 @@
 // rank holds the whole model and runs forward and backward on its own part of the batch; the
 // gradients are averaged over the ranks before the optimizer step, so every rank takes the same
 // step and the replicas stay equal. With ZeRO (DdpOptions::zero) each rank also keeps the optimizer
-// state of only 1/world_size of the parameters (stage 1), and the gradients too (stage 2).
+// state of only 1/world_size of the parameters (stage 1), the gradients too (stage 2), and the
+// parameters themselves (stage 3, as FSDP).
 //
 // Gradient buckets. The parameters are packed, in reverse registration order (the order backward
 // produces their gradients), into flat buckets of at most bucket_cap_bytes (the first one
@@ -44,6 +45,18 @@
 // holds from the last micro-batch's backward on. Not with gradient_as_bucket_view (the buckets are
 // not kept).
 //
+// ZeRO-3 shards the parameters as well. Each layer (a module's own parameters) is one bucket, and
+// each rank keeps its chunk of it (the shard its optimizer updates); the parameters' own memory is
+// given back (core/storage.h: Storage::release) except while they are used: a layer's parameters
+// are all-gathered when its forward call begins and released when it ends (a module-call observer
+// this object installs on its thread), gathered again in backward when a node unpacks one that it
+// saved, and released once the layer's gradients are in its bucket. From the second step on, the
+// next layer's all-gather starts while the current one computes (forward's order, then its reverse).
+// So between steps a rank holds 1/N of the parameters, gradients and optimizer state, and at any
+// moment the whole parameters of about two layers. Whoever reads or writes the whole model (a
+// checkpoint, an evaluation, weights loaded) does so under full_parameters(), on every rank.
+// The parameters stay sharded after this object is gone: gather them first to keep them.
+//
 // Parameters that no rank produced a gradient for in a synchronized backward get a zero gradient
 // (PyTorch's find_unused_parameters keeps them None at the price of an extra all-reduce), so every
 // rank's optimizer sees the same gradients. Buffers (BatchNorm's running statistics) are broadcast
@@ -51,13 +64,14 @@
 // buckets and slices are views of the memory the parameters have then.
 //
 // Not here: how the bytes travel (dist/communicator.h and its backends), splitting the data
-// between ranks (the trainer), sharding the parameters themselves (ZeRO-3, FSDP).
+// between ranks (the trainer), parameters sharded by other units than a layer (FSDP's wrapping).
 #pragma once
 
 #include <chrono>
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -72,12 +86,14 @@ struct DdpOptions {
   std::size_t first_bucket_cap_bytes = 1 << 20;  // PyTorch's first bucket: small, so communication starts early
   bool gradient_as_bucket_view = false;          // .grad tensors are views into the buckets: no second copy
   // ZeRO stage: 0 off; 1 the optimizer state sharded (reduce-scatter, local update, all-gather);
-  // 2 the gradients too (the buckets freed once reduced, .grad freed once in its bucket).
+  // 2 the gradients too (the buckets freed once reduced, .grad freed once in its bucket); 3 the
+  // parameters too (gathered per layer around its use; one bucket per layer, whatever the caps).
   int zero = 0;
 };
 
 class DistributedDataParallel {
  public:
+  struct State;  // everything the hooks and the sharded optimizer share (ddp.cpp)
   struct Bucket {
     std::vector<std::string> parameters;  // dotted names, in the order backward produces their gradients
     std::size_t bytes;                    // its gradients' bytes (ZeRO pads the buffer by < world_size elements)
@@ -129,6 +145,25 @@ class DistributedDataParallel {
   std::unique_ptr<nn::Optimizer> shard_optimizer(std::function<std::unique_ptr<nn::Optimizer>(std::vector<nn::ParamGroup>)> make,
                                                  std::vector<nn::ParamGroup> groups);
 
+  // ZeRO-3: while it lives every layer's parameters are gathered and kept (every rank must make it
+  // together: it all-gathers); when it ends each rank keeps its chunk of what they hold then, so
+  // weights loaded or changed under it stay, and their memory is given back. Without ZeRO-3 it
+  // does nothing.
+  class [[nodiscard]] FullParameters {
+   public:
+    ~FullParameters();
+    FullParameters(FullParameters&& other) noexcept = default;
+    FullParameters& operator=(FullParameters&&) = delete;
+    FullParameters(const FullParameters&) = delete;
+    FullParameters& operator=(const FullParameters&) = delete;
+
+   private:
+    friend class DistributedDataParallel;
+    explicit FullParameters(std::shared_ptr<State> state);
+    std::shared_ptr<State> state_;
+  };
+  FullParameters full_parameters();
+
   const std::vector<Bucket>& buckets() const;
   std::vector<int> start_order() const;  // bucket indices in the order the last round started their collectives
   // Seconds synchronize() blocked waiting on communication, and seconds at least one collective
@@ -139,10 +174,11 @@ class DistributedDataParallel {
   double communication_seconds() const;
   const DdpOptions& options() const;
 
-  struct State;  // everything the hooks and the sharded optimizer share (ddp.cpp)
-
  private:
+  class LayerHooks;  // ZeRO-3: gathers and releases each layer around its forward call (ddp.cpp)
   std::shared_ptr<State> state_;  // the hooks hold it weakly: after this object dies they do nothing
+  std::unique_ptr<LayerHooks> layer_hooks_;
+  std::optional<nn::ModuleCallObserverScope> layer_scope_;  // after layer_hooks_: ends first
 };
 
 }  // namespace frugal::dist

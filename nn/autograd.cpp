@@ -314,7 +314,11 @@ Tensor SavedTensor::unpack(std::string_view op) const {
   // are (nn/checkpoint.cpp): tagged so, not as the gradients backward allocates around it.
   MemoryTagScope tag(MemoryTag::activation);
   switch (form_->kind) {
-    case SavedForm::Kind::as_is: return form_->data;
+    case SavedForm::Kind::as_is:
+      // A ZeRO-3 parameter saved in forward has given its memory back since: its owner gathers it
+      // again now (core/storage.h), in the order backward needs it, the same on every rank.
+      form_->data.storage()->ensure_resident();
+      return form_->data;
     case SavedForm::Kind::rebuilt: return form_->rebuild->rebuild(op);
     case SavedForm::Kind::bf16:
     case SavedForm::Kind::int8:

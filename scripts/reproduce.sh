@@ -144,6 +144,7 @@ with_json train-steps2-save "$frugal" train --steps 2 --no-eval --save "$out/tra
 with_json plan-ddp4-batch16 "$frugal" plan --ddp 4 --batch-size 16
 with_json plan-ddp4-batch16-zero1-views "$frugal" plan --ddp 4 --batch-size 16 --zero 1 --bucket-views
 with_json plan-ddp4-batch16-zero2 "$frugal" plan --ddp 4 --batch-size 16 --zero 2
+with_json plan-ddp4-batch16-zero3 "$frugal" plan --ddp 4 --batch-size 16 --zero 3
 
 # README.md: the planned peak beside the measured one, `frugal train --steps 3 --no-eval`.
 with_json train-steps3 "$frugal" train --steps 3 --no-eval
@@ -176,6 +177,8 @@ mpi train-ddp2-batch32-zero1 "$frugal" train --ddp --zero 1 --batch-size 32 --st
   --json "$out/train-ddp2-batch32-zero1.json"
 mpi train-ddp2-batch32-zero2 "$frugal" train --ddp --zero 2 --batch-size 32 --steps 3 --no-eval \
   --json "$out/train-ddp2-batch32-zero2.json"
+mpi train-ddp2-batch32-zero3 "$frugal" train --ddp --zero 3 --batch-size 32 --steps 3 --no-eval \
+  --json "$out/train-ddp2-batch32-zero3.json"
 
 # The samples whose figures docs/memory-guide.md and docs/tensor.md quote (each prints what it measured).
 for sample in 01_tensor_tour 02_caching_allocator 04_training_memory 05_streaming_data 06_small_model \

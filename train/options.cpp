@@ -86,12 +86,12 @@ void validate(const TrainOptions& o) {
                      nn::saved_compression_name(o.saving.compress), " keeps them smaller on the device: use one or the other");
   // ZeRO hands each rank's optimizer flat slices of the parameters; AdamW8bit's blocks and
   // Adafactor's rows and columns are shapes of whole parameters.
-  FRUGAL_CHECK_VALUE(o.zero >= 0 && o.zero <= 2, "--zero must be 1 or 2, got ", o.zero);
+  FRUGAL_CHECK_VALUE(o.zero >= 0 && o.zero <= 3, "--zero must be 1, 2 or 3, got ", o.zero);
   FRUGAL_CHECK_VALUE(o.zero == 0 || o.optimizer == OptimizerKind::sgd || o.optimizer == OptimizerKind::adamw,
                      "--zero ", o.zero, " shards sgd's and adamw's state only, not --optimizer ", optimizer_name(o.optimizer));
-  // ZeRO-2 frees each gradient bucket once it is reduced: gradients cannot live in the buckets.
-  FRUGAL_CHECK_VALUE(o.zero < 2 || !o.bucket_views, "--bucket-views keeps every gradient in its bucket; --zero 2 frees "
-                     "the buckets once reduced: use one or the other");
+  // ZeRO-2 and -3 free each gradient bucket once it is reduced: gradients cannot live in the buckets.
+  FRUGAL_CHECK_VALUE(o.zero < 2 || !o.bucket_views, "--bucket-views keeps every gradient in its bucket; --zero ", o.zero,
+                     " frees the buckets once reduced: use one or the other");
   FRUGAL_CHECK_VALUE(o.save_every == 0 || !o.save.empty(), "--save-every needs --save FILE");
   // --checkpoint-activations means every block; with a --checkpoint-blocks naming fewer, one of the
   // two is a mistake, and which one cannot be guessed.

@@ -88,7 +88,7 @@ struct TrainOptions {
   std::size_t bucket_cap_bytes = std::size_t{25} << 20;  // PyTorch's bucket_cap_mb default
   bool bucket_views = false;                 // gradients live in the buckets: no second copy
   int zero = 0;                              // --zero: ZeRO stage, 1 the optimizer state sharded across the
-                                             // ranks, 2 the gradients too (dist/ddp.h); 0 off
+                                             // ranks, 2 the gradients too, 3 the parameters too (dist/ddp.h)
   double ddp_timeout = 300.0;                // seconds a collective may take before every rank stops
 };
 

@@ -404,12 +404,12 @@ std::vector<models::BlockSelection> checkpoint_candidates(const TrainOptions& o)
 }
 
 // The ZeRO stages above the given one that `o` could run with: a --ddp run of SGD or AdamW whose
-// optimizer stays on the device; stage 2 not with bucket views (train/options.cpp).
+// optimizer stays on the device; stages 2 and 3 not with bucket views (train/options.cpp).
 std::vector<int> zero_candidates(const TrainOptions& o) {
   std::vector<int> stages;
   const bool shardable = o.optimizer == OptimizerKind::sgd || o.optimizer == OptimizerKind::adamw;
   if (!o.ddp || !shardable || o.offload_optimizer) return stages;
-  for (int stage = o.zero + 1; stage <= 2; ++stage)
+  for (int stage = o.zero + 1; stage <= 3; ++stage)
     if (stage < 2 || !o.bucket_views) stages.push_back(stage);
   return stages;
 }
@@ -428,9 +428,10 @@ constexpr double kRebuildCost = 0.3;
 // the ways that keep the numbers, recomputing every block. (On the CPU they are memcpy:
 // samples/18_offload_optimizer and samples/19_offload_activations measure them.)
 constexpr double kOffloadCost = 1.0;
-// ZeRO moves as many bytes as plain DDP's all-reduce (a reduce-scatter, then an all-gather), but
-// the all-gather of the updated parameters runs after the step, where backward cannot hide it:
-// priced as recomputing a tenth of the blocks, not measured (docs/distributed.md).
+// ZeRO-1 and -2 move as many bytes as plain DDP's all-reduce (a reduce-scatter, then an all-gather),
+// but the all-gather of the updated parameters runs after the step, where backward cannot hide it;
+// ZeRO-3 gathers every layer in forward and again in backward instead, half as many bytes more.
+// Priced as recomputing a tenth of the blocks per stage, not measured (docs/distributed.md).
 constexpr double kZeroCost = 0.1;
 
 // What the graph may save instead of what was given: BatchNorm from its output, then with bit masks

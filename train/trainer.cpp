@@ -74,6 +74,12 @@ struct Run {
   }
   // Rank 0 of a --ddp run, or the one process: who evaluates and writes checkpoints.
   bool is_root() const { return comms.rank() == 0; }
+  // With --zero 3 the model's parameters gathered on every rank for as long as the result lives
+  // (dist/ddp.h): what reading or loading the whole model needs. Every rank calls it together.
+  std::optional<dist::DistributedDataParallel::FullParameters> whole_model() const {
+    if (!ddp) return std::nullopt;
+    return ddp->full_parameters();
+  }
   int world_size() const { return comms.world_size(); }
 };
 
@@ -160,7 +166,10 @@ void Run::resume_from(const std::string& path) {
   }
   // A state dict that does not fit the model names the checkpoint, not only the layer.
   try {
-    model->load_state_dict(c.model);
+    {
+      const auto whole = whole_model();  // ZeRO-3: each rank keeps its chunk of the loaded weights
+      model->load_state_dict(c.model);
+    }
     recipe.optimizer->load_state_dict(c.optimizer);
     if (recipe.scaler->is_enabled()) recipe.scaler->load_state_dict(c.scaler);
     recipe.schedule->load_state_dict(c.schedule);
@@ -190,8 +199,9 @@ std::string last_good_checkpoint(const Run& run) {
 
 void Run::save(const std::string& why) {
   if (options.save.empty()) return;
-  // ZeRO-1's state is sharded: every rank takes part in consolidating it. The weights are the same
-  // on every rank, so rank 0 alone writes the file.
+  // ZeRO's state is sharded: every rank takes part in consolidating it, and under ZeRO-3 in
+  // gathering the weights. The weights are the same on every rank, so rank 0 alone writes the file.
+  const auto whole = whole_model();
   nn::StateDict optimizer_state = recipe.optimizer->state_dict();
   if (!is_root()) return;
   position.generator = default_generator().state();
@@ -295,7 +305,13 @@ bool stop_requested(const Run& run) { return any_rank(run.comms, run.hooks.shoul
 // The test evaluation (rank 0's), and whether a stop signal cut it short: with --ddp the ranks that
 // did not evaluate learn it too, so that none goes on to the next epoch alone.
 std::optional<EvalResult> evaluate_test_or_stop(const Run& run, bool& interrupted) {
-  std::optional<EvalResult> test = evaluate_test(run);
+  std::optional<EvalResult> test;
+  {
+    // ZeRO-3: every rank gathers the weights, rank 0 evaluates (the same condition on every rank).
+    const bool evaluating = run.inputs.splits.test && run.options.evaluate;
+    const auto whole = evaluating ? run.whole_model() : std::nullopt;
+    test = evaluate_test(run);
+  }
   interrupted = any_rank(run.comms, test && test->interrupted);
   if (test && test->interrupted) test.reset();  // figures for part of the split only: none reported
   return test;

@@ -1,11 +1,11 @@
-// Sample 20: ZeRO-1 and ZeRO-2, what each data-parallel rank holds (dist/ddp.h, --zero 1|2).
+// Sample 20: ZeRO-1, -2 and -3, what each data-parallel rank holds (dist/ddp.h, --zero 1|2|3).
 //   1. Planned: ResNet-18 (batch 16 per rank, 1x32x32) with AdamW on 2, 4 and 8 ranks, plain DDP,
-//      ZeRO-1 and ZeRO-2: each rank's predicted peak and the device it needs (train/planner.h plans
+//      ZeRO-1, -2 and -3: each rank's predicted peak and the device it needs (train/planner.h plans
 //      one rank over a simulated world, dist/mirror_communicator.h). No MPI needed.
-//   2. Measured: the same on 2 ranks under mpirun, each mode a run of `--rank-run plain|zero1|zero2`
+//   2. Measured: the same on 2 ranks under mpirun, each mode a run of `--rank-run plain|zero1|zero2|zero3`
 //      (samples/rank_runs.h), every rank's peak and its parameter, gradient and optimizer bytes at
 //      their most, beside the plan of rank 0.
-//   3. Agreement: ZeRO-1 and ZeRO-2 train as plain DDP does: the same mean training loss over the
+//   3. Agreement: ZeRO-1, -2 and -3 train as plain DDP does: the same mean training loss over the
 //      steps, which after the first step depends on every update (the runs write no checkpoint, whose
 //      making would add to the peaks they measure; tests/mpi/test_ddp.cpp and tests/train_check.sh's
 //      ddp_zero compare the weights themselves). ResNet's BatchNorm normalises each rank's share by
@@ -16,8 +16,9 @@
 // part 2 (it says so and stops after part 1 when either is missing).
 // Checked (samples/checks.h; the sample exits 1 when one is false): every plan lower with each
 // stage; measured, rank 0's peak the planned one to the byte and the other ranks' within 0.1%,
-// each rank's optimizer bytes about 1/2 of plain DDP's under ZeRO-1 and -2, its gradient bytes lower
-// under ZeRO-2 than ZeRO-1; and the sharded runs' mean loss within kTolerance of plain DDP's.
+// each rank's optimizer bytes about 1/2 of plain DDP's under every stage, its gradient bytes lower
+// under ZeRO-2 than ZeRO-1, its parameter bytes lower under ZeRO-3 than ZeRO-2; and the sharded
+// runs' mean loss within kTolerance of plain DDP's.
 // Not here: the collectives (dist/), the training loop (train/trainer.h).
 #include <algorithm>
 #include <chrono>
@@ -58,8 +59,9 @@ constexpr double kOtherRanksSlack = 1e-3;
 
 double mib(std::size_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 
-const char* const kModes[] = {"plain", "zero1", "zero2"};
-const char* const kNames[] = {"plain DDP", "ZeRO-1", "ZeRO-2"};
+constexpr int kStages = 4;  // plain DDP, then ZeRO-1, -2 and -3
+const char* const kModes[kStages] = {"plain", "zero1", "zero2", "zero3"};
+const char* const kNames[kStages] = {"plain DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3"};
 
 // One rank's options in a world of `ranks`, ZeRO stage `zero`. The planner and the runs use the same.
 train::TrainOptions lesson_options(int ranks, int zero) {
@@ -85,7 +87,7 @@ int rank_run(const std::string& mode, const fs::path& folder) {
   int rank = -1;  // unknown until MPI has started
   try {
     const auto found = std::find(std::begin(kModes), std::end(kModes), mode);
-    FRUGAL_CHECK_VALUE(found != std::end(kModes), "--rank-run takes plain, zero1 or zero2, got '", mode, "'");
+    FRUGAL_CHECK_VALUE(found != std::end(kModes), "--rank-run takes plain, zero1, zero2 or zero3, got '", mode, "'");
     rank = dist::mpi_rank();
     const train::TrainOptions o = lesson_options(dist::mpi_world_size(), static_cast<int>(found - std::begin(kModes)));
     const train::TrainResult result = train::train(o);
@@ -100,13 +102,13 @@ int rank_run(const std::string& mode, const fs::path& folder) {
 // ---- Started alone ----
 
 void print_plans(samples::Checks& checks) {
-  std::printf("1. Planned per rank (frugal plan --model resnet18 --batch-size %lld --ddp N [--zero 1|2]):\n",
+  std::printf("1. Planned per rank (frugal plan --model resnet18 --batch-size %lld --ddp N [--zero 1|2|3]):\n",
               static_cast<long long>(kBatchPerRank));
-  std::printf("   %-6s %20s %20s %20s\n", "ranks", "plain DDP", "ZeRO-1", "ZeRO-2");
+  std::printf("   %-6s %20s %20s %20s %20s\n", "ranks", "plain DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3");
   for (const int ranks : {2, 4, 8}) {
     std::printf("   %-6d", ranks);
     std::int64_t previous = 0;
-    for (int zero = 0; zero <= 2; ++zero) {
+    for (int zero = 0; zero < kStages; ++zero) {
       const train::MemoryPlan plan = train::plan_memory(lesson_options(ranks, zero));
       std::printf(" %10.2f (%4.0f MiB)", mib(static_cast<std::size_t>(plan.peak_bytes)),
                   mib(static_cast<std::size_t>(plan.device_needed_bytes)));
@@ -118,12 +120,13 @@ void print_plans(samples::Checks& checks) {
     std::printf("\n");
   }
   std::printf("   (each rank's predicted peak allocated, MiB, and the device it needs) ZeRO-1 keeps 1/N of AdamW's\n"
-              "   moments on each rank, ZeRO-2 also 1/N of the averaged gradients: both save more the more ranks share.\n\n");
+              "   moments on each rank, ZeRO-2 also 1/N of the averaged gradients, ZeRO-3 also 1/N of the weights\n"
+              "   between their uses: each saves more the more ranks share.\n\n");
 }
 
-void print_measured(const RunReport (&runs)[3], samples::Checks& checks) {
+void print_measured(const RunReport (&runs)[kStages], samples::Checks& checks) {
   std::printf("   %-16s %10s %10s %10s %10s %10s\n", "MiB", "planned", "peak", "param", "grad", "optimizer");
-  for (int zero = 0; zero <= 2; ++zero) {
+  for (int zero = 0; zero < kStages; ++zero) {
     const train::MemoryPlan plan = train::plan_memory(lesson_options(kRanks, zero));
     for (const train::RankReport& r : runs[zero].ranks) {
       std::printf("   %-9s rank %d %10.2f %10.2f %10.2f %10.2f %10.2f\n", kNames[zero], r.rank,
@@ -135,7 +138,7 @@ void print_measured(const RunReport (&runs)[3], samples::Checks& checks) {
                         (r.rank == 0 ? ", to the byte" : ", within 0.1%"));
     }
   }
-  for (int zero = 1; zero <= 2; ++zero)
+  for (int zero = 1; zero < kStages; ++zero)
     for (std::size_t rank = 0; rank < runs[zero].ranks.size(); ++rank) {
       const double share = static_cast<double>(tag(runs[zero].ranks[rank], MemoryTag::optimizer)) /
                            static_cast<double>(tag(runs[0].ranks[rank], MemoryTag::optimizer));
@@ -144,13 +147,17 @@ void print_measured(const RunReport (&runs)[3], samples::Checks& checks) {
       if (zero == 2)
         checks.expect(tag(runs[2].ranks[rank], MemoryTag::grad) < tag(runs[1].ranks[rank], MemoryTag::grad),
                       "ZeRO-2 rank " + std::to_string(rank) + " holds fewer gradient bytes than ZeRO-1");
+      if (zero == 3)
+        checks.expect(tag(runs[3].ranks[rank], MemoryTag::param) < tag(runs[2].ranks[rank], MemoryTag::param),
+                      "ZeRO-3 rank " + std::to_string(rank) + " holds fewer parameter bytes than ZeRO-2");
     }
   std::printf("   param peaks at the step under ZeRO-2: the all-gather of the updated weights takes one bucket (at\n"
-              "   most 25 MiB) of its own, since the gradient bucket it reuses under ZeRO-1 is gone by then.\n\n");
+              "   most 25 MiB) of its own, since the gradient bucket it reuses under ZeRO-1 is gone by then. Under\n"
+              "   ZeRO-3 a rank keeps 1/2 of the weights and gathers each layer's around its use.\n\n");
 }
 
 int lesson() {
-  std::printf("Sample 20: ZeRO-1 and ZeRO-2, what each of N data-parallel ranks holds\n\n");
+  std::printf("Sample 20: ZeRO-1, -2 and -3, what each of N data-parallel ranks holds\n\n");
   samples::Checks checks;
   print_plans(checks);
   if (!fs::exists(std::string(data::kFashionMnistFolder) + "/train-images-idx3-ubyte.gz")) {
@@ -166,8 +173,8 @@ int lesson() {
   std::printf("2. Measured on %d ranks, %lld steps of AdamW on Fashion-MNIST: %s -np %d <this program> --rank-run MODE\n",
               kRanks, static_cast<long long>(kSteps), mpirun.c_str(), kRanks);
   const samples::ResultFolder folder(kSample);
-  RunReport runs[3];
-  for (int zero = 0; zero <= 2; ++zero) {
+  RunReport runs[kStages];
+  for (int zero = 0; zero < kStages; ++zero) {
     const auto start = std::chrono::steady_clock::now();
     samples::launch_ranks(kSample, mpirun, kRanks, kModes[zero], folder.path());
     runs[zero] = samples::read_report(kSample, folder.path() / (std::string(kModes[zero]) + ".txt"));
@@ -178,7 +185,7 @@ int lesson() {
 
   std::printf("3. Do the sharded runs train as plain DDP does? (mean training loss of the %lld steps, tolerance %.0e)\n",
               static_cast<long long>(kSteps), kTolerance);
-  for (int zero = 1; zero <= 2; ++zero) {
+  for (int zero = 1; zero < kStages; ++zero) {
     const double difference = std::abs(runs[zero].final_loss - runs[0].final_loss) / std::abs(runs[0].final_loss);
     std::printf("   %-7s %.8f against %.8f: %.1e apart\n", kNames[zero], runs[zero].final_loss, runs[0].final_loss, difference);
     checks.expect(difference <= kTolerance, std::string(kNames[zero]) + " trains with plain DDP's losses, to float rounding");

@@ -308,7 +308,7 @@ TEST_CASE("DDP errors: bad caps, two backwards without synchronize, ZeRO misuse"
                        doctest::Contains("ZeRO is off"), ValueError);
   CHECK_THROWS_WITH_AS(DistributedDataParallel(*make_mlp(), comm, {.gradient_as_bucket_view = true, .zero = 2}),
                        doctest::Contains("ZeRO-2 frees each bucket once it is reduced"), ValueError);
-  CHECK_THROWS_WITH_AS(DistributedDataParallel(*make_mlp(), comm, {.zero = 3}), doctest::Contains("ZeRO stage 3 is not 0, 1 or 2"),
+  CHECK_THROWS_WITH_AS(DistributedDataParallel(*make_mlp(), comm, {.zero = 4}), doctest::Contains("ZeRO stage 4 is not 0, 1, 2 or 3"),
                        ValueError);
 
   auto sharded_model = make_mlp();
@@ -425,37 +425,43 @@ TEST_CASE("ZeRO-1 as rank 1 of 3: reduce-scatter, this rank's chunk updated as u
   CHECK(tag_bytes(MemoryTag::optimizer) - state_before == static_cast<std::int64_t>(2 * 47 * sizeof(float)));  // and the allocator sees it there
 }
 
-TEST_CASE("ZeRO-2 in a world of one: the steps, state dict and micro-batches of the unsharded optimizer") {
+TEST_CASE("ZeRO-2 and ZeRO-3 in a world of one: the steps, state dict and micro-batches of the unsharded optimizer") {
   const MakeOptimizer make = [](std::vector<nn::ParamGroup> g) { return std::make_unique<nn::AdamW>(std::move(g)); };
   auto reference = make_mlp();
   const auto plain = make(two_groups(*reference));
   train_steps(*reference, *plain, nullptr, 3);
+  for (const int stage : {2, 3}) {
+    CAPTURE(stage);
+    auto model = make_mlp();
+    RecordingCommunicator comm;
+    DistributedDataParallel ddp(*model, comm, {.zero = stage});
+    const auto sharded = ddp.shard_optimizer(make, two_groups(*model));
+    train_steps(*model, *sharded, &ddp, 3);
+    {
+      const auto whole = ddp.full_parameters();  // ZeRO-3's parameters gathered to be read
+      check_close(values_of(*model), values_of(*reference));
+    }
+    check_same_dict(sharded->state_dict(), plain->state_dict());
 
-  auto model = make_mlp();
-  RecordingCommunicator comm;
-  DistributedDataParallel ddp(*model, comm, {.zero = 2});
-  const auto sharded = ddp.shard_optimizer(make, two_groups(*model));
-  train_steps(*model, *sharded, &ddp, 3);
-  check_close(values_of(*model), values_of(*reference));
-  check_same_dict(sharded->state_dict(), plain->state_dict());
-
-  // Two micro-batches under no_sync, then one synchronized: the sum of both, as without ZeRO.
-  auto accumulated = make_mlp(), whole = make_mlp();
-  RecordingCommunicator comm2;
-  DistributedDataParallel zero2(*accumulated, comm2, {.zero = 2});
-  const auto optimizer = zero2.shard_optimizer(make, two_groups(*accumulated));
-  const auto whole_optimizer = make(two_groups(*whole));
-  {
-    const auto no_sync = zero2.no_sync();
-    backward(*accumulated, 20);
+    // Two micro-batches under no_sync, then one synchronized: the sum of both, as without ZeRO.
+    auto accumulated = make_mlp(), whole_batch = make_mlp();
+    RecordingCommunicator comm2;
+    DistributedDataParallel zero(*accumulated, comm2, {.zero = stage});
+    const auto optimizer = zero.shard_optimizer(make, two_groups(*accumulated));
+    const auto whole_optimizer = make(two_groups(*whole_batch));
+    {
+      const auto no_sync = zero.no_sync();
+      backward(*accumulated, 20);
+    }
+    backward(*accumulated, 21);
+    zero.synchronize();
+    optimizer->step();
+    backward(*whole_batch, 20);
+    backward(*whole_batch, 21);
+    whole_optimizer->step();
+    const auto whole = zero.full_parameters();
+    check_close(values_of(*accumulated), values_of(*whole_batch));
   }
-  backward(*accumulated, 21);
-  zero2.synchronize();
-  optimizer->step();
-  backward(*whole, 20);
-  backward(*whole, 21);
-  whole_optimizer->step();
-  check_close(values_of(*accumulated), values_of(*whole));
 }
 
 TEST_CASE("ZeRO-2 as rank 1 of 3: between steps only this rank's chunk of the gradients is kept, no .grad and no bucket") {
@@ -481,6 +487,54 @@ TEST_CASE("ZeRO-2 as rank 1 of 3: between steps only this rank's chunk of the gr
   CHECK(kept[2] == 47 * 4);
   CHECK(kept[1] == kept[0] + 2 * 4 + kept[2]);
   CHECK(kept[0] >= 2 * 139 * 4);
+}
+
+TEST_CASE("ZeRO-3: weights loaded under full_parameters stay once it ends, each rank keeping its chunk") {
+  auto model = make_mlp();
+  RecordingCommunicator comm;
+  DistributedDataParallel ddp(*model, comm, {.zero = 3});
+  auto other = make_mlp(99);
+  {
+    const auto whole = ddp.full_parameters();
+    model->load_state_dict(other->state_dict());
+  }
+  for (const Tensor& p : model->parameters()) CHECK_FALSE(p.storage()->resident());
+  const auto whole = ddp.full_parameters();
+  check_close(values_of(*model), values_of(*other));
+}
+
+TEST_CASE("ZeRO-3 as rank 1 of 3: a third of the parameters between uses, each layer gathered around its forward call and in backward") {
+  const MakeOptimizer make = [](std::vector<nn::ParamGroup> g) { return std::make_unique<nn::SGD>(std::move(g), 0.9); };
+  auto model = make_mlp();
+  RecordingCommunicator comm(3, 1);
+  const std::int64_t before = tag_bytes(MemoryTag::param);
+  DistributedDataParallel ddp(*model, comm, {.zero = 3});
+  // One bucket per layer: the three Linear layers, last first.
+  REQUIRE(ddp.buckets().size() == 3);
+  CHECK(ddp.buckets()[0].parameters == std::vector<std::string>{"4.bias", "4.weight"});
+  const auto optimizer = ddp.shard_optimizer(make, two_groups(*model));
+  // The parameters' own memory (556 B) is given back: this rank keeps its chunk of each layer (9 of
+  // the last layer's 27 elements, 24 of 72, 14 of 40 padded to 42), and the model's tensors hold none.
+  constexpr std::int64_t kShards = (9 + 24 + 14) * 4, kParams = 556;
+  CHECK(tag_bytes(MemoryTag::param) - before == kShards - kParams);
+  const Tensor weight = model->named_parameters()[0].second;
+  CHECK_FALSE(weight.storage()->resident());
+  CHECK_THROWS_WITH_AS(weight.data_ptr(), doctest::Contains("parameter sharded by ZeRO-3"), ValueError);
+  comm.calls.clear();
+  backward(*model, 10);
+  ddp.synchronize();
+  // Forward gathered the three layers in its order; backward gathered them again, the last first, and
+  // reduce-scattered each layer's gradients; everything given back since.
+  std::vector<CollectiveKind> kinds;
+  for (const auto& call : comm.calls) kinds.push_back(call.kind);
+  CHECK(std::count(kinds.begin(), kinds.end(), CollectiveKind::all_gather) == 6);
+  CHECK(std::count(kinds.begin(), kinds.end(), CollectiveKind::reduce_scatter) == 3);
+  for (const Tensor& p : model->parameters()) CHECK_FALSE(p.storage()->resident());
+  comm.gathered.clear();  // the recording communicator's copies of what was sent
+  optimizer->step();      // updates the shards: nothing to gather until the next forward
+  optimizer->zero_grad();
+  CHECK(comm.gathered.empty());
+  CHECK(tag_bytes(MemoryTag::param) - before == kShards - kParams);
 }
 
 TEST_CASE("ZeRO-1 with loss scaling: the ranks agree whether a gradient overflowed") {

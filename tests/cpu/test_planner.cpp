@@ -401,7 +401,7 @@ TEST_CASE("the planner: a data-parallel rank needs less with each ZeRO stage, an
   o.ddp = true;
   o.ranks = 4;
   std::int64_t previous = train::plan_memory(o).peak_bytes;
-  for (const int stage : {1, 2}) {
+  for (const int stage : {1, 2, 3}) {
     CAPTURE(stage);
     train::TrainOptions sharded = o;
     sharded.zero = stage;
@@ -410,9 +410,9 @@ TEST_CASE("the planner: a data-parallel rank needs less with each ZeRO stage, an
     previous = peak;
   }
   const std::vector<train::MemoryFix> fixes = train::planned_fixes(o, {});
-  for (const char* flag : {"--zero 1: needs ", "--zero 2: needs "})
+  for (const char* flag : {"--zero 1: needs ", "--zero 2: needs ", "--zero 3: needs "})
     CHECK(std::any_of(fixes.begin(), fixes.end(), [&](const train::MemoryFix& f) { return f.text.rfind(flag, 0) == 0; }));
-  // Not for one process, nor ZeRO-2 beside bucket views (it frees the buckets they live in).
+  // Not for one process, nor ZeRO-2 or -3 beside bucket views (they free the buckets those live in).
   o.bucket_views = true;
   const std::vector<train::MemoryFix> with_views = train::planned_fixes(o, {});
   CHECK_FALSE(std::any_of(with_views.begin(), with_views.end(), [](const train::MemoryFix& f) { return f.text.rfind("--zero 2", 0) == 0; }));

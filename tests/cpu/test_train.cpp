@@ -62,7 +62,7 @@ TEST_CASE("train options: each bad value is a ValueError naming its flag") {
   bad([](train::TrainOptions& o) { o.save_every = 3; }, "--save-every needs --save");
   bad([](train::TrainOptions& o) { o.ranks = 2; }, "2 ranks need --ddp");
   bad([](train::TrainOptions& o) { o.zero = 1; }, "--zero and --bucket-views need --ddp");
-  bad([](train::TrainOptions& o) { o.ddp = true, o.zero = 3; }, "--zero must be 1 or 2, got 3");
+  bad([](train::TrainOptions& o) { o.ddp = true, o.zero = 4; }, "--zero must be 1, 2 or 3, got 4");
   bad([](train::TrainOptions& o) { o.ddp = true, o.zero = 2, o.bucket_views = true; }, "--zero 2 frees the buckets");
   bad([](train::TrainOptions& o) { o.ddp = true, o.bucket_cap_bytes = 10; }, "--bucket-cap must be at least 1 KiB");
   bad([](train::TrainOptions& o) { o.ddp = true, o.ddp_timeout = 0; }, "--ddp-timeout");

@@ -1,7 +1,7 @@
-// DistributedDataParallel and ZeRO-1 and -2 across real ranks (MpiCommunicator): N ranks each on B/N
-// samples end with the parameters of one process trained on all B (every rank computes that
-// reference itself, from the same seeds), with and without ZeRO-2; ZeRO-1 and -2 end where plain
-// DDP ends, gradients as bucket
+// DistributedDataParallel and ZeRO-1, -2 and -3 across real ranks (MpiCommunicator): N ranks each on
+// B/N samples end with the parameters of one process trained on all B (every rank computes that
+// reference itself, from the same seeds), with and without ZeRO-2 and -3; ZeRO-1, -2 and -3 end
+// where plain DDP ends, gradients as bucket
 // views end where copies end, construction makes differently initialised ranks equal, and a model
 // that differs between ranks fails on every rank. The small CNN has no BatchNorm, so the averaged
 // gradient of the per-rank means is the full batch's gradient up to float rounding.
@@ -111,6 +111,7 @@ std::vector<float> train_ddp(Communicator& comm, const MakeOptimizer& make, DdpO
   if (report)
     MESSAGE("rank ", comm.rank(), ": ", ddp.buckets().size(), " buckets; ", kSteps, " steps waited ", ddp.wait_seconds() * 1e3,
             " ms of ", ddp.communication_seconds() * 1e3, " ms in flight");
+  const auto whole = ddp.full_parameters();  // ZeRO-3: every rank gathers them (nothing to do otherwise)
   return flat_values(*model);
 }
 
@@ -140,16 +141,18 @@ TEST_CASE("DDP over N ranks on B/N samples each ends where one process on B ends
   CHECK(worst <= kAbsolute);
   // Two micro-batches per step under no_sync: the same again.
   CHECK(worst_difference(train_ddp(comm, sgd, kSmallBuckets, 2), alone, kRelative) <= kAbsolute);
-  // ZeRO-2: the gradients and the state sharded, one micro-batch and two.
-  DdpOptions zero2 = kSmallBuckets;
-  zero2.zero = 2;
-  for (const int micro : {1, 2}) {
-    CAPTURE(micro);
-    const std::vector<float> sharded = train_ddp(comm, sgd, zero2, micro);
-    MESSAGE("rank ", comm.rank(), " of ", comm.world_size(), ", ", micro, " micro-batches: worst |zero2 - alone| = ",
-            worst_difference(sharded, alone, 0.0));
-    CHECK(worst_difference(sharded, alone, kRelative) <= kAbsolute);
-  }
+  // ZeRO-2 (the gradients and the state sharded) and ZeRO-3 (the parameters too), one micro-batch and two.
+  for (const int stage : {2, 3})
+    for (const int micro : {1, 2}) {
+      CAPTURE(stage);
+      CAPTURE(micro);
+      DdpOptions zero = kSmallBuckets;
+      zero.zero = stage;
+      const std::vector<float> sharded = train_ddp(comm, sgd, zero, micro);
+      MESSAGE("rank ", comm.rank(), " of ", comm.world_size(), ", ", micro, " micro-batches: worst |zero", stage,
+              " - alone| = ", worst_difference(sharded, alone, 0.0));
+      CHECK(worst_difference(sharded, alone, kRelative) <= kAbsolute);
+    }
 }
 
 TEST_CASE("DDP: gradients as bucket views end exactly where copies end") {
@@ -160,11 +163,11 @@ TEST_CASE("DDP: gradients as bucket views end exactly where copies end") {
   CHECK(train_ddp(comm, adamw, views) == train_ddp(comm, adamw, kSmallBuckets));
 }
 
-TEST_CASE("ZeRO-1 and ZeRO-2 end where plain DDP ends, with AdamW and with SGD, holding 1/N of the state") {
+TEST_CASE("ZeRO-1, -2 and -3 end where plain DDP ends, with AdamW and with SGD, holding 1/N of the state") {
   MpiCommunicator comm;
   comm.set_timeout(test::kTestTimeout);
   for (const auto& [name, make, tolerance] : {std::tuple{"AdamW", adamw, kAdamAbsolute}, std::tuple{"SGD", sgd, kAbsolute}})
-    for (const int stage : {1, 2}) {
+    for (const int stage : {1, 2, 3}) {
       CAPTURE(std::string(name));
       CAPTURE(stage);
       DdpOptions zero = kSmallBuckets;
