@@ -562,7 +562,7 @@ void release_parameters(State& state, const std::weak_ptr<State>& weak) {
       FRUGAL_CHECK_VALUE(s.param.nbytes() == s.param.storage()->bytes(), "DistributedDataParallel: ZeRO-3 gives each ",
                          "parameter's memory back between uses, but '", s.name, "' shares its storage with other tensors");
       s.param.storage()->set_materializer([weak, b] {
-        if (const std::shared_ptr<State> state = weak.lock(); state && state->attached) state->gather_for_use(static_cast<int>(b), true);
+        if (const std::shared_ptr<State> owner = weak.lock(); owner && owner->attached) owner->gather_for_use(static_cast<int>(b), true);
       });
       s.param.storage()->release();
     }
