@@ -13,6 +13,7 @@
 #include "core/allocator.h"
 #include "core/stream.h"
 #include "nn/autograd.h"
+#include "nn/checkpoint.h"
 
 namespace frugal::dist {
 
@@ -148,9 +149,11 @@ struct DistributedDataParallel::State {
   bool sync = true;
   bool sharded = false;        // shard_optimizer() was called
   bool shards_reduced = false; // ZeRO: synchronize() ran since the last step
-  bool full_held = false;      // ZeRO-3: a FullParameters lives; every layer stays gathered
-  std::vector<int> forward_order;  // ZeRO-3: buckets in the order the first forward used them
-  bool order_known = false;        // after the first synchronize(): prefetch follows forward_order
+  // ZeRO-3: the layers each pass gathered in the first step, in order (Note [Gathering ahead]).
+  enum class Pass : std::uint8_t { forward, backward };
+  std::vector<int> pass_order[2];
+  bool order_known = false;  // after the first synchronize(): the next layer of a pass is gathered ahead
+  int full_depth = 0;        // ZeRO-3: FullParameters alive (they nest)
   std::map<const nn::Module*, int> bucket_of_layer;  // ZeRO-3: a layer's bucket
   std::size_t next_bucket = 0; // buckets start in index order
   bool round_started = false;
@@ -313,18 +316,35 @@ struct DistributedDataParallel::State {
     round_started = false;
     shards_reduced = zero();
     if (sharded_parameters()) {
+      drop_gathers_ahead();
+      for (BucketState& b : buckets) b.accumulated = 0;
       for (std::size_t i = 0; i < buckets.size(); ++i) release_layer(static_cast<int>(i));  // those no gradient reached
-      order_known = true;  // the first forward has run: from now on the next layer is gathered ahead
+      order_known = true;  // the first step's passes are recorded: from now on the next layer is gathered ahead
     }
   }
 
   // ---- ZeRO-3: each layer's parameters gathered from the ranks' shards around its use.
-  // Note [Gathering ahead]: every rank gathers the layers in the same order (the forward's, then
-  // backward's reverse), so the all-gathers are the same collectives in the same order everywhere;
-  // while a layer computes, the next one's all-gather is already started, as FSDP's prefetch does.
   // A layer is gathered at the start of its forward call and released at its end; in backward it is
-  // gathered when the first saved parameter of it is unpacked (core/storage.h's materializer) and
-  // released once all its gradients are in its bucket.
+  // gathered when the first saved parameter of it is unpacked (core/storage.h's materializer; a
+  // checkpointed block's recomputation gathers it at its forward call and keeps it) and released
+  // once all its gradients are in its bucket.
+  // Note [Gathering ahead]: every rank gathers the layers in the same order, so the all-gathers are
+  // the same collectives in the same order everywhere. The first step records the order each pass
+  // (forward; backward) gathered them in; from the second, gathering a layer also starts the
+  // all-gather of the one after it in that pass, as FSDP's prefetch does, so it travels while this
+  // one computes. Recorded rather than assumed: under autocast a convolution saves its 16-bit copy
+  // of the weight, not the weight, so backward never gathers it. A gather started ahead that its
+  // pass did not use is dropped at synchronize(): after the step it would hold the old weights.
+  bool full_held() const { return full_depth > 0; }
+
+  void drop_gathers_ahead() {
+    for (BucketState& b : buckets)
+      if (b.gather_work) {
+        b.gather_work->wait();  // every rank started it: waiting is the same on every rank
+        b.gather_work.reset();
+        b.gathering = Tensor();
+      }
+  }
 
   void start_layer_gather(int index) {
     BucketState& b = buckets[static_cast<std::size_t>(index)];
@@ -357,47 +377,51 @@ struct DistributedDataParallel::State {
 
   void release_layer(int index) {
     BucketState& b = buckets[static_cast<std::size_t>(index)];
-    if (!sharded_parameters() || full_held || !b.gathered) return;
+    if (!sharded_parameters() || full_held() || !b.gathered) return;
     for (const int slot : b.slots) slots[static_cast<std::size_t>(slot)].param.storage()->release();
     b.gathered = false;
   }
 
-  // Layer `index` gathered, and the next one this pass will use (forward: the one after it in
-  // forward_order; backward: the one before) on its way.
-  void gather_for_use(int index, bool backward) {
+  // Layer `index` gathered for `pass`; in the first step its place in the pass recorded, later the
+  // pass's next layer set on its way (Note [Gathering ahead]).
+  void gather_for_use(int index, Pass pass) {
     finish_layer_gather(index);
-    if (!order_known || full_held) return;
-    const auto it = std::find(forward_order.begin(), forward_order.end(), index);
-    if (it == forward_order.end()) return;
-    if (!backward && std::next(it) != forward_order.end()) start_layer_gather(*std::next(it));
-    if (backward && it != forward_order.begin()) start_layer_gather(*std::prev(it));
+    if (full_held()) return;
+    std::vector<int>& layers = pass_order[static_cast<std::size_t>(pass)];
+    const auto it = std::find(layers.begin(), layers.end(), index);
+    if (!order_known) {
+      if (it == layers.end()) layers.push_back(index);
+    } else if (it != layers.end() && std::next(it) != layers.end()) {
+      start_layer_gather(*std::next(it));
+    }
   }
 
+  // A forward call of `module`: in backward, a checkpointed block's recomputation.
   void before_layer(const nn::Module& module) {
     const auto found = bucket_of_layer.find(&module);
-    if (found == bucket_of_layer.end() || full_held) return;
-    if (!order_known && std::find(forward_order.begin(), forward_order.end(), found->second) == forward_order.end())
-      forward_order.push_back(found->second);
-    gather_for_use(found->second, false);
+    if (found == bucket_of_layer.end() || full_held()) return;
+    gather_for_use(found->second, nn::checkpoint_recomputing() ? Pass::backward : Pass::forward);
   }
 
+  // A recomputed layer stays gathered: its backward, about to run, needs it again.
   void after_layer(const nn::Module& module) {
-    if (const auto found = bucket_of_layer.find(&module); found != bucket_of_layer.end()) release_layer(found->second);
+    const auto found = bucket_of_layer.find(&module);
+    if (found != bucket_of_layer.end() && !nn::checkpoint_recomputing()) release_layer(found->second);
   }
 
-  // FullParameters: every layer gathered (all started, then each finished), kept until released.
+  // FullParameters: every layer gathered (all started, then each finished), kept until the last
+  // (outermost) one ends.
   void gather_all() {
-    if (!sharded_parameters() || full_held) return;
+    if (!sharded_parameters() || full_depth++ > 0) return;
+    drop_gathers_ahead();  // started before a step, they would hold the old weights
     for (std::size_t i = 0; i < buckets.size(); ++i) start_layer_gather(static_cast<int>(i));
     for (std::size_t i = 0; i < buckets.size(); ++i) finish_layer_gather(static_cast<int>(i));
-    full_held = true;
   }
 
-  // The end of a FullParameters: this rank's chunk of what the parameters hold now copied back into
-  // its shard (weights loaded under it stay loaded), then the memory given back.
+  // The end of the outermost FullParameters: this rank's chunk of what the parameters hold now
+  // copied back into its shard (weights loaded under it stay loaded), then the memory given back.
   void release_all() {
-    if (!full_held) return;
-    full_held = false;
+    if (!sharded_parameters() || --full_depth > 0) return;
     const std::int64_t rank = comm.rank();
     for (std::size_t i = 0; i < buckets.size(); ++i) {
       BucketState& b = buckets[i];
@@ -553,16 +577,31 @@ void make_parameter_shards(State& state) {
   }
 }
 
+// ZeRO-3: what giving each parameter's memory back needs, checked before any is given back (a
+// failure then leaves the model as it was): each parameter owns its storage, and a layer's
+// parameters share a dtype (its flat all-gather is of one).
+void check_shardable(const State& state) {
+  for (const State::BucketState& b : state.buckets)
+    for (const int index : b.slots) {
+      const State::Slot& s = state.slots[static_cast<std::size_t>(index)];
+      const State::Slot& first = state.slots[static_cast<std::size_t>(b.slots.front())];
+      FRUGAL_CHECK_VALUE(s.param.nbytes() == s.param.storage()->bytes(), "DistributedDataParallel: ZeRO-3 gives each ",
+                         "parameter's memory back between uses, but '", s.name, "' shares its storage with other tensors");
+      FRUGAL_CHECK_DTYPE(s.param.dtype() == first.param.dtype(), "DistributedDataParallel: ZeRO-3 gathers a layer's ",
+                         "parameters as one, but '", s.name, "' is ", s.param.dtype(), " and '", first.name, "' ",
+                         first.param.dtype());
+    }
+}
+
 // ZeRO-3, once the shards hold this rank's part: every parameter gives its memory back, and learns
 // how to gather it again when a saved tensor of it is unpacked in backward.
 void release_parameters(State& state, const std::weak_ptr<State>& weak) {
   for (std::size_t b = 0; b < state.buckets.size(); ++b)
     for (const int index : state.buckets[b].slots) {
       const State::Slot& s = state.slots[static_cast<std::size_t>(index)];
-      FRUGAL_CHECK_VALUE(s.param.nbytes() == s.param.storage()->bytes(), "DistributedDataParallel: ZeRO-3 gives each ",
-                         "parameter's memory back between uses, but '", s.name, "' shares its storage with other tensors");
       s.param.storage()->set_materializer([weak, b] {
-        if (const std::shared_ptr<State> owner = weak.lock(); owner && owner->attached) owner->gather_for_use(static_cast<int>(b), true);
+        if (const std::shared_ptr<State> owner = weak.lock(); owner && owner->attached)
+          owner->gather_for_use(static_cast<int>(b), State::Pass::backward);
       });
       s.param.storage()->release();
     }
@@ -633,6 +672,7 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& model, Communicator
   FRUGAL_CHECK_VALUE(!state_->slots.empty(), "DistributedDataParallel: the model has no parameter that requires grad");
   const std::weak_ptr<State> weak = state_;
   build_buckets(*state_, options.zero >= 3 ? assign_layers(*state_, model) : assign_buckets(state_->slots, options));
+  if (options.zero >= 3) check_shardable(*state_);
   if (options.zero >= 3) make_parameter_shards(*state_);
   if (options.zero >= 1) build_slices(*state_);
   if (options.zero >= 3) {

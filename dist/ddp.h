@@ -51,11 +51,13 @@
 // are all-gathered when its forward call begins and released when it ends (a module-call observer
 // this object installs on its thread), gathered again in backward when a node unpacks one that it
 // saved, and released once the layer's gradients are in its bucket. From the second step on, the
-// next layer's all-gather starts while the current one computes (forward's order, then its reverse).
-// So between steps a rank holds 1/N of the parameters, gradients and optimizer state, and at any
-// moment the whole parameters of about two layers. Whoever reads or writes the whole model (a
-// checkpoint, an evaluation, weights loaded) does so under full_parameters(), on every rank.
-// The parameters stay sharded after this object is gone: gather them first to keep them.
+// next layer's all-gather starts while the current one computes (in the order each pass gathered
+// them in the first step). So between steps a rank holds 1/N of the parameters, gradients and
+// optimizer state, and at any moment the whole parameters of about two layers (the one in use and
+// the next), each held twice for a moment while its gathered values are copied into place. Whoever
+// reads or writes the whole model (a checkpoint, an evaluation, weights loaded) does so under
+// full_parameters(), on every rank. Once this object is gone the parameters' memory stays given
+// back: copy what is needed (model.state_dict(), cloned) under full_parameters() first.
 //
 // Parameters that no rank produced a gradient for in a synchronized backward get a zero gradient
 // (PyTorch's find_unused_parameters keeps them None at the price of an extra all-reduce), so every

@@ -71,6 +71,9 @@ void OffloadedActivation::queue_copy_back() {
   back_ = empty(shape_, {.dtype = dtype_, .device = device_});
   if (device_.is_meta()) return;
   const Stream side = offload_stream(device_);
+  // back_'s block may be one the default stream's queued kernels still use (the allocator reuses a
+  // block for its own stream at once): the copy must not overwrite it before they are done.
+  stream_wait(device_, side, Stream{});
   copy_bytes_async(back_.data_ptr(), device_, host_.data_ptr(), Device::cpu(), host_.nbytes(), side);
   record_stream(back_, side);  // allocated for the default stream, written on the side one
   back_done_ = StreamEvent(device_, side);

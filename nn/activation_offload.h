@@ -13,7 +13,10 @@
 //                        host waits for k's copy alone (an event), frees k's host copy and hands the
 //                        device copy to the node (shared with any other node that saved the tensor)
 //
-// The values are the same bits, so a run's numbers do not change. On the CPU the copies are memcpy
+// The values are the same bits, so a run's numbers do not change. An in-place change of a saved
+// tensor is caught at unpack while anyone still holds the original, as for compressed forms
+// (nn/node.h); the copy to the host runs asynchronously, so a change queued after the save may
+// already be in the copy (on the CPU the copy is done before the save returns). On the CPU the copies are memcpy
 // between the device's allocator and the pinned host allocator, so the device peak drops exactly as
 // it would on a GPU and the step pays for two copies of every saved byte. On the meta device nothing
 // is copied: the planner sees the device tensors freed and made again, and the host side through
@@ -37,7 +40,8 @@ namespace frugal::nn {
 // How many of the tensors saved before the one being unpacked have their copies back queued at
 // once. A MobileNetV2 or ResNet block saves three or four feature maps (a convolution's input,
 // BatchNorm's input, ReLU's output), so three is about the next layer's: each copy has a layer's
-// compute to hide behind, and backward holds at most three more tensors than without offloading.
+// compute to hide behind, and backward holds about three tensors more than without offloading
+// (more when a prefetched tensor's node runs later than its place in the order says).
 inline constexpr std::size_t kPrefetchAhead = 3;
 
 struct OffloadQueue;  // activation_offload.cpp: one scope's offloaded tensors, in the order saved

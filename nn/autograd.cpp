@@ -205,7 +205,8 @@ std::shared_ptr<const SavedForm> as_is(const Tensor& t) {
 // Whether t is a feature map: of at least 3 dims (images, not a linear layer's [N, features] or a
 // BatchNorm's per-channel statistics), that an op produced or the caller says is an activation.
 // Leaves (the batch, parameters) are held elsewhere anyway: a compressed or offloaded copy of them
-// would add bytes, not save them.
+// would add bytes, not save them. (Autocast's 16-bit copy of a convolution's weight is made by an
+// op for the forward and kept only for backward: it counts, and is offloaded with the maps.)
 bool feature_map(const Tensor& t, bool activation) {
   const Meta* m = meta_of(t);
   const bool produced = activation || (m && m->grad_fn);

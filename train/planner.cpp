@@ -472,7 +472,9 @@ std::string cost_words(const BudgetOption& b, const TrainOptions& given) {
     add("optimizer state on the host (weights and gradients copied each step)");
   if (b.offload_activations && !given.offload_activations)
     add("saved activations on the host (copied out in forward, back in backward)");
-  if (b.zero != given.zero) add("--zero " + std::to_string(b.zero) + " (the parameters all-gathered after each step)");
+  if (b.zero != given.zero)
+    add("--zero " + std::to_string(b.zero) + (b.zero == 3 ? " (each layer's parameters gathered around its use)"
+                                                          : " (the parameters all-gathered after each step)"));
   if (b.bf16 && given.amp != DType::bf16) add("bf16 autocast (changes the numbers)");
   if (b.optimizer != given.optimizer) add("--optimizer " + optimizer_name(b.optimizer) + " (changes the numbers)");
   if (b.saving.str() != given.saving.str()) {

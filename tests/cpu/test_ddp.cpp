@@ -489,7 +489,7 @@ TEST_CASE("ZeRO-2 as rank 1 of 3: between steps only this rank's chunk of the gr
   CHECK(kept[0] >= 2 * 139 * 4);
 }
 
-TEST_CASE("ZeRO-3: weights loaded under full_parameters stay once it ends, each rank keeping its chunk") {
+TEST_CASE("ZeRO-3: weights loaded under full_parameters stay once it ends, each rank keeping its chunk, and guards nest") {
   auto model = make_mlp();
   RecordingCommunicator comm;
   DistributedDataParallel ddp(*model, comm, {.zero = 3});
@@ -501,6 +501,10 @@ TEST_CASE("ZeRO-3: weights loaded under full_parameters stay once it ends, each 
   for (const Tensor& p : model->parameters()) CHECK_FALSE(p.storage()->resident());
   const auto whole = ddp.full_parameters();
   check_close(values_of(*model), values_of(*other));
+  {
+    const auto inner = ddp.full_parameters();  // nested: the outer one keeps them when it ends
+  }
+  for (const Tensor& p : model->parameters()) CHECK(p.storage()->resident());
 }
 
 TEST_CASE("ZeRO-3 as rank 1 of 3: a third of the parameters between uses, each layer gathered around its forward call and in backward") {
