@@ -181,6 +181,29 @@ struct DistributedDataParallel::State {
   }
   std::int64_t chunk_numel(const BucketState& b) const { return b.numel / comm.world_size(); }
 
+  // The part of slot `s`'s parameter inside this rank's chunk of its bucket `b`: where it starts in
+  // the flattened parameter and in the chunk, and how many elements (0: none of it).
+  struct ChunkPart {
+    std::int64_t param_offset = 0, chunk_offset = 0, count = 0;
+  };
+  ChunkPart part_in_chunk(const BucketState& b, const Slot& s) const {
+    const std::int64_t chunk = chunk_numel(b), begin = comm.rank() * chunk, end = begin + chunk;
+    const std::int64_t lo = std::max(begin, s.offset), hi = std::min(end, s.offset + s.param.numel());
+    if (lo >= hi) return {};
+    return {.param_offset = lo - s.offset, .chunk_offset = lo - begin, .count = hi - lo};
+  }
+
+  // ZeRO-3: this rank's part of each of the bucket's parameters copied into its shard.
+  void store_shard(BucketState& b) const {
+    for (const int index : b.slots) {
+      const Slot& s = slots[static_cast<std::size_t>(index)];
+      const ChunkPart part = part_in_chunk(b, s);
+      if (part.count > 0)
+        b.param_shard.narrow(0, part.chunk_offset, part.count)
+            .copy_(autograd::detach(s.param).view({-1}).narrow(0, part.param_offset, part.count));
+    }
+  }
+
   // View mode: makes the parameter's .grad its bucket view, copying a gradient that arrived as a
   // tensor of its own (after zero_grad set it to none) and freeing that tensor.
   void adopt_view(const Slot& s) {
@@ -422,15 +445,8 @@ struct DistributedDataParallel::State {
   // copied back into its shard (weights loaded under it stay loaded), then the memory given back.
   void release_all() {
     if (!sharded_parameters() || --full_depth > 0) return;
-    const std::int64_t rank = comm.rank();
     for (std::size_t i = 0; i < buckets.size(); ++i) {
-      BucketState& b = buckets[i];
-      const std::int64_t chunk = chunk_numel(b), begin = rank * chunk, end = begin + chunk;
-      for (const int index : b.slots) {
-        const Slot& s = slots[static_cast<std::size_t>(index)];
-        const std::int64_t lo = std::max(begin, s.offset), hi = std::min(end, s.offset + s.param.numel());
-        if (lo < hi) b.param_shard.narrow(0, lo - begin, hi - lo).copy_(autograd::detach(s.param).view({-1}).narrow(0, lo - s.offset, hi - lo));
-      }
+      store_shard(buckets[i]);
       release_layer(static_cast<int>(i));
     }
   }
@@ -564,16 +580,10 @@ void build_buckets(State& state, std::vector<std::vector<int>> groups) {
 // view it), under the param tag.
 void make_parameter_shards(State& state) {
   const MemoryTagScope tag(MemoryTag::param);
-  const std::int64_t rank = state.comm.rank();
   for (State::BucketState& b : state.buckets) {
-    const std::int64_t chunk = state.chunk_numel(b), begin = rank * chunk, end = begin + chunk;
     const Tensor& first = state.slots[static_cast<std::size_t>(b.slots.front())].param;
-    b.param_shard = zeros({chunk}, {.dtype = first.dtype(), .device = first.device()});
-    for (const int index : b.slots) {
-      const State::Slot& s = state.slots[static_cast<std::size_t>(index)];
-      const std::int64_t lo = std::max(begin, s.offset), hi = std::min(end, s.offset + s.param.numel());
-      if (lo < hi) b.param_shard.narrow(0, lo - begin, hi - lo).copy_(autograd::detach(s.param).view({-1}).narrow(0, lo - s.offset, hi - lo));
-    }
+    b.param_shard = zeros({state.chunk_numel(b)}, {.dtype = first.dtype(), .device = first.device()});
+    state.store_shard(b);
   }
 }
 
@@ -609,18 +619,17 @@ void release_parameters(State& state, const std::weak_ptr<State>& weak) {
 
 // ZeRO: for every parameter, the part of it inside this rank's chunk of its bucket, if any.
 void build_slices(State& state) {
-  const std::int64_t rank = state.comm.rank();
   for (State::BucketState& b : state.buckets) {
-    const std::int64_t chunk = state.chunk_numel(b), begin = rank * chunk, end = begin + chunk;
     for (const int index : b.slots) {
       const State::Slot& s = state.slots[static_cast<std::size_t>(index)];
-      const std::int64_t lo = std::max(begin, s.offset), hi = std::min(end, s.offset + s.param.numel());
-      if (lo >= hi) continue;
+      const State::ChunkPart part = state.part_in_chunk(b, s);
+      if (part.count == 0) continue;
       // ZeRO-3: the parameters come and go; the slice is this rank's own copy of that part.
-      const Tensor tensor = state.sharded_parameters() ? b.param_shard.narrow(0, lo - begin, hi - lo)
-                                                       : autograd::detach(s.param).view({-1}).narrow(0, lo - s.offset, hi - lo);
+      const Tensor tensor = state.sharded_parameters()
+                                ? b.param_shard.narrow(0, part.chunk_offset, part.count)
+                                : autograd::detach(s.param).view({-1}).narrow(0, part.param_offset, part.count);
       b.slices.push_back(static_cast<int>(state.slices.size()));
-      state.slices.push_back({.slot = index, .tensor = tensor, .param_offset = lo - s.offset, .chunk_offset = lo - begin});
+      state.slices.push_back({.slot = index, .tensor = tensor, .param_offset = part.param_offset, .chunk_offset = part.chunk_offset});
     }
   }
 }

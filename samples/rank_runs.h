@@ -7,6 +7,7 @@
 //   launch_ranks    runs the mpirun job and waits; an Error naming the mode when it fails
 //   RunReport       the final loss and every rank's peaks, written by rank 0, read by the sample
 //   max_difference  the largest difference between two checkpoints' models
+//   rank_runs_main  main(): the lesson alone, one rank under mpirun, or a usage error
 // Not here: what a sample trains or judges.
 #pragma once
 
@@ -18,16 +19,19 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
 #include "core/mapped_file.h"
+#include "dist/mpi_runtime.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 
@@ -51,8 +55,9 @@ inline std::string find_mpirun() {
 
 class ResultFolder {
  public:
-  explicit ResultFolder(const std::string& sample) : sample_(sample) {
-    std::string pattern = (fs::temp_directory_path() / ("frugal-" + sample + "-XXXXXX")).string();  // mkdtemp fills in the X
+  explicit ResultFolder(const std::string& sample) {
+    // mkdtemp's template: it replaces the six trailing X with characters that make the name new.
+    std::string pattern = (fs::temp_directory_path() / ("frugal-" + sample + "-XXXXXX")).string();
     FRUGAL_CHECK(::mkdtemp(pattern.data()) != nullptr, sample, ": cannot create a folder in ",
                  fs::temp_directory_path().string(), ": ", std::strerror(errno));
     path_ = pattern;
@@ -66,7 +71,6 @@ class ResultFolder {
   const fs::path& path() const { return path_; }
 
  private:
-  std::string sample_;
   fs::path path_;
 };
 
@@ -156,6 +160,27 @@ inline double max_difference(const std::string& sample, const fs::path& a, const
     for (std::size_t k = 0; k < u.size(); ++k) worst = std::max(worst, std::abs(u[k] - v[k]));
   }
   return worst;
+}
+
+// The main() of a sample that runs itself under mpirun: with no arguments it runs `lesson` (an
+// Error is printed, exit 1); started by mpirun as `--rank-run MODE FOLDER` it runs `rank_run`;
+// anything else is a usage error (exit 2). `modes` names the modes in the usage line.
+inline int rank_runs_main(int argc, char** argv, const char* sample, const char* modes,
+                          const std::function<int(const std::string& mode, const fs::path& folder)>& rank_run,
+                          const std::function<int()>& lesson) {
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  if (!args.empty() && (args[0] != "--rank-run" || args.size() != 3 || !dist::mpi_launched())) {
+    std::fprintf(stderr, "%s: takes no arguments (--rank-run %s FOLDER is how it starts itself under mpirun)\n", sample,
+                 modes);
+    return 2;
+  }
+  if (!args.empty()) return rank_run(args[1], args[2]);
+  try {
+    return lesson();
+  } catch (const Error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
 }
 
 }  // namespace frugal::samples

@@ -275,16 +275,5 @@ int lesson() {
 
 int main(int argc, char** argv) {
   frugal::configure_cpu_runtime(argv);  // kernels/cpu_runtime.h
-  const std::vector<std::string> args(argv + 1, argv + argc);
-  if (!args.empty() && (args[0] != "--rank-run" || args.size() != 3 || !dist::mpi_launched())) {
-    std::fprintf(stderr, "12_data_parallel: takes no arguments (--rank-run plain|zero1 FOLDER is how it starts itself under mpirun)\n");
-    return 2;
-  }
-  if (!args.empty()) return rank_run(args[1], args[2]);
-  try {
-    return lesson();
-  } catch (const Error& e) {
-    std::fprintf(stderr, "%s\n", e.what());
-    return 1;
-  }
+  return samples::rank_runs_main(argc, argv, kSample, "plain|zero1", rank_run, lesson);
 }
