@@ -61,7 +61,8 @@ json collect_info() {
                  {"hardware_threads", std::thread::hardware_concurrency()},
                  {"openblas_core", blas_core()},
                  {"blas_threads", blas_threads()},  // 0: OpenMP's count (FRUGAL_BLAS_THREADS)
-                 {"omp_wait_policy", std::getenv("OMP_WAIT_POLICY") ? std::getenv("OMP_WAIT_POLICY") : "default"}};
+                 {"omp_wait_policy", std::getenv("OMP_WAIT_POLICY") ? std::getenv("OMP_WAIT_POLICY") : "default"},
+                 {"omp_spin_count", std::getenv("GOMP_SPINCOUNT") ? std::getenv("GOMP_SPINCOUNT") : "default"}};
   const CachingOptions allocator = CachingOptions::from_environment();
   info["allocator"] = {{"mode", allocator.bypass ? "direct" : "caching"},
                        {"expandable_segments", allocator.expandable_segments},
@@ -120,7 +121,8 @@ void print_info(const json& info) {
   const std::string blas_text = blas == 0 ? "OpenMP's" : std::to_string(blas);
   std::cout << (core.empty() ? std::string(", no OpenBLAS")
                              : ", OpenBLAS kernels " + core + ", threads per GEMM " + blas_text + " (FRUGAL_BLAS_THREADS)")
-            << ", OpenMP waits " << info["cpu"]["omp_wait_policy"].get<std::string>() << "\n";
+            << ", OpenMP wait policy " << info["cpu"]["omp_wait_policy"].get<std::string>() << ", spin count "
+            << info["cpu"]["omp_spin_count"].get<std::string>() << " (OMP_WAIT_POLICY, GOMP_SPINCOUNT)\n";
   const json& allocator = info["allocator"];
   std::cout << "allocator:  " << allocator["mode"].get<std::string>() << ", expandable segments "
             << (allocator["expandable_segments"].get<bool>() ? "on" : "off") << ", max_split "

@@ -3,8 +3,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 
 #include "core/error.h"
@@ -73,11 +75,29 @@ bool set_for_frugal(const char* name, const std::string& value, std::string& nam
 }
 }  // namespace
 
+long long spin_count_for(double microseconds) {
+  // GNU OpenMP's spin loop checks a flag and runs `pause` (x86) once per iteration; elsewhere its
+  // relax instruction is not timed here and the count assumes 10 ns.
+  constexpr int kTimedPauses = 2000, kRuns = 3;  // about 20-80 us each: short enough to run at every start
+  constexpr long long kFewestSpins = 1000;
+  double seconds_per_pause = 10e-9;
+#if defined(__x86_64__) || defined(__i386__)
+  for (int run = 0; run < kRuns; ++run) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < kTimedPauses; ++i) __builtin_ia32_pause();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    seconds_per_pause = run == 0 ? seconds / kTimedPauses : std::min(seconds_per_pause, seconds / kTimedPauses);
+  }
+#endif
+  return std::max(kFewestSpins, static_cast<long long>(microseconds * 1e-6 / seconds_per_pause));
+}
+
 void configure_cpu_runtime(char** argv) {
   std::string names = std::getenv(kSetByFrugal) ? std::getenv(kSetByFrugal) : "";
   bool changed = false;
-  if (std::getenv("OMP_WAIT_POLICY") == nullptr)  // Note [OpenMP threads wait passively]
-    changed = set_for_frugal("OMP_WAIT_POLICY", "passive", names);
+  // Note [OpenMP threads spin briefly, then sleep]
+  if (std::getenv("OMP_WAIT_POLICY") == nullptr && std::getenv("GOMP_SPINCOUNT") == nullptr)
+    changed = set_for_frugal("GOMP_SPINCOUNT", std::to_string(spin_count_for(kSpinMicroseconds)), names);
   if (std::getenv("OPENBLAS_CORETYPE") == nullptr) {  // Note [OpenBLAS core fallback]
     const std::optional<std::string> core = better_blas_core();
     if (core && set_for_frugal("OPENBLAS_CORETYPE", *core, names)) changed = true;

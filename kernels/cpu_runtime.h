@@ -8,13 +8,22 @@
 // which run MobileNetV2's training step at half the speed of the AVX-512 "SkylakeX" kernels on the
 // same CPU (measured: 150 against 310 images/s on 2 cores). Only OPENBLAS_CORETYPE overrides it.
 //
-// Note [OpenMP threads wait passively]
-// GNU OpenMP's threads spin between parallel regions by default (OMP_WAIT_POLICY unset: up to
-// hundreds of thousands of iterations), which pays on a machine whose cores they own. frugal's are
+// Note [OpenMP threads spin briefly, then sleep]
+// GNU OpenMP's threads spin between parallel regions by default (OMP_WAIT_POLICY unset: 300,000
+// iterations of `pause`, milliseconds), which pays on a machine whose cores they own. frugal's are
 // shared: the data loader's threads run beside the kernels, and so do other programs (a build, a
-// test running alongside). Spinning threads then take the cores the others need: `frugal train` of
-// the small CNN took 103 s against 3.2 s with OMP_WAIT_POLICY=passive on a busy 2-core machine.
-// Passive waiting costs a futex wake-up per parallel region instead (microseconds).
+// test running alongside), and threads spinning that long take the cores the others need: `frugal
+// train` of the small CNN took 103 s against 3.2 s with OMP_WAIT_POLICY=passive on a busy 2-core
+// machine. Waiting passively (no spinning at all) costs a futex sleep and wake-up per parallel
+// region instead, and a forward pass of MobileNetV2 has hundreds of regions a few microseconds
+// apart: its eval forward ran no faster on 2 threads than on 1 (2016 and 2077 img/s, batch 64).
+// So frugal sets GOMP_SPINCOUNT to about kSpinMicroseconds of spinning, timed on this CPU at start
+// (a `pause` takes 11 ns on one Xeon and 40 on another): long enough to bridge the serial gap
+// between two regions of one layer or the next, short enough that an idle wait soon sleeps (and
+// GNU OpenMP spins only 100 iterations when it has more threads than cores). Measured on 2 cores,
+// 2026-12-05 (docs/benchmarks.md, "The speed of `frugal train` on the CPU"): MobileNetV2's eval
+// forward 1993 -> 3394 img/s, its training step 562 -> 791, and the small CNN's busy-machine run
+// 8.5 s passive against 3.3-5.1 s spinning briefly (51.6 s with GNU OpenMP's default).
 //
 // Note [OpenBLAS threads and bits]
 // OpenBLAS threads a large GEMM itself when frugal calls it outside a parallel region of its own.
@@ -52,8 +61,17 @@ std::optional<std::string> better_blas_core();
 int blas_threads();
 void set_blas_threads(int threads);
 
-// First thing in main: sets OMP_WAIT_POLICY=passive and OPENBLAS_CORETYPE=better_blas_core() where
-// they are unset (and a better core exists), and if it set either, executes this program again
+// How long an OpenMP thread spins for work before it sleeps (Note [OpenMP threads spin briefly,
+// then sleep]).
+constexpr double kSpinMicroseconds = 100.0;
+
+// GOMP_SPINCOUNT for about `microseconds` of spinning on this CPU: iterations of `pause`, timed here
+// (the fastest of a few short runs, so a preempted run does not count); at least 1000.
+long long spin_count_for(double microseconds);
+
+// First thing in main: sets GOMP_SPINCOUNT=spin_count_for(kSpinMicroseconds) where neither it nor
+// OMP_WAIT_POLICY is set, and OPENBLAS_CORETYPE=better_blas_core() where it is unset (and a better
+// core exists), and if it set either, executes this program again
 // (/proc/self/exe) with the same arguments, which does not return. Returns when there is nothing to
 // do, or if the exec fails (the program then runs with the libraries' own choices, correctly).
 // A variable you set yourself is left alone.
@@ -61,9 +79,10 @@ void configure_cpu_runtime(char** argv);
 
 // The environment ("NAME=value" each) for a program frugal starts that is not frugal, such as a
 // benchmark's PyTorch peer: the process's own, without the variables configure_cpu_runtime set for
-// frugal. Passive waiting is frugal's choice for sharing cores (Note [OpenMP threads wait
-// passively]); it halved PyTorch 2.15's training speed (384 against 733 images/s for MobileNetV2,
-// batch 64, 2 threads, 2026-12-04), so a peer runs as its users run it.
+// frugal. Its wait for OpenMP work is frugal's choice for sharing cores (Note [OpenMP threads spin
+// briefly, then sleep]); a peer runs as its users run it (the passive waiting frugal once set halved
+// PyTorch 2.15's training speed: 384 against 733 images/s for MobileNetV2, batch 64, 2 threads,
+// 2026-12-04).
 std::vector<std::string> user_environment();
 
 }  // namespace frugal

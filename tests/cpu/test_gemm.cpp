@@ -117,14 +117,22 @@ TEST_CASE("linear and its backward against finite differences in double") {
 }
 
 // kernels/cpu_runtime.h: the test binary's main re-executes itself with OPENBLAS_CORETYPE set when
-// OpenBLAS fell back to its SSE3 kernels on a CPU with AVX2 or AVX-512, and OMP_WAIT_POLICY set.
-TEST_CASE("the CPU runtime: OpenBLAS runs the kernels for this CPU, OpenMP's wait policy is set") {
-  CHECK(std::getenv("OMP_WAIT_POLICY") != nullptr);  // passive, unless whoever ran the tests chose
+// OpenBLAS fell back to its SSE3 kernels on a CPU with AVX2 or AVX-512, and GOMP_SPINCOUNT set
+// unless whoever ran the tests chose a wait policy (scripts/test.sh: passive).
+TEST_CASE("the CPU runtime: OpenBLAS runs the kernels for this CPU, OpenMP's waiting is set") {
+  CHECK((std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("GOMP_SPINCOUNT") != nullptr));
   if (frugal::blas_core().empty()) FRUGAL_SKIP("built without OpenBLAS");
   const char* chosen = std::getenv("OPENBLAS_CORETYPE");
   if (chosen != nullptr && (std::string(chosen) == "SkylakeX" || std::string(chosen) == "Haswell"))
     CHECK(frugal::blas_core() == chosen);  // the re-executed process loaded the core asked for
   if (chosen == nullptr) CHECK_FALSE(frugal::better_blas_core().has_value());
+}
+
+TEST_CASE("spin_count_for: iterations for a time, more for longer, never below 1000") {
+  const long long short_wait = frugal::spin_count_for(10.0), long_wait = frugal::spin_count_for(10000.0);
+  CHECK(short_wait >= 1000);
+  CHECK(long_wait > short_wait);
+  CHECK(frugal::spin_count_for(0.0) == 1000);
 }
 
 // Note [OpenBLAS threads and bits] (kernels/cpu_runtime.h): with its AVX2 kernels OpenBLAS's threaded
