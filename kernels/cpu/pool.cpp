@@ -2,7 +2,8 @@
 // each output with the per-element functions of kernels/pool_ops.h, as the CUDA kernel does. The
 // backward is the plain reference the CUDA gather is checked against: each output scatters its
 // gradient into its window (max pooling: into the element it picked), adding in row-major output
-// order into a plane of the compute type, rounded once at the end.
+// order into a plane of the compute type, rounded once at the end. Averages of whole dense planes
+// (a network's head) take a direct loop with the same bits (Note [Global average pooling]).
 #include <vector>
 
 #include "core/cpu/parallel.h"
@@ -11,9 +12,42 @@
 
 namespace frugal::cpu {
 
+namespace {
+// Note [Global average pooling]
+// A network's head averages each whole plane to one value (adaptive_avg_pool2d to 1x1; MobileNetV2's
+// 64 x 1280 planes of 1x1 to 4x4). pool_element finds the window, its divisor and the plane's
+// offset with divisions per output, about 18 ns each, which for one-pixel planes is the whole cost
+// (1.5 ms of a 31 ms eval forward). A plane stored densely is summed straight through here instead:
+// the same terms in the same row-major order in C, divided by the same count, so the same bits.
+bool global_average(PoolKind kind, const ImageLayout& layout, const PoolGeometry& g) {
+  const bool whole_window = kind == PoolKind::adaptive_avg
+                                ? true
+                                : g.h.kernel == g.h.in && g.w.kernel == g.w.in && g.h.padding == 0 && g.w.padding == 0 &&
+                                      g.divisor_override == 0;
+  const std::int64_t plane = g.h.in * g.w.in;
+  return kind != PoolKind::max && whole_window && g.h.out == 1 && g.w.out == 1 && layout.stride_w == 1 &&
+         layout.stride_h == g.w.in && layout.stride_c == plane && layout.stride_n == layout.channels * plane;
+}
+
+template <typename T, typename C>
+void global_average_planes(const T* in, const PoolGeometry& g, T* result) {
+  const std::int64_t plane = g.h.in * g.w.in;
+  constexpr std::int64_t kPlanesPerChunk = 256;  // one-pixel planes: enough per call to amortise it
+  parallel_for_chunks(g.planes, kPlanesPerChunk, g.planes * plane, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t p = begin; p < end; ++p) {
+      C sum = 0;
+      for (std::int64_t i = 0; i < plane; ++i) sum += convert<C>(in[p * plane + i]);
+      result[p] = convert<T>(sum / static_cast<C>(plane));
+    }
+  });
+}
+}  // namespace
+
 void pool2d(PoolKind kind, DType dtype, const void* x, const ImageLayout& x_layout, const PoolGeometry& geometry, void* out,
             std::int64_t* indices) {
   visit_floating(dtype, "pooling", [&]<typename T, typename C>() {
+    if (global_average(kind, x_layout, geometry))
+      return global_average_planes<T, C>(static_cast<const T*>(x), geometry, static_cast<T*>(out));
     const T* in = static_cast<const T*>(x);
     T* result = static_cast<T*>(out);
     const std::int64_t plane_size = geometry.h.out * geometry.w.out;

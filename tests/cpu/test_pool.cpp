@@ -195,6 +195,27 @@ TEST_CASE("adaptive_avg_pool2d: PyTorch's windows, overlapping when sizes do not
   CHECK(adaptive_avg_pool2d(zeros({2, 1280, 7, 7}), {1, 1}).shape() == Shape{2, 1280, 1, 1});  // MobileNetV2's head
 }
 
+// Note [Global average pooling] (kernels/cpu/pool.cpp): a dense input averaged to 1x1 takes a direct
+// loop, a strided one the per-element reference; the two give the same bits.
+TEST_CASE("global average pooling: the dense loop gives the reference's bits") {
+  Generator generator(11);
+  for (DType dtype : {DType::f32, DType::f64, DType::bf16}) {
+    CAPTURE(dtype);
+    for (std::int64_t side : {1, 2, 4, 7}) {
+      CAPTURE(side);
+      const Tensor base = uniform({3, side, side, 600}, -2.0, 2.0, {.dtype = dtype}, &generator);
+      const Tensor strided = base.permute({0, 3, 1, 2});  // [3, 600, side, side], channels innermost
+      const Tensor dense = strided.contiguous();
+      const Tensor global = adaptive_avg_pool2d(dense, {1, 1});
+      CHECK(values(global) == values(adaptive_avg_pool2d(strided, {1, 1})));
+      CHECK(values(avg_pool2d(dense, {.kernel = {side, side}})) == values(global));
+      CHECK(values(avg_pool2d(strided, {.kernel = {side, side}})) == values(global));
+    }
+  }
+  // 0, 1, ..., 15 average to 7.5.
+  CHECK(values(adaptive_avg_pool2d(grid(4, 4), {1, 1})) == std::vector<double>{7.5});
+}
+
 TEST_CASE("pool backward: overlapping windows add up") {
   // The centre is the max of all four 2 x 2 windows: it receives all four gradients.
   const Tensor peak = image({0, 1, 0, 2, 9, 3, 0, 4, 0}, 3, 3);
