@@ -205,7 +205,8 @@ void record_native(const Problem& p, const Tensor& columns, std::size_t extra = 
           (columns.defined() ? columns.nbytes() : 0) + extra});
 }
 
-Tensor bias_view(const Tensor& bias, const Problem& p) { return bias.view({1, p.out_channels, 1, 1}); }
+// A per-channel [C_out] tensor (bias, scale) as [1, C_out, 1, 1], to broadcast over an output.
+Tensor channel_view(const Tensor& per_channel, const Problem& p) { return per_channel.view({1, p.out_channels, 1, 1}); }
 
 // ---- Note [Convolutions on the meta device]
 // A meta tensor has a shape and no values (core/device.h); the memory planner runs convolutions there
@@ -271,16 +272,48 @@ Tensor samples_by_channel(const Tensor& t, std::int64_t first, std::int64_t coun
   return t.narrow(0, first, count).view({count, t.size(1), t.size(2) * t.size(3)}).permute({1, 0, 2});
 }
 
+// ---- Note [The pointwise forward's epilogue]
+// A 1x1 convolution's scale, bias and activation (ConvEpilogue) would each be a pass over the whole
+// output after the GEMMs. On the CPU in f32 they are applied to each GEMM's result instead, a
+// chunk's [C_out, columns] while it is still in cache: v * scale[row] + bias[row], then the clamp.
+// Without a scale the bias is added to the finished sum, as add_ after the GEMMs adds it, so the bits
+// are those of the separate passes. Elsewhere (CUDA, other dtypes) the passes run after the GEMMs.
+struct Epilogue {
+  const float* scale = nullptr;  // [C_out] each, or none
+  const float* bias = nullptr;
+  bool relu6 = false;
+  bool any() const { return scale != nullptr || bias != nullptr || relu6; }
+};
+
+// Each row r of the dense [rows, columns] f32 matrix `data`: v * scale[r] + bias[r], then the clamp.
+// Compiled for AVX-512, AVX2 and plain x86-64, picked at load time, as the CPU kernels are.
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void apply_epilogue(float* data, std::int64_t rows, std::int64_t columns, const Epilogue& e) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    float* row = data + r * columns;
+    const float scale = e.scale ? e.scale[r] : 1.0f, bias = e.bias ? e.bias[r] : 0.0f;
+    for (std::int64_t i = 0; i < columns; ++i) {  // GCC moves the tests out of the loop (one loop per case)
+      float v = row[i];
+      if (e.scale) v *= scale;
+      if (e.bias) v += bias;
+      row[i] = e.relu6 ? clamp_relu6(v) : v;
+    }
+  }
+}
+
 // dst = a x src per sample, src and dst [N, *, H, W]: the forward (a = W) and the input gradient
-// (a = W^T) of a pointwise convolution.
-void pointwise_over_batch(const Tensor& a, const Tensor& src, const Tensor& dst, const Problem& p) {
+// (a = W^T) of a pointwise convolution; `epilogue` applied to each GEMM's result (f32 on the CPU).
+void pointwise_over_batch(const Tensor& a, const Tensor& src, const Tensor& dst, const Problem& p,
+                          const Epilogue& epilogue = {}) {
   const Chunking c = pointwise_chunking(p);
   const std::int64_t rows = a.size(0), inner = a.size(1), chunks = c.chunks;
   const std::int64_t work = rows * inner * c.columns();  // multiply-adds per chunk
   if (!c.gathered()) {
     if (src.device().is_meta()) return record_native(p, Tensor());  // Note [Convolutions on the meta device]
     for_each_chunk(src.device(), p.batch, work * p.batch, [&](std::int64_t n) {
-      matmul_into(dst.select(0, n).view({rows, c.plane}), a, src.select(0, n).view({inner, c.plane}));
+      const Tensor product = dst.select(0, n).view({rows, c.plane});
+      matmul_into(product, a, src.select(0, n).view({inner, c.plane}));
+      if (epilogue.any()) apply_epilogue(static_cast<float*>(product.data_ptr()), rows, c.plane, epilogue);
     });
     return record_native(p, Tensor());
   }
@@ -297,6 +330,7 @@ void pointwise_over_batch(const Tensor& a, const Tensor& src, const Tensor& dst,
       Tensor product = slot_matrix(out, slot, rows, count * c.plane, c.columns());
       operand.view({inner, count, c.plane}).copy_(samples_by_channel(src, first, count));
       matmul_into(product, a, operand);
+      if (epilogue.any()) apply_epilogue(static_cast<float*>(product.data_ptr()), rows, count * c.plane, epilogue);
       samples_by_channel(dst, first, count).copy_(product.view({rows, count, c.plane}));
     });
   }
@@ -351,27 +385,48 @@ void pointwise_weight_over_batch(const Tensor& dy, const Tensor& x, const Tensor
   record({ConvImpl::native, "1x1 gemm", scratch});
 }
 
-void native_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, const Problem& p) {
+// The epilogue's parts as passes of their own over y, for the paths that did not apply them: the
+// scale (`scale_done` when the path did) and the bias (`bias_done`), then the activation.
+void epilogue_after(const Tensor& y, const Tensor& bias, const ConvEpilogue& e, const Problem& p, bool scale_done,
+                    bool bias_done) {
+  Tensor out = y;
+  if (e.scale.defined() && !scale_done) mul_(out, channel_view(e.scale, p));
+  if (bias.defined() && !bias_done) add_(out, channel_view(bias, p));  // sum + bias, the order of a GEMM with beta = 1
+  if (e.activation == ConvActivation::relu6) relu6_(out);
+}
+
+void native_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y, const Problem& p,
+                    const ConvEpilogue& epilogue) {
   const NativeKernels& k = native_kernels(x.device(), "conv2d");
   if (p.depthwise()) {
-    k.depthwise_forward(x.dtype(), p.whole_sample(), p.batch, p.group_out(), x.data_ptr(), w.data_ptr(),
-                        bias.defined() ? bias.data_ptr() : nullptr, y.data_ptr());
+    // A depthwise filter's few weights take the scale: scaling them costs less than scaling the outputs.
+    const Tensor filters = epilogue.scale.defined() ? mul(w, epilogue.scale.view({p.out_channels, 1, 1, 1})) : w;
+    k.depthwise_forward(x.dtype(), p.whole_sample(), p.batch, p.group_out(), x.data_ptr(), filters.data_ptr(),
+                        bias.defined() ? bias.data_ptr() : nullptr, y.data_ptr(), epilogue.activation == ConvActivation::relu6);
     return record_native(p, Tensor());
   }
   if (batched_pointwise(p)) {
+    // Note [The pointwise forward's epilogue]
+    if (x.device().is_cpu() && x.dtype() == DType::f32) {
+      const auto floats = [](const Tensor& t) { return t.defined() ? static_cast<const float*>(t.data_ptr()) : nullptr; };
+      const Epilogue fused{.scale = floats(epilogue.scale), .bias = floats(bias),
+                           .relu6 = epilogue.activation == ConvActivation::relu6};
+      return pointwise_over_batch(group_weight(w, p, 0), x, y, p, fused);
+    }
     pointwise_over_batch(group_weight(w, p, 0), x, y, p);
-    Tensor out = y;
-    if (bias.defined()) add_(out, bias_view(bias, p));  // sum + bias, the order of a GEMM with beta = 1
-    return;
+    return epilogue_after(y, bias, epilogue, p, false, false);
   }
-  // With a bias, y starts as the bias broadcast and each GEMM adds onto it (beta = 1): no temporary.
-  if (bias.defined()) Tensor(y).copy_(bias_view(bias, p).expand(y.shape()));
-  const double beta = bias.defined() ? 1.0 : 0.0;
+  // With a bias (and no scale), y starts as the bias broadcast and each GEMM adds onto it (beta = 1):
+  // no temporary.
+  const bool bias_first = bias.defined() && !epilogue.scale.defined();
+  if (bias_first) Tensor(y).copy_(channel_view(bias, p).expand(y.shape()));
+  const double beta = bias_first ? 1.0 : 0.0;
   const Tensor columns = make_columns(x, p);
   if (x.device().is_meta()) return record_native(p, columns);  // Note [Convolutions on the meta device]
   for (std::int64_t n = 0; n < p.batch; ++n)
     for (std::int64_t g = 0; g < p.groups; ++g)
       matmul_into(group_output(y, p, n, g), group_weight(w, p, g), columns_of(k, x, p, n, g, columns), 1.0, beta);
+  epilogue_after(y, bias, epilogue, p, false, bias_first);
   record_native(p, columns);
 }
 
@@ -440,7 +495,8 @@ Shape conv2d_output_shape(const Shape& x, const Shape& weight, const Conv2dOptio
   return make_problem(x, weight, options, "conv2d").output_shape();
 }
 
-Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& options) {
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dOptions& options,
+              const ConvEpilogue& epilogue) {
   check_operands(x, weight, "conv2d");
   const Problem p = make_problem(x.shape(), weight.shape(), options, "conv2d");
   if (bias.defined()) {
@@ -448,16 +504,23 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
     FRUGAL_CHECK_SHAPE(bias.dim() == 1 && bias.size(0) == p.out_channels, "conv2d: bias of shape ",
                        shape_str(bias.shape()), " does not match ", p.out_channels, " output channels");
   }
+  if (epilogue.scale.defined()) {
+    check_operands(x, epilogue.scale, "conv2d");
+    FRUGAL_CHECK_SHAPE(epilogue.scale.dim() == 1 && epilogue.scale.size(0) == p.out_channels, "conv2d: scale of shape ",
+                       shape_str(epilogue.scale.shape()), " does not match ", p.out_channels, " output channels");
+  }
   Tensor y = empty(p.output_shape(), {.dtype = x.dtype(), .device = x.device()});
   if (y.numel() == 0) return y;
   const Tensor xc = x.contiguous(), wc = weight.contiguous(), bc = bias.defined() ? bias.contiguous() : bias;
+  const ConvEpilogue ec{.scale = epilogue.scale.defined() ? epilogue.scale.contiguous() : Tensor(),
+                        .activation = epilogue.activation};
   if (!use_cudnn(x.device())) {
-    native_forward(xc, wc, bc, y, p);
+    native_forward(xc, wc, bc, y, p, ec);
     return y;
   }
 #if FRUGAL_WITH_CUDA
   record(cuda::cudnn_conv2d_forward(xc, wc, y, options, workspace_limit()));
-  if (bias.defined()) add_(y, bias_view(bc, p));
+  epilogue_after(y, bc, ec, p, false, false);
   return y;
 #else
   throw_no_cuda("conv2d");

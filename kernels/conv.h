@@ -52,7 +52,20 @@ std::size_t conv_workspace_limit();
 // before anything is allocated).
 Shape conv2d_output_shape(const Shape& x, const Shape& weight, const Conv2dOptions& options);
 
-Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), const Conv2dOptions& options = {});
+// What the forward applies to each output channel c after its sum v: v * scale[c] (scale [C_out],
+// when defined), + bias[c], then the activation: ReLU6 is min(max(v, 0), 6). On the CPU in f32 a
+// 1x1 convolution applies it to each GEMM's result while it is in cache (Note [The pointwise
+// forward's epilogue] in conv.cpp) and a depthwise one takes the scale into its few weights;
+// elsewhere each part is a pass of its own after the convolution. Inference with BatchNorm folded
+// into the convolution runs this (nn/fold_batch_norm.h).
+enum class ConvActivation : std::uint8_t { none, relu6 };
+struct ConvEpilogue {
+  Tensor scale;
+  ConvActivation activation = ConvActivation::none;
+};
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), const Conv2dOptions& options = {},
+              const ConvEpilogue& epilogue = {});
 
 // d loss / d x, given d loss / d y and the weight.
 Tensor conv2d_backward_input(const Tensor& grad_output, const Tensor& weight, const Shape& input_shape,

@@ -15,12 +15,13 @@ namespace frugal {
 // im2col / col2im work on one group of one sample: x [g.channels, H, W], col [g.channels * KH * KW, OH * OW].
 // col2im overwrites x with the gathered sums. The depthwise kernels take the whole batch:
 // x [batch, g.channels, H, W], weight [C_out, 1, KH, KW], y [batch, C_out, OH, OW] with
-// C_out = multiplier * g.channels; bias [C_out] or null. The backward of the weight overwrites it.
+// C_out = multiplier * g.channels; bias [C_out] or null; relu6: each output (bias included) clamped to
+// [0, 6] as it is written (conv2d's epilogue). The backward of the weight overwrites it.
 #define FRUGAL_CONV_KERNELS                                                                                       \
   void im2col(DType dtype, const ConvGeometry& g, const void* x, void* col);                                   \
   void col2im(DType dtype, const ConvGeometry& g, const void* col, void* x);                                   \
   void depthwise_forward(DType dtype, const ConvGeometry& g, std::int64_t batch, std::int64_t multiplier,        \
-                         const void* x, const void* weight, const void* bias, void* y);                         \
+                         const void* x, const void* weight, const void* bias, void* y, bool relu6 = false);     \
   void depthwise_backward_input(DType dtype, const ConvGeometry& g, std::int64_t batch, std::int64_t multiplier, \
                                 const void* grad_y, const void* weight, void* grad_x);                          \
   void depthwise_backward_weight(DType dtype, const ConvGeometry& g, std::int64_t batch, std::int64_t multiplier, \
@@ -32,7 +33,7 @@ FRUGAL_CONV_KERNELS
 // (kernels/cpu/depthwise_3x3.h) and these readable loops for everything else; the loops are the ones
 // that give the CUDA kernels' bits, and tests compare both paths against them.
 void depthwise_forward_reference(DType dtype, const ConvGeometry& g, std::int64_t batch, std::int64_t multiplier,
-                                 const void* x, const void* weight, const void* bias, void* y);
+                                 const void* x, const void* weight, const void* bias, void* y, bool relu6 = false);
 void depthwise_backward_input_reference(DType dtype, const ConvGeometry& g, std::int64_t batch, std::int64_t multiplier,
                                         const void* grad_y, const void* weight, void* grad_x);
 void depthwise_backward_weight_reference(DType dtype, const ConvGeometry& g, std::int64_t batch,

@@ -11,6 +11,7 @@
 
 #include "core/convert.h"
 #include "core/host_device.h"
+#include "kernels/elementwise_ops.h"
 
 namespace frugal {
 
@@ -26,6 +27,13 @@ struct ConvGeometry {
   FRUGAL_HOST_DEVICE std::int64_t plane() const { return height * width; }
   FRUGAL_HOST_DEVICE std::int64_t out_plane() const { return out_height * out_width; }
 };
+
+// conv2d's ReLU6 epilogue (kernels/conv.h): the clamp of UnaryOp::relu6, so the same values as
+// relu6_ after the convolution.
+template <typename C>
+FRUGAL_HOST_DEVICE inline C clamp_relu6(C v) {
+  return elementwise::clamp_nan(v, C(0), C(6));
+}
 
 // Output size along one dim; the caller has checked that the dilated kernel fits the padded input.
 FRUGAL_HOST_DEVICE inline std::int64_t conv_output_size(std::int64_t in, std::int64_t kernel, std::int64_t stride,

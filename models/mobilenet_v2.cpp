@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "models/torchvision_init.h"
+#include "nn/fold_batch_norm.h"
 #include "nn/functional.h"
 #include "nn/init.h"
 #include "nn/saved_activations.h"
@@ -32,8 +33,10 @@ Conv2dNormActivation::Conv2dNormActivation(std::int64_t in_channels, std::int64_
 }
 
 // In place: conv, then BatchNorm with ReLU6 fused into its pass (activation_ is not called). Out of
-// place: conv, BatchNorm, ReLU6.
+// place: conv, BatchNorm, ReLU6. Inference: one convolution with BatchNorm folded into it and the
+// ReLU6 applied in its pass (nn/fold_batch_norm.h), either way.
 Tensor Conv2dNormActivation::forward(const Tensor& x) {
+  if (nn::folds_batch_norm(*norm_)) return nn::conv_batch_norm_folded(*conv_, *norm_, x, ConvActivation::relu6);
   const Tensor y = (*conv_)(x);
   if (relu6_fused_into_norm_) return norm_->forward_relu6(y);
   return (*activation_)((*norm_)(y));
@@ -51,18 +54,27 @@ InvertedResidual::InvertedResidual(std::int64_t in_channels, std::int64_t out_ch
         in_channels, hidden, Args{.kernel = 1, .inplace = inplace, .generator = generator}));
   conv_->push_back(std::make_shared<Conv2dNormActivation>(  // depthwise
       hidden, hidden, Args{.stride = stride, .groups = hidden, .inplace = inplace, .generator = generator}));
-  conv_->push_back(std::make_shared<nn::Conv2d>(hidden, out_channels, nn::Conv2dArgs{.bias = false, .generator = generator}));
-  conv_->push_back(std::make_shared<nn::BatchNorm2d>(out_channels));  // no activation: the linear bottleneck
+  projection_ = conv_->push_back(
+      std::make_shared<nn::Conv2d>(hidden, out_channels, nn::Conv2dArgs{.bias = false, .generator = generator}));
+  projection_norm_ = conv_->push_back(std::make_shared<nn::BatchNorm2d>(out_channels));  // no activation: the linear bottleneck
+}
+
+// conv_ in order, or in inference its modules but the last two, then the projection with its
+// BatchNorm folded in (nn/fold_batch_norm.h: no observer then sees the calls this skips).
+Tensor InvertedResidual::branch(const Tensor& x) {
+  if (!nn::folds_batch_norm(*projection_norm_)) return (*conv_)(x);
+  Tensor y = x;
+  for (std::size_t i = 0; i + 2 < conv_->size(); ++i) y = (*(*conv_)[i])(y);
+  return nn::conv_batch_norm_folded(*projection_, *projection_norm_, y);
 }
 
 Tensor InvertedResidual::forward(const Tensor& x) {
-  if (!use_residual_) return (*conv_)(x);
+  if (!use_residual_) return branch(x);
   // The sum saves nothing for backward; the projection's BN output dies here, and the sum is what the
   // next block's first convolution keeps. A sum that can be rebuilt: when its addends can (BatchNorm
   // from its output, which BatchNorm2d applies), that convolution keeps neither, and the sum is made
   // again from the input and the BN output; otherwise it is a plain add (F::add_rebuilt).
-  const Tensor branch = (*conv_)(x);
-  return F::add_rebuilt(x, branch);
+  return F::add_rebuilt(x, branch(x));
 }
 
 namespace {

@@ -88,8 +88,12 @@ class InvertedResidual : public nn::Module {
   bool uses_residual() const { return use_residual_; }
 
  private:
+  Tensor branch(const Tensor& x);  // the expansion, the depthwise convolution and the projection
+
   bool use_residual_;
   std::shared_ptr<nn::Sequential> conv_;
+  std::shared_ptr<nn::Conv2d> projection_;          // conv_'s last two modules
+  std::shared_ptr<nn::BatchNorm2d> projection_norm_;
 };
 
 class MobileNetV2 : public nn::Module {

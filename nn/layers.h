@@ -95,6 +95,7 @@ class BatchNorm2d : public Module {
   const Tensor& running_mean() const { return running_mean_; }  // undefined unless track_running_stats
   const Tensor& running_var() const { return running_var_; }
   const Tensor& num_batches_tracked() const { return num_batches_tracked_; }
+  double eps() const { return eps_; }
 
  private:
   Tensor normalize(const Tensor& x, bool fuse_relu6);

@@ -35,6 +35,8 @@ ModuleCallObserverScope::~ModuleCallObserverScope() {
   if (it != t_observers.rend()) t_observers.erase(std::next(it).base());
 }
 
+bool module_calls_observed() { return !t_observers.empty(); }
+
 Tensor Module::operator()(const Tensor& x) {
   if (t_observers.empty()) return forward(x);
   return observed_call([&] { return forward(x); });

@@ -60,6 +60,11 @@ class ModuleCallObserverScope {
   ModuleCallObserver* observer_;
 };
 
+// Whether this thread's module calls are observed now (a ModuleCallObserverScope is in force): a
+// layer that would run two modules' work in one kernel runs them one by one instead, so each
+// observer sees each call.
+bool module_calls_observed();
+
 // Named tensors in order; the same type as StateDict.
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 

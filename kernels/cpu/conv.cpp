@@ -80,7 +80,7 @@ void col2im(DType dtype, const ConvGeometry& g, const void* col, void* x) {
 }
 
 void depthwise_forward_reference(DType dtype, const ConvGeometry& g, std::int64_t batch, std::int64_t multiplier, const void* x,
-                       const void* weight, const void* bias, void* y) {
+                       const void* weight, const void* bias, void* y, bool relu6) {
   visit_floating(dtype, "conv2d", [&]<typename T, typename C>() {
     const T* in = static_cast<const T*>(x);
     const T* filters = static_cast<const T*>(weight);
@@ -108,7 +108,8 @@ void depthwise_forward_reference(DType dtype, const ConvGeometry& g, std::int64_
           }
         }
         T* dst = out + plane * g.out_plane() + oh * g.out_width;
-        for (std::int64_t ow = 0; ow < g.out_width; ++ow) dst[ow] = convert<T>(row[ow] + offset);
+        for (std::int64_t ow = 0; ow < g.out_width; ++ow)
+          dst[ow] = convert<T>(relu6 ? clamp_relu6(row[ow] + offset) : row[ow] + offset);
       }
     });
   });
@@ -175,11 +176,11 @@ void depthwise_backward_weight_reference(DType dtype, const ConvGeometry& g, std
 }
 
 void depthwise_forward(DType dtype, const ConvGeometry& g, std::int64_t batch, std::int64_t multiplier, const void* x,
-                       const void* weight, const void* bias, void* y) {
+                       const void* weight, const void* bias, void* y, bool relu6) {
   if (!depthwise_3x3_applies(dtype, g))
-    return depthwise_forward_reference(dtype, g, batch, multiplier, x, weight, bias, y);
+    return depthwise_forward_reference(dtype, g, batch, multiplier, x, weight, bias, y, relu6);
   depthwise_3x3_forward(g, batch, multiplier, static_cast<const float*>(x), static_cast<const float*>(weight),
-                        static_cast<const float*>(bias), static_cast<float*>(y));
+                        static_cast<const float*>(bias), static_cast<float*>(y), relu6);
 }
 
 void depthwise_backward_input(DType dtype, const ConvGeometry& g, std::int64_t batch, std::int64_t multiplier,

@@ -127,6 +127,12 @@ FRUGAL_NO_MEMCPY_CALLS void copy_rows(std::int64_t count, std::int64_t height, s
     }
 }
 
+// conv2d's ReLU6 epilogue over n floats of a flat result.
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void clamp_flat(float* flat, std::int64_t n) {
+  for (std::int64_t j = 0; j < n; ++j) flat[j] = clamp_relu6(flat[j]);
+}
+
 // The flat loop of a stack, with kCount taps, added in the order given.
 template <int kCount>
 inline __attribute__((always_inline)) void sum_taps_of(const float* src, const std::int64_t* offset,
@@ -255,12 +261,13 @@ bool one_pixel(const ConvGeometry& g) { return g.height == 1 && g.width == 1; }
 
 // y[n][c * multiplier + k] = x[n][c] * centre tap + bias.
 void forward_one_pixel(const ConvGeometry& g, std::int64_t batch, std::int64_t multiplier, const float* x,
-                       const float* weight, const float* bias, float* y) {
+                       const float* weight, const float* bias, float* y, bool relu6) {
   const std::int64_t out_channels = g.channels * multiplier;
   parallel_for(batch, batch * out_channels, [&](std::int64_t n) {
     for (std::int64_t oc = 0; oc < out_channels; ++oc) {
       const float shift = bias ? bias[oc] : 0.0f;
-      y[n * out_channels + oc] = x[n * g.channels + oc / multiplier] * weight[oc * kTaps + kCentre] + shift;
+      const float value = x[n * g.channels + oc / multiplier] * weight[oc * kTaps + kCentre] + shift;
+      y[n * out_channels + oc] = relu6 ? clamp_relu6(value) : value;
     }
   });
 }
@@ -286,8 +293,8 @@ bool depthwise_3x3_applies(DType dtype, const ConvGeometry& g) {
 }
 
 void depthwise_3x3_forward(const ConvGeometry& g, std::int64_t batch, std::int64_t multiplier, const float* x,
-                           const float* weight, const float* bias, float* y) {
-  if (one_pixel(g)) return forward_one_pixel(g, batch, multiplier, x, weight, bias, y);
+                           const float* weight, const float* bias, float* y, bool relu6) {
+  if (one_pixel(g)) return forward_one_pixel(g, batch, multiplier, x, weight, bias, y, relu6);
   const std::int64_t total = batch * g.channels;  // input planes, one per (sample, channel)
   const Layout l = layout_of(g.height, g.width, g.stride_h, total);
   std::int64_t offset[kTaps];
@@ -304,6 +311,7 @@ void depthwise_3x3_forward(const ConvGeometry& g, std::int64_t batch, std::int64
                      }
                      sum_taps(kTaps, scratch, offset, table.weight.data(), table.bias.data(), count, l.plane_stride,
                               g.out_height * l.row, flat);
+                     if (relu6) clamp_flat(flat, count * l.plane_stride);  // the stack's outputs, in L1
                      copy_rows(count, g.out_height, g.out_width, flat, l.plane_stride, l.row,
                                y + (first * multiplier + k) * g.out_plane(), multiplier * g.out_plane(), g.out_width);
                    }

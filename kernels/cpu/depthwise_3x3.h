@@ -18,7 +18,7 @@ bool depthwise_3x3_applies(DType dtype, const ConvGeometry& g);
 
 // The operands of kernels/conv_backends.h's depthwise kernels, as floats.
 void depthwise_3x3_forward(const ConvGeometry& g, std::int64_t batch, std::int64_t multiplier, const float* x,
-                           const float* weight, const float* bias, float* y);
+                           const float* weight, const float* bias, float* y, bool relu6);
 void depthwise_3x3_backward_input(const ConvGeometry& g, std::int64_t batch, const float* grad_y, const float* weight,
                                   float* grad_x);  // multiplier 1
 void depthwise_3x3_backward_weight(const ConvGeometry& g, std::int64_t batch, std::int64_t multiplier,

@@ -35,14 +35,15 @@ __global__ void col2im_kernel(ConvGeometry g, const T* col, T* x) {
 
 template <typename T, typename C>
 __global__ void depthwise_forward_kernel(ConvGeometry g, std::int64_t batch, std::int64_t multiplier, const T* x,
-                                         const T* weight, const T* bias, T* y) {
+                                         const T* weight, const T* bias, T* y, bool relu6) {
   const std::int64_t out_channels = g.channels * multiplier, n = batch * out_channels * g.out_plane();
   for (std::int64_t i = grid_thread(); i < n; i += grid_threads()) {
     const std::int64_t plane = i / g.out_plane(), pixel = i % g.out_plane();
     const std::int64_t sample = plane / out_channels, oc = plane % out_channels;
     const T* x_plane = x + (sample * g.channels + oc / multiplier) * g.plane();
     const C total = depthwise_output<C>(g, x_plane, weight + oc * g.taps(), pixel / g.out_width, pixel % g.out_width);
-    y[i] = convert<T>(bias ? total + convert<C>(bias[oc]) : total);
+    const C value = bias ? total + convert<C>(bias[oc]) : total;
+    y[i] = convert<T>(relu6 ? clamp_relu6(value) : value);
   }
 }
 
@@ -100,12 +101,12 @@ void col2im(DType dtype, const ConvGeometry& g, const void* col, void* x) {
 }
 
 void depthwise_forward(DType dtype, const ConvGeometry& g, std::int64_t batch, std::int64_t multiplier, const void* x,
-                       const void* weight, const void* bias, void* y) {
+                       const void* weight, const void* bias, void* y, bool relu6) {
   visit_floating(dtype, "conv2d", [&]<typename T, typename C>() {
     FRUGAL_LAUNCH(grid_for(batch * g.channels * multiplier * g.out_plane()), kGridBlockThreads, 0, nullptr,
                   depthwise_forward_kernel<T, C>)(g, batch, multiplier, static_cast<const T*>(x),
                                                   static_cast<const T*>(weight), static_cast<const T*>(bias),
-                                                  static_cast<T*>(y));
+                                                  static_cast<T*>(y), relu6);
   });
   FRUGAL_CUDA_CHECK_LAUNCH();
 }

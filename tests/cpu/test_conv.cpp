@@ -243,3 +243,57 @@ TEST_CASE("conv2d 1x1 over the batch: gathered chunks, waves and weight groups e
     CHECK(dw.to_vector<float>() == dw_sum.to_vector<float>());
   }
 }
+
+// kernels/conv.h's ConvEpilogue: each path applies scale, bias and ReLU6 where it can (the CPU's 1x1
+// GEMMs in cache, the depthwise kernels as they write, the rest as passes after); every path gives the
+// bits of the convolution followed by the passes themselves (a depthwise one with the scale taken
+// into its weights first), except that the CPU's 1x1 epilogue may fuse v * scale + bias into one
+// multiply-add (its AVX2 and AVX-512 variants): one rounding fewer.
+TEST_CASE("conv2d's epilogue: scale, bias and ReLU6 give the bits of the separate passes on every path") {
+  Generator generator(21);
+  struct Case {
+    const char* name;
+    Shape x, w;
+    Conv2dOptions o;
+  };
+  const Case cases[] = {
+      {"1x1, plane >= 256 columns", {2, 8, 16, 16}, {12, 8, 1, 1}, {}},
+      {"1x1, gathered small planes", {9, 16, 4, 4}, {24, 16, 1, 1}, {}},
+      {"depthwise 3x3 stride 1 (fast path)", {3, 6, 7, 5}, {6, 1, 3, 3}, {.padding = {1, 1}, .groups = 6}},
+      {"depthwise 3x3 stride 2 (fast path)", {3, 6, 8, 8}, {6, 1, 3, 3}, {.stride = {2, 2}, .padding = {1, 1}, .groups = 6}},
+      {"depthwise one-pixel planes", {4, 6, 1, 1}, {6, 1, 3, 3}, {.padding = {1, 1}, .groups = 6}},
+      {"depthwise 5x5 (reference loops)", {2, 4, 6, 6}, {4, 1, 5, 5}, {.padding = {2, 2}, .groups = 4}},
+      {"im2col 3x3", {2, 3, 6, 6}, {5, 3, 3, 3}, {.padding = {1, 1}}},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(std::string(c.name));
+    const Tensor x = uniform(c.x, -3.0, 3.0, {}, &generator), w = uniform(c.w, -1.0, 1.0, {}, &generator);
+    const Tensor scale = uniform({c.w[0]}, 0.5, 2.0, {}, &generator), bias = uniform({c.w[0]}, -1.0, 1.0, {}, &generator);
+    const bool depthwise = c.w[1] == 1 && c.o.groups == c.x[1];
+    for (bool with_scale : {false, true})
+      for (ConvActivation activation : {ConvActivation::none, ConvActivation::relu6}) {
+        CAPTURE(with_scale);
+        const ConvEpilogue e{.scale = with_scale ? scale : Tensor(), .activation = activation};
+        const Tensor fused = conv2d(x, w, bias, c.o, e);
+        Tensor expected;
+        if (!with_scale) {
+          expected = conv2d(x, w, bias, c.o);
+        } else if (depthwise) {
+          expected = conv2d(x, mul(w, scale.view({c.w[0], 1, 1, 1})), bias, c.o);
+        } else {
+          expected = conv2d(x, w, Tensor(), c.o);
+          mul_(expected, scale.view({1, c.w[0], 1, 1}));
+          add_(expected, bias.view({1, c.w[0], 1, 1}));
+        }
+        if (activation == ConvActivation::relu6) relu6_(expected);
+        const std::vector<float> got = fused.to_vector<float>(), want = expected.to_vector<float>();
+        if (!with_scale || c.w[2] != 1) {
+          CHECK(got == want);
+          continue;
+        }
+        REQUIRE(got.size() == want.size());
+        for (std::size_t i = 0; i < got.size(); ++i) REQUIRE(std::abs(got[i] - want[i]) <= 1e-6f * (1.0f + std::abs(want[i])));
+      }
+  }
+  CHECK_THROWS_AS(conv2d(zeros({1, 2, 3, 3}), zeros({4, 2, 1, 1}), Tensor(), {}, {.scale = zeros({3})}), ShapeError);
+}

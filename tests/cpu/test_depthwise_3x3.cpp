@@ -53,7 +53,7 @@ std::vector<float> run_all(const Operands& o, bool reference, std::uint64_t* reg
   auto input = reference ? cpu::depthwise_backward_input_reference : cpu::depthwise_backward_input;
   auto weight = reference ? cpu::depthwise_backward_weight_reference : cpu::depthwise_backward_weight;
   const std::uint64_t regions_before = cpu::parallel_regions_opened();
-  forward(DType::f32, g, o.batch, o.multiplier, o.x.data_ptr(), o.w.data_ptr(), bias, y.data_ptr());
+  forward(DType::f32, g, o.batch, o.multiplier, o.x.data_ptr(), o.w.data_ptr(), bias, y.data_ptr(), false);
   input(DType::f32, g, o.batch, o.multiplier, o.dy.data_ptr(), o.w.data_ptr(), dx.data_ptr());
   weight(DType::f32, g, o.batch, o.multiplier, o.dy.data_ptr(), o.x.data_ptr(), dw.data_ptr());
   if (regions) *regions = cpu::parallel_regions_opened() - regions_before;

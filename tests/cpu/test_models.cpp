@@ -18,7 +18,9 @@
 #include "models/mobilenet_v2.h"
 #include "models/registry.h"
 #include "models/resnet.h"
+#include "nn/amp.h"
 #include "nn/autograd.h"
+#include "nn/fold_batch_norm.h"
 #include "nn/functional.h"
 #include "nn/layers.h"
 #include "nn/safetensors.h"
@@ -312,4 +314,61 @@ TEST_CASE("models: Conv2dNormActivation in place runs BatchNorm and ReLU6 as one
     for (std::size_t i = 0; i < fused_buffers.size(); ++i)
       check_close(fused_buffers[i].second, plain_buffers[i].second, fused_buffers[i].first.c_str());
   }
+}
+
+// nn/fold_batch_norm.h: MobileNetV2 evaluated without autograd folds each BatchNorm into the
+// convolution before it; with autograd on (or in training, or under an observer) it does not. The
+// two agree to f32 rounding.
+TEST_CASE("models: MobileNetV2's inference with BatchNorm folded matches the unfolded forward") {
+  Generator generator(5);
+  models::MobileNetV2 model({.num_classes = 10, .width_mult = 0.5, .in_channels = 1, .generator = &generator});
+  // Running statistics away from 0 and 1, so the fold has something to fold.
+  for (auto& [name, buffer] : model.named_buffers())
+    if (name.ends_with("running_mean")) buffer.copy_(uniform(buffer.shape(), -0.5, 0.5, {}, &generator));
+    else if (name.ends_with("running_var")) buffer.copy_(uniform(buffer.shape(), 0.5, 2.0, {}, &generator));
+  model.eval();
+  const Tensor x = normal({4, 1, 32, 32}, 0.0, 1.0, {}, &generator);
+  const Tensor unfolded = model(x);  // autograd on: BatchNorm runs as its own layer
+  Tensor folded;
+  {
+    const autograd::NoGradGuard no_grad;
+    auto* block = dynamic_cast<models::Conv2dNormActivation*>((*model.named_children()[0].second).named_children()[0].second.get());
+    REQUIRE(block != nullptr);
+    CHECK(nn::folds_batch_norm(*std::dynamic_pointer_cast<nn::BatchNorm2d>(block->named_children()[1].second)));
+    folded = model(x);
+  }
+  const auto a = unfolded.to_vector<double>(), b = folded.to_vector<double>();
+  REQUIRE(a.size() == b.size());
+  double worst = 0.0, largest = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i])), largest = std::max(largest, std::abs(a[i]));
+  CHECK(largest > 0.0);
+  CHECK(worst <= 1e-5 * largest);
+  CHECK(worst > 0.0);  // the fold changed the rounding: it ran
+}
+
+TEST_CASE("models: BatchNorm is folded only in eval mode with autograd and autocast off and no observer") {
+  nn::BatchNorm2d norm(4);
+  norm.eval();
+  CHECK_FALSE(nn::folds_batch_norm(norm));  // autograd on
+  const autograd::NoGradGuard no_grad;
+  CHECK(nn::folds_batch_norm(norm));
+  norm.train();
+  CHECK_FALSE(nn::folds_batch_norm(norm));
+  norm.eval();
+  {
+    const nn::AutocastGuard autocast(DType::bf16);
+    CHECK_FALSE(nn::folds_batch_norm(norm));
+  }
+  struct Quiet : nn::ModuleCallObserver {
+    void before_call(const nn::Module&) override {}
+    void after_call(const nn::Module&, const Tensor*) override {}
+  } observer;
+  {
+    const nn::ModuleCallObserverScope scope(observer);
+    CHECK_FALSE(nn::folds_batch_norm(norm));
+  }
+  nn::BatchNorm2d no_statistics(4, 1e-5, 0.1, true, false);
+  no_statistics.eval();
+  CHECK_FALSE(nn::folds_batch_norm(no_statistics));
+  CHECK_THROWS_AS(nn::conv_batch_norm_folded(nn::Conv2d(4, 4, 1), no_statistics, zeros({1, 4, 2, 2})), ValueError);
 }
