@@ -271,9 +271,9 @@ void forward_one_pixel(const ConvGeometry& g, std::int64_t batch, std::int64_t m
       for (std::int64_t k = 0; k < multiplier; ++k) {
         const std::int64_t oc = c * multiplier + k;
         const float shift = bias ? bias[oc] : 0.0f;
-        const float value = x[n * g.channels + c] * weight[oc * kTaps + kCentre] + shift;
-        y[n * out_channels + oc] = relu6 ? clamp_relu6(value) : value;
+        y[n * out_channels + oc] = x[n * g.channels + c] * weight[oc * kTaps + kCentre] + shift;
       }
+    if (relu6) clamp_flat(y + n * out_channels, out_channels);  // a loop of its own vectorises: no branches
   });
 }
 
