@@ -2,9 +2,13 @@
 // in the order torchvision builds them (the order is the state dict's order).
 #include "models/mobilenet_v2.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 
+#include "core/cpu/parallel.h"
+#include "kernels/elementwise.h"
 #include "models/torchvision_init.h"
 #include "nn/fold_batch_norm.h"
 #include "nn/functional.h"
@@ -47,6 +51,7 @@ InvertedResidual::InvertedResidual(std::int64_t in_channels, std::int64_t out_ch
     : nn::Module("InvertedResidual"), use_residual_(stride == 1 && in_channels == out_channels) {
   FRUGAL_CHECK_VALUE(stride == 1 || stride == 2, "InvertedResidual: stride must be 1 or 2, got ", stride);
   const auto hidden = static_cast<std::int64_t>(std::lround(static_cast<double>(in_channels * expand_ratio)));
+  hidden_channels_ = hidden;
   using Args = Conv2dNormActivation::Args;
   conv_ = register_module("conv", std::make_shared<nn::Sequential>());
   if (expand_ratio != 1)
@@ -68,7 +73,46 @@ Tensor InvertedResidual::branch(const Tensor& x) {
   return nn::conv_batch_norm_folded(*projection_, *projection_norm_, y);
 }
 
+// ---- Note [Inference a few samples at a time]
+// A block's expansion writes hidden activations 6x the size of its input, the depthwise convolution
+// reads them back and writes as many, and the projection reads those: with the CIFAR stem's 32x32
+// maps, 64 samples of 144 channels are 37 MiB per tensor, which goes out to L3 and back four times
+// per block. In inference (BatchNorm folded, nothing saved for backward) the block runs on a few
+// samples at a time instead, as many as keep a chunk's hidden activations within about one L2 cache
+// per thread, so the depthwise convolution and the projection read what the layer before just wrote
+// from L2. Each sample's result is computed by the same kernels on the same values; only how the 1x1
+// convolutions group samples into GEMMs changes (Note [Pointwise convolutions over the batch]), so
+// results agree to f32 rounding. Measured 2026-12-05 (docs/benchmarks.md): CIFAR-stem eval 287 ->
+// 320-336 img/s on 1 thread, 560 -> 588-614 on 2 with chunks of one L2 per thread; half an L2 gave
+// 343 on 1 thread but 545-573 on 2 (chunks of one or two samples leave the threads little to share).
+// The standard stem's maps are small enough that most blocks fit whole.
+std::int64_t InvertedResidual::inference_chunk(const Tensor& x) const {
+  static const std::int64_t l2_bytes = [] {
+    const long size = ::sysconf(_SC_LEVEL2_CACHE_SIZE);
+    return size > 0 ? static_cast<std::int64_t>(size) : std::int64_t{1} << 20;  // 1 MiB when unknown
+  }();
+  const std::int64_t hidden_bytes = hidden_channels_ * x.size(2) * x.size(3) * static_cast<std::int64_t>(x.element_size());
+  const std::int64_t per_thread = std::max<std::int64_t>(1, l2_bytes / std::max<std::int64_t>(hidden_bytes, 1));
+  return std::clamp<std::int64_t>(cpu::parallel_threads() * per_thread, 1, std::max<std::int64_t>(x.size(0), 1));
+}
+
 Tensor InvertedResidual::forward(const Tensor& x) {
+  // Note [Inference a few samples at a time]
+  if (nn::folds_batch_norm(*projection_norm_) && x.device().is_cpu() && x.dim() == 4 && inference_chunk(x) < x.size(0)) {
+    const std::int64_t samples = inference_chunk(x);
+    Tensor out;
+    for (std::int64_t first = 0; first < x.size(0); first += samples) {
+      const Tensor part = x.narrow(0, first, std::min(samples, x.size(0) - first));
+      const Tensor y = use_residual_ ? add(part, branch(part)) : branch(part);
+      if (!out.defined()) {
+        Shape shape = y.shape();
+        shape[0] = x.size(0);
+        out = empty(shape, {.dtype = y.dtype(), .device = y.device()});
+      }
+      out.narrow(0, first, part.size(0)).copy_(y);
+    }
+    return out;
+  }
   if (!use_residual_) return branch(x);
   // The sum saves nothing for backward; the projection's BN output dies here, and the sum is what the
   // next block's first convolution keeps. A sum that can be rebuilt: when its addends can (BatchNorm

@@ -86,11 +86,15 @@ class InvertedResidual : public nn::Module {
                    std::int64_t expand_ratio, Generator* generator = nullptr, bool inplace = true);
   Tensor forward(const Tensor& x) override;
   bool uses_residual() const { return use_residual_; }
+  // How many samples of x inference runs through the block at a time on the CPU (Note [Inference a
+  // few samples at a time] in mobilenet_v2.cpp): x.size(0) or fewer.
+  std::int64_t inference_chunk(const Tensor& x) const;
 
  private:
   Tensor branch(const Tensor& x);  // the expansion, the depthwise convolution and the projection
 
   bool use_residual_;
+  std::int64_t hidden_channels_ = 0;
   std::shared_ptr<nn::Sequential> conv_;
   std::shared_ptr<nn::Conv2d> projection_;          // conv_'s last two modules
   std::shared_ptr<nn::BatchNorm2d> projection_norm_;

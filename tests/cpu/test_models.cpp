@@ -317,17 +317,18 @@ TEST_CASE("models: Conv2dNormActivation in place runs BatchNorm and ReLU6 as one
 }
 
 // nn/fold_batch_norm.h: MobileNetV2 evaluated without autograd folds each BatchNorm into the
-// convolution before it; with autograd on (or in training, or under an observer) it does not. The
-// two agree to f32 rounding.
+// convolution before it, and runs its blocks a few samples at a time (Note [Inference a few samples
+// at a time]); with autograd on (or in training, or under an observer) it does neither. The two agree
+// to f32 rounding.
 TEST_CASE("models: MobileNetV2's inference with BatchNorm folded matches the unfolded forward") {
   Generator generator(5);
-  models::MobileNetV2 model({.num_classes = 10, .width_mult = 0.5, .in_channels = 1, .generator = &generator});
+  models::MobileNetV2 model({.num_classes = 10, .in_channels = 1, .cifar_stem = true, .generator = &generator});
   // Running statistics away from 0 and 1, so the fold has something to fold.
   for (auto& [name, buffer] : model.named_buffers())
     if (name.ends_with("running_mean")) buffer.copy_(uniform(buffer.shape(), -0.5, 0.5, {}, &generator));
     else if (name.ends_with("running_var")) buffer.copy_(uniform(buffer.shape(), 0.5, 2.0, {}, &generator));
   model.eval();
-  const Tensor x = normal({4, 1, 32, 32}, 0.0, 1.0, {}, &generator);
+  const Tensor x = normal({24, 1, 32, 32}, 0.0, 1.0, {}, &generator);
   const Tensor unfolded = model(x);  // autograd on: BatchNorm runs as its own layer
   Tensor folded;
   {
@@ -335,6 +336,13 @@ TEST_CASE("models: MobileNetV2's inference with BatchNorm folded matches the unf
     auto* block = dynamic_cast<models::Conv2dNormActivation*>((*model.named_children()[0].second).named_children()[0].second.get());
     REQUIRE(block != nullptr);
     CHECK(nn::folds_batch_norm(*std::dynamic_pointer_cast<nn::BatchNorm2d>(block->named_children()[1].second)));
+    // features.2 expands 24 channels of 32x32 to 144: 576 KiB a sample, so a few samples per chunk
+    // (here: 2 MiB of L2 and 2 threads make chunks of 6, and the forward below runs 4 of them).
+    auto* second = dynamic_cast<models::InvertedResidual*>((*model.named_children()[0].second).named_children()[2].second.get());
+    REQUIRE(second != nullptr);
+    const Tensor huge = empty({4096, 24, 32, 32}, {.device = Device::meta()});  // shape only
+    CHECK(second->inference_chunk(huge) < 4096);
+    CHECK(second->inference_chunk(huge) >= 1);
     folded = model(x);
   }
   const auto a = unfolded.to_vector<double>(), b = folded.to_vector<double>();
