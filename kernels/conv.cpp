@@ -284,6 +284,9 @@ struct Epilogue {
   const float* bias = nullptr;
   bool relu6 = false;
   bool any() const { return scale != nullptr || bias != nullptr || relu6; }
+  Epilogue from_row(std::int64_t r) const {  // the same for rows r, r + 1, ...
+    return {scale ? scale + r : nullptr, bias ? bias + r : nullptr, relu6};
+  }
 };
 
 // Each row r of the dense [rows, columns] f32 matrix `data`: v * scale[r] + bias[r], then the clamp.
@@ -314,29 +317,39 @@ void apply_epilogue(float* data, std::int64_t rows, std::int64_t columns, const 
 // of the channel side at a time, whose lines stay in L1 while the sample side is walked.
 constexpr std::int64_t kTransposeTile = 64;  // 64 lines of 64 bytes: 4 KiB of L1
 
+// Channels [begin, end) of `count` samples [count, channels, plane] into operand [channels, count, plane].
 __attribute__((target_clones("avx512f", "avx2", "default")))
 FRUGAL_NO_MEMCPY_CALLS void gather_samples(const float* samples, std::int64_t count, std::int64_t channels,
-                                           std::int64_t plane, float* operand) {
-  for (std::int64_t tile = 0; tile < channels; tile += kTransposeTile)
+                                           std::int64_t plane, float* operand, std::int64_t begin, std::int64_t end) {
+  for (std::int64_t tile = begin; tile < end; tile += kTransposeTile)
     for (std::int64_t n = 0; n < count; ++n)
-      for (std::int64_t ch = tile; ch < std::min(channels, tile + kTransposeTile); ++ch) {
+      for (std::int64_t ch = tile; ch < std::min(end, tile + kTransposeTile); ++ch) {
         const float* from = samples + (n * channels + ch) * plane;
         float* to = operand + (ch * count + n) * plane;
         for (std::int64_t i = 0; i < plane; ++i) to[i] = from[i];
       }
 }
 
-// product [rows, count, plane] to samples [count, rows, plane].
+// Rows [begin, end) of product [rows, count, plane] to samples [count, rows, plane].
 __attribute__((target_clones("avx512f", "avx2", "default")))
 FRUGAL_NO_MEMCPY_CALLS void scatter_samples(const float* product, std::int64_t rows, std::int64_t count,
-                                            std::int64_t plane, float* samples) {
-  for (std::int64_t tile = 0; tile < rows; tile += kTransposeTile)
+                                            std::int64_t plane, float* samples, std::int64_t begin, std::int64_t end) {
+  for (std::int64_t tile = begin; tile < end; tile += kTransposeTile)
     for (std::int64_t n = 0; n < count; ++n)
-      for (std::int64_t r = tile; r < std::min(rows, tile + kTransposeTile); ++r) {
+      for (std::int64_t r = tile; r < std::min(end, tile + kTransposeTile); ++r) {
         const float* from = product + (r * count + n) * plane;
         float* to = samples + (n * rows + r) * plane;
         for (std::int64_t i = 0; i < plane; ++i) to[i] = from[i];
       }
+}
+
+// body(begin, end) over tiles of [0, n): shared among the threads when a chunk runs alone (its GEMM is
+// threaded by OpenBLAS, and its copies would otherwise hold the other threads waiting: on the
+// standard stem's 2x2 and 1x1 maps one chunk is the whole batch), on the caller's thread otherwise.
+template <typename Body>
+void over_tiles(std::int64_t n, std::int64_t work, bool alone, Body&& body) {
+  if (alone) return cpu::parallel_for_chunks(n, kTransposeTile, work, body);
+  body(std::int64_t{0}, n);
 }
 
 // dst = a x src per sample, src and dst [N, *, H, W]: the forward (a = W) and the input gradient
@@ -373,12 +386,20 @@ void pointwise_over_batch(const Tensor& a, const Tensor& src, const Tensor& dst,
         samples_by_channel(dst, first, count).copy_(product.view({rows, count, c.plane}));
         return;
       }
-      gather_samples(static_cast<const float*>(src.select(0, first).data_ptr()), count, inner, c.plane,
-                     static_cast<float*>(operand.data_ptr()));
+      const bool alone = in_wave == 1;
+      const float* from = static_cast<const float*>(src.select(0, first).data_ptr());
+      float* gathered = static_cast<float*>(operand.data_ptr());
+      over_tiles(inner, inner * count * c.plane, alone, [&](std::int64_t begin, std::int64_t end) {
+        gather_samples(from, count, inner, c.plane, gathered, begin, end);
+      });
       matmul_into(product, a, operand);
-      if (epilogue.any()) apply_epilogue(static_cast<float*>(product.data_ptr()), rows, count * c.plane, epilogue);
-      scatter_samples(static_cast<const float*>(product.data_ptr()), rows, count, c.plane,
-                      static_cast<float*>(dst.select(0, first).data_ptr()));
+      float* result = static_cast<float*>(product.data_ptr());
+      float* to = static_cast<float*>(dst.select(0, first).data_ptr());
+      const std::int64_t columns = count * c.plane;
+      over_tiles(rows, rows * columns, alone, [&](std::int64_t begin, std::int64_t end) {
+        if (epilogue.any()) apply_epilogue(result + begin * columns, end - begin, columns, epilogue.from_row(begin));
+        scatter_samples(result, rows, count, c.plane, to, begin, end);
+      });
     });
   }
   record({ConvImpl::native, "1x1 gemm", in.nbytes() + out.nbytes()});
@@ -400,16 +421,30 @@ void pointwise_weight_over_batch(const Tensor& dy, const Tensor& x, const Tensor
   const Tensor in = empty_workspace({buffers * cols * c.columns()}, like);
   const Tensor grad = empty_workspace({buffers * rows * c.columns()}, like);
   const Tensor partials = groups > 1 ? empty_workspace({groups, rows, cols}, like) : Tensor();
+  const bool cpu_f32 = dw.device().is_cpu() && dw.dtype() == DType::f32;  // Note [Gathering samples on the CPU]
+  // Gathers samples [sample, sample + count) of t ([N, channels, H, W]) into the [channels, count * plane]
+  // matrix `to`; `alone`: no other chunk runs beside this one.
+  auto gather = [&](const Tensor& t, const Tensor& to, std::int64_t channels, std::int64_t sample, std::int64_t count,
+                    bool alone) {
+    if (!cpu_f32) {
+      Tensor(to).view({channels, count, c.plane}).copy_(samples_by_channel(t, sample, count));
+      return;
+    }
+    const float* from = static_cast<const float*>(t.select(0, sample).data_ptr());
+    over_tiles(channels, channels * count * c.plane, alone, [&](std::int64_t begin, std::int64_t end) {
+      gather_samples(from, count, channels, c.plane, static_cast<float*>(to.data_ptr()), begin, end);
+    });
+  };
   // Adds chunks [first, last) into target, gathering through buffer slot `slot` when chunks are gathered.
-  auto chunk_sum = [&](const Tensor& target, std::int64_t first, std::int64_t last, std::int64_t slot) {
+  auto chunk_sum = [&](const Tensor& target, std::int64_t first, std::int64_t last, std::int64_t slot, bool alone) {
     for (std::int64_t chunk = first; chunk < last; ++chunk) {
       const std::int64_t sample = chunk * c.samples, count = std::min(c.samples, p.batch - sample);
       Tensor xs = x.select(0, sample).view({cols, c.plane}), dys = dy.select(0, sample).view({rows, c.plane});
       if (c.gathered()) {
         xs = slot_matrix(in, slot, cols, count * c.plane, c.columns());
         dys = slot_matrix(grad, slot, rows, count * c.plane, c.columns());
-        xs.view({cols, count, c.plane}).copy_(samples_by_channel(x, sample, count));
-        dys.view({rows, count, c.plane}).copy_(samples_by_channel(dy, sample, count));
+        gather(x, xs, cols, sample, count, alone);
+        gather(dy, dys, rows, sample, count, alone);
       }
       matmul_into(target, dys, xs.t(), 1.0, chunk == first ? 0.0 : 1.0);
     }
@@ -418,11 +453,11 @@ void pointwise_weight_over_batch(const Tensor& dy, const Tensor& x, const Tensor
   // Note [Convolutions on the meta device]
   if (dw.device().is_meta()) return record({ConvImpl::native, "1x1 gemm", scratch});
   if (groups == 1) {  // one GEMM at a time, threaded by OpenBLAS
-    chunk_sum(weight, 0, chunks, 0);
+    chunk_sum(weight, 0, chunks, 0, true);
     return record({ConvImpl::native, "1x1 gemm", scratch});
   }
   for_each_chunk(dw.device(), groups, rows * cols * c.plane * p.batch, [&](std::int64_t g) {
-    chunk_sum(partials.select(0, g), g * per_group, std::min(chunks, (g + 1) * per_group), g);
+    chunk_sum(partials.select(0, g), g * per_group, std::min(chunks, (g + 1) * per_group), g, false);
   });
   Tensor(weight).copy_(partials.select(0, 0));
   for (std::int64_t g = 1; g < groups; ++g) {
