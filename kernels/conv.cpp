@@ -254,9 +254,17 @@ struct Chunking {
   std::int64_t columns() const { return samples * plane; }
 };
 
+}  // namespace
+
+std::int64_t pointwise_samples_per_gemm(std::int64_t plane) {
+  return std::max<std::int64_t>(1, (kChunkColumns + plane - 1) / std::max<std::int64_t>(plane, 1));
+}
+
+namespace {
+
 Chunking pointwise_chunking(const Problem& p) {
   const std::int64_t plane = p.g.out_plane();
-  const std::int64_t samples = std::clamp<std::int64_t>((kChunkColumns + plane - 1) / plane, 1, std::max<std::int64_t>(p.batch, 1));
+  const std::int64_t samples = std::clamp<std::int64_t>(pointwise_samples_per_gemm(plane), 1, std::max<std::int64_t>(p.batch, 1));
   return {samples, plane, (p.batch + samples - 1) / samples};
 }
 

@@ -67,6 +67,12 @@ struct ConvEpilogue {
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(), const Conv2dOptions& options = {},
               const ConvEpilogue& epilogue = {});
 
+// How many samples a 1x1 convolution (stride 1, one group) puts in one GEMM for maps of `plane` pixels
+// (Note [Pointwise convolutions over the batch] in conv.cpp), when the batch has that many: a caller
+// that splits a batch into chunks of a multiple of it gets the same GEMMs, so the same bits, as the
+// whole batch would.
+std::int64_t pointwise_samples_per_gemm(std::int64_t plane);
+
 // d loss / d x, given d loss / d y and the weight.
 Tensor conv2d_backward_input(const Tensor& grad_output, const Tensor& weight, const Shape& input_shape,
                              const Conv2dOptions& options = {});

@@ -6,8 +6,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
-#include "core/cpu/parallel.h"
 #include "kernels/elementwise.h"
 #include "models/torchvision_init.h"
 #include "nn/fold_batch_norm.h"
@@ -48,7 +48,7 @@ Tensor Conv2dNormActivation::forward(const Tensor& x) {
 
 InvertedResidual::InvertedResidual(std::int64_t in_channels, std::int64_t out_channels, std::int64_t stride,
                                    std::int64_t expand_ratio, Generator* generator, bool inplace)
-    : nn::Module("InvertedResidual"), use_residual_(stride == 1 && in_channels == out_channels) {
+    : nn::Module("InvertedResidual"), use_residual_(stride == 1 && in_channels == out_channels), stride_(stride) {
   FRUGAL_CHECK_VALUE(stride == 1 || stride == 2, "InvertedResidual: stride must be 1 or 2, got ", stride);
   const auto hidden = static_cast<std::int64_t>(std::lround(static_cast<double>(in_channels * expand_ratio)));
   hidden_channels_ = hidden;
@@ -78,22 +78,29 @@ Tensor InvertedResidual::branch(const Tensor& x) {
 // reads them back and writes as many, and the projection reads those: with the CIFAR stem's 32x32
 // maps, 64 samples of 144 channels are 37 MiB per tensor, which goes out to L3 and back four times
 // per block. In inference (BatchNorm folded, nothing saved for backward) the block runs on a few
-// samples at a time instead, as many as keep a chunk's hidden activations within about one L2 cache
-// per thread, so the depthwise convolution and the projection read what the layer before just wrote
-// from L2. Each sample's result is computed by the same kernels on the same values; only how the 1x1
-// convolutions group samples into GEMMs changes (Note [Pointwise convolutions over the batch]), so
-// results agree to f32 rounding. Measured 2026-12-05 (docs/benchmarks.md): CIFAR-stem eval 287 ->
-// 320-336 img/s on 1 thread, 560 -> 588-614 on 2 with chunks of one L2 per thread; half an L2 gave
-// 343 on 1 thread but 545-573 on 2 (chunks of one or two samples leave the threads little to share).
-// The standard stem's maps are small enough that most blocks fit whole.
+// samples at a time instead, so that a chunk's hidden activations take about kChunkCaches L2 caches
+// and the depthwise convolution and the projection read what the layer before just wrote from L2.
+// The chunk does not depend on the thread count, and it is a multiple of the samples the block's 1x1
+// convolutions put in one GEMM (pointwise_samples_per_gemm), so every kernel sees the operands it
+// would see for the whole batch: the same bits as the whole batch, on any number of threads.
+// Measured 2026-12-05 (docs/benchmarks.md), CIFAR-stem eval, 1 / 2 threads: 287 / 560 img/s whole,
+// 331 / 598 with chunks of two L2s; one L2 per thread gave 320-336 / 588-614, half an L2 343 / 545-573
+// (chunks of one or two samples leave two threads little to share). The standard stem's maps are
+// small enough that most of its blocks fit whole.
+constexpr std::int64_t kChunkCaches = 2;
+
 std::int64_t InvertedResidual::inference_chunk(const Tensor& x) const {
   static const std::int64_t l2_bytes = [] {
     const long size = ::sysconf(_SC_LEVEL2_CACHE_SIZE);
     return size > 0 ? static_cast<std::int64_t>(size) : std::int64_t{1} << 20;  // 1 MiB when unknown
   }();
-  const std::int64_t hidden_bytes = hidden_channels_ * x.size(2) * x.size(3) * static_cast<std::int64_t>(x.element_size());
-  const std::int64_t per_thread = std::max<std::int64_t>(1, l2_bytes / std::max<std::int64_t>(hidden_bytes, 1));
-  return std::clamp<std::int64_t>(cpu::parallel_threads() * per_thread, 1, std::max<std::int64_t>(x.size(0), 1));
+  const std::int64_t batch = std::max<std::int64_t>(x.size(0), 1), plane = x.size(2) * x.size(3);
+  const std::int64_t hidden_bytes = hidden_channels_ * plane * static_cast<std::int64_t>(x.element_size());
+  const std::int64_t fit = std::max<std::int64_t>(1, kChunkCaches * l2_bytes / std::max<std::int64_t>(hidden_bytes, 1));
+  // The expansion sees the input's maps, the projection the depthwise convolution's (3x3, padding 1).
+  const std::int64_t out_plane = ((x.size(2) - 1) / stride_ + 1) * ((x.size(3) - 1) / stride_ + 1);
+  const std::int64_t group = std::lcm(pointwise_samples_per_gemm(plane), pointwise_samples_per_gemm(out_plane));
+  return std::min(batch, (fit + group - 1) / group * group);
 }
 
 Tensor InvertedResidual::forward(const Tensor& x) {

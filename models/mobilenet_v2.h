@@ -94,6 +94,7 @@ class InvertedResidual : public nn::Module {
   Tensor branch(const Tensor& x);  // the expansion, the depthwise convolution and the projection
 
   bool use_residual_;
+  std::int64_t stride_;
   std::int64_t hidden_channels_ = 0;
   std::shared_ptr<nn::Sequential> conv_;
   std::shared_ptr<nn::Conv2d> projection_;          // conv_'s last two modules
