@@ -40,11 +40,13 @@ Conv2dNormActivation::Conv2dNormActivation(std::int64_t in_channels, std::int64_
 // place: conv, BatchNorm, ReLU6. Inference: one convolution with BatchNorm folded into it and the
 // ReLU6 applied in its pass (nn/fold_batch_norm.h), either way.
 Tensor Conv2dNormActivation::forward(const Tensor& x) {
-  if (nn::folds_batch_norm(*norm_)) return nn::conv_batch_norm_folded(*conv_, *norm_, x, ConvActivation::relu6);
+  if (folds(x)) return nn::conv_batch_norm_folded(*conv_, *norm_, x, ConvActivation::relu6);
   const Tensor y = (*conv_)(x);
   if (relu6_fused_into_norm_) return norm_->forward_relu6(y);
   return (*activation_)((*norm_)(y));
 }
+
+bool Conv2dNormActivation::folds(const Tensor& x) const { return nn::folds_batch_norm(*conv_, *norm_, x); }
 
 InvertedResidual::InvertedResidual(std::int64_t in_channels, std::int64_t out_channels, std::int64_t stride,
                                    std::int64_t expand_ratio, Generator* generator, bool inplace)
@@ -67,7 +69,7 @@ InvertedResidual::InvertedResidual(std::int64_t in_channels, std::int64_t out_ch
 // conv_ in order, or in inference its modules but the last two, then the projection with its
 // BatchNorm folded in (nn/fold_batch_norm.h: no observer then sees the calls this skips).
 Tensor InvertedResidual::branch(const Tensor& x) {
-  if (!nn::folds_batch_norm(*projection_norm_)) return (*conv_)(x);
+  if (!nn::folds_batch_norm(*projection_, *projection_norm_, x)) return (*conv_)(x);
   Tensor y = x;
   for (std::size_t i = 0; i + 2 < conv_->size(); ++i) y = (*(*conv_)[i])(y);
   return nn::conv_batch_norm_folded(*projection_, *projection_norm_, y);
@@ -103,9 +105,19 @@ std::int64_t InvertedResidual::inference_chunk(const Tensor& x) const {
   return std::min(batch, (fit + group - 1) / group * group);
 }
 
+// Chunks are for inference alone: a BatchNorm in training mode would take each chunk's statistics
+// (and count each chunk as a batch), so every one of the block's BatchNorms must fold.
+bool InvertedResidual::folds_every_norm(const Tensor& x) const {
+  for (std::size_t i = 0; i + 2 < conv_->size(); ++i) {
+    const auto* unit = dynamic_cast<const Conv2dNormActivation*>((*conv_)[i].get());
+    if (unit == nullptr || !unit->folds(x)) return false;
+  }
+  return nn::folds_batch_norm(*projection_, *projection_norm_, x);
+}
+
 Tensor InvertedResidual::forward(const Tensor& x) {
   // Note [Inference a few samples at a time]
-  if (nn::folds_batch_norm(*projection_norm_) && x.device().is_cpu() && x.dim() == 4 && inference_chunk(x) < x.size(0)) {
+  if (x.dim() == 4 && inference_chunk(x) < x.size(0) && folds_every_norm(x)) {
     const std::int64_t samples = inference_chunk(x);
     Tensor out;
     for (std::int64_t first = 0; first < x.size(0); first += samples) {

@@ -67,6 +67,9 @@ class Conv2dNormActivation : public nn::Sequential {
   };
   Conv2dNormActivation(std::int64_t in_channels, std::int64_t out_channels, const Args& args);
   Tensor forward(const Tensor& x) override;
+  // Whether inference on x runs this unit as one convolution with its BatchNorm folded in
+  // (nn/fold_batch_norm.h).
+  bool folds(const Tensor& x) const;
 
  private:
   std::shared_ptr<nn::Conv2d> conv_;       // "0"
@@ -92,6 +95,7 @@ class InvertedResidual : public nn::Module {
 
  private:
   Tensor branch(const Tensor& x);  // the expansion, the depthwise convolution and the projection
+  bool folds_every_norm(const Tensor& x) const;
 
   bool use_residual_;
   std::int64_t stride_;

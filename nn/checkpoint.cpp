@@ -14,15 +14,18 @@ namespace frugal::nn {
 
 namespace {
 thread_local bool t_recomputing = false;
+thread_local bool t_first_run = false;
 
-class RecomputeScope {
+// Sets one of the flags above for its lifetime.
+class FlagScope {
  public:
-  RecomputeScope() : previous_(t_recomputing) { t_recomputing = true; }
-  ~RecomputeScope() { t_recomputing = previous_; }
-  RecomputeScope(const RecomputeScope&) = delete;
-  RecomputeScope& operator=(const RecomputeScope&) = delete;
+  explicit FlagScope(bool& flag) : flag_(flag), previous_(flag) { flag = true; }
+  ~FlagScope() { flag_ = previous_; }
+  FlagScope(const FlagScope&) = delete;
+  FlagScope& operator=(const FlagScope&) = delete;
 
  private:
+  bool& flag_;
   bool previous_;
 };
 
@@ -69,7 +72,7 @@ class CheckpointNode final : public autograd::Node {
     {
       ReplayRandom replay(random_);
       AutocastGuard autocast(autocast_);  // the forward's precision: backward usually runs outside the guard
-      RecomputeScope recomputing;
+      const FlagScope recomputing(t_recomputing);
       autograd::GradModeGuard grad_on(true);
       MemoryTagScope tag(MemoryTag::activation);
       output = fn_(inputs);
@@ -95,6 +98,7 @@ class CheckpointNode final : public autograd::Node {
 }  // namespace
 
 bool checkpoint_recomputing() { return t_recomputing; }
+bool checkpoint_first_run() { return t_first_run; }
 
 Tensor checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs) {
   // Recorded whenever grad mode is on, even if no input requires grad: the parameters fn uses may.
@@ -104,6 +108,7 @@ Tensor checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs) {
   {
     autograd::NoGradGuard no_grad;  // nothing inside is saved for backward
     MemoryTagScope tag(MemoryTag::activation);
+    const FlagScope first_run(t_first_run);
     output = fn(inputs);
   }
   // Recorded on an alias: fn may return one of its inputs, or a tensor it captured, whose own

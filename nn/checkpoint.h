@@ -33,6 +33,9 @@ Tensor checkpoint(const CheckpointFn& fn, const std::vector<Tensor>& inputs);
 
 // True while a checkpointed block is being recomputed during backward (on this thread).
 bool checkpoint_recomputing();
+// True while a checkpointed block runs its first time, in the forward (on this thread): autograd is
+// off there, yet the recomputation must compute the same values (nn/fold_batch_norm.h asks).
+bool checkpoint_first_run();
 
 // A Sequential (children "0", "1", ..., so a state dict is the same either way) in which each run
 // of children marked by checkpoint_children is one checkpoint: it keeps only its input for backward

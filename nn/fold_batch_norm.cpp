@@ -5,17 +5,21 @@
 #include "kernels/elementwise.h"
 #include "nn/amp.h"
 #include "nn/autograd.h"
+#include "nn/checkpoint.h"
 
 namespace frugal::nn {
 
-bool folds_batch_norm(const BatchNorm2d& norm) {
-  return !norm.is_training() && norm.running_mean().defined() && !autograd::grad_mode_enabled() &&
+bool folds_batch_norm(const Conv2d& conv, const BatchNorm2d& norm, const Tensor& x) {
+  return !norm.is_training() && norm.running_mean().defined() && norm.running_mean().dtype() == DType::f32 &&
+         conv.weight().dtype() == DType::f32 && x.dtype() == DType::f32 && x.device().is_cpu() &&
+         conv.weight().device().is_cpu() && !autograd::grad_mode_enabled() && !checkpoint_first_run() &&
          !autocast_dtype().has_value() && !module_calls_observed();
 }
 
 Tensor conv_batch_norm_folded(const Conv2d& conv, const BatchNorm2d& norm, const Tensor& x, ConvActivation activation) {
-  FRUGAL_CHECK_VALUE(folds_batch_norm(norm), "conv_batch_norm_folded: BatchNorm can be folded only in eval mode with "
-                     "running statistics, autograd and autocast off and no module call observer");
+  FRUGAL_CHECK_VALUE(folds_batch_norm(conv, norm, x), "conv_batch_norm_folded: BatchNorm can be folded only in eval "
+                     "mode with running statistics, in f32 on the CPU, with autograd, autocast and module call "
+                     "observers off and outside a checkpoint's first run");
   // s = gamma / sqrt(var + eps), t = beta - mean * s (gamma 1 and beta 0 without affine parameters),
   // and a convolution's own bias b scaled too: (v + b) * s + t = v * s + (b * s + t).
   Tensor scale = rsqrt(add(norm.running_var(), norm.eps()));

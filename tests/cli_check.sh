@@ -239,15 +239,16 @@ assert notes[0].endswith("/peers-venv/bin/python not found") or notes[0].endswit
 assert notes[1] == "pytorch left out from /usr/bin/python3 cannot import torch: no torch here", notes
 assert {r["impl"] for r in report["results"]} == {"frugal"} and len(report["results"]) == 10, report["results"]
 PY
-    # A peer runs in the user's environment, not with the settings frugal made for itself
-    # (OMP_WAIT_POLICY=passive halves PyTorch's speed): this "python" reports what it was given.
-    printf '#!/bin/sh\necho "unavailable OMP_WAIT_POLICY=${OMP_WAIT_POLICY-unset}"\n' >"$dir/python"
+    # A peer runs in the user's environment, not with the settings frugal made for itself (its
+    # GOMP_SPINCOUNT; the passive waiting it once set halved PyTorch's speed): this "python" reports
+    # what it was given.
+    printf '#!/bin/sh\necho "unavailable OMP_WAIT_POLICY=${OMP_WAIT_POLICY-unset} GOMP_SPINCOUNT=${GOMP_SPINCOUNT-unset}"\n' >"$dir/python"
     chmod +x "$dir/python"
     for policy in "" active; do   # "": unset (scripts/test.sh sets passive for the suites)
-      expect_exit 0 env -u OMP_WAIT_POLICY ${policy:+OMP_WAIT_POLICY=$policy} "$frugal" bench train --json --quick \
-        --threads 1 --peer-python "$dir/python"
-      grep -q "^frugal bench train: pytorch left out from $dir/python cannot import torch: OMP_WAIT_POLICY=${policy:-unset}$" <<<"$err" ||
-        fail "the peer's environment (OMP_WAIT_POLICY=${policy:-unset} expected): $err"
+      expect_exit 0 env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT ${policy:+OMP_WAIT_POLICY=$policy} "$frugal" bench train \
+        --json --quick --threads 1 --peer-python "$dir/python"
+      grep -q "^frugal bench train: pytorch left out from $dir/python cannot import torch: OMP_WAIT_POLICY=${policy:-unset} GOMP_SPINCOUNT=unset$" <<<"$err" ||
+        fail "the peer's environment (OMP_WAIT_POLICY=${policy:-unset}, GOMP_SPINCOUNT unset expected): $err"
     done
     # --peer-python is a file, and for this benchmark only.
     expect_exit 2 "$frugal" bench train --quick --peer-python "$dir/no-such-python"

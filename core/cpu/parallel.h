@@ -3,8 +3,6 @@
 // Not here: OpenBLAS's own threading (it decides for itself), or the data loader's worker threads.
 #pragma once
 
-#include <omp.h>
-
 #include <atomic>
 #include <cstdint>
 
@@ -26,9 +24,6 @@ namespace frugal::cpu {
 inline constexpr std::int64_t kMinParallelWork = 32768;
 
 inline bool worth_parallel(std::int64_t work) { return work >= kMinParallelWork; }
-
-// How many threads a parallel_for shares its work among (OpenMP's count).
-inline int parallel_threads() { return omp_get_max_threads(); }
 
 // How many parallel regions parallel_for has opened in this process: tests check that small work
 // opens none, and a teaching sample can count them.

@@ -63,12 +63,16 @@ TEST_CASE("convolution CUDA kernels in the emulator match the CPU kernels") {
         const Tensor bias = small_ints({out_channels}, dtype);
         const Tensor dy = small_ints({kBatch, out_channels, g.out_height, g.out_width}, dtype);
         const Shape y_shape = dy.shape(), xb_shape = xb.shape(), w_shape = w.shape();
-        CHECK(run(y_shape, dtype, [&](void* out) {
-                cuda_emulated::depthwise_forward(dtype, g, kBatch, kMultiplier, xb.data_ptr(), w.data_ptr(),
-                                                 bias.data_ptr(), out);
-              }) == run(y_shape, dtype, [&](void* out) {
-                cpu::depthwise_forward_reference(dtype, g, kBatch, kMultiplier, xb.data_ptr(), w.data_ptr(), bias.data_ptr(), out);
-              }));
+        for (const bool relu6 : {false, true}) {  // conv2d's ReLU6 epilogue: sums of -81 to 84 clamped
+          CAPTURE(relu6);
+          CHECK(run(y_shape, dtype, [&](void* out) {
+                  cuda_emulated::depthwise_forward(dtype, g, kBatch, kMultiplier, xb.data_ptr(), w.data_ptr(),
+                                                   bias.data_ptr(), out, relu6);
+                }) == run(y_shape, dtype, [&](void* out) {
+                  cpu::depthwise_forward_reference(dtype, g, kBatch, kMultiplier, xb.data_ptr(), w.data_ptr(),
+                                                   bias.data_ptr(), out, relu6);
+                }));
+        }
         CHECK(run(xb_shape, dtype, [&](void* out) {
                 cuda_emulated::depthwise_backward_input(dtype, g, kBatch, kMultiplier, dy.data_ptr(), w.data_ptr(), out);
               }) == run(xb_shape, dtype, [&](void* out) {

@@ -20,6 +20,7 @@
 #include "models/resnet.h"
 #include "nn/amp.h"
 #include "nn/autograd.h"
+#include "nn/checkpoint.h"
 #include "nn/fold_batch_norm.h"
 #include "nn/functional.h"
 #include "nn/layers.h"
@@ -335,9 +336,9 @@ TEST_CASE("models: MobileNetV2's inference with BatchNorm folded matches the unf
     const autograd::NoGradGuard no_grad;
     auto* block = dynamic_cast<models::Conv2dNormActivation*>((*model.named_children()[0].second).named_children()[0].second.get());
     REQUIRE(block != nullptr);
-    CHECK(nn::folds_batch_norm(*std::dynamic_pointer_cast<nn::BatchNorm2d>(block->named_children()[1].second)));
+    CHECK(block->folds(zeros({1, 1, 32, 32})));
     // features.2 expands 24 channels of 32x32 to 144: 576 KiB a sample, so a few samples per chunk
-    // (here: 2 MiB of L2 and 2 threads make chunks of 6, and the forward below runs 4 of them).
+    // (here: two L2s of 2 MiB make chunks of 7, and the forward below runs 4 of them).
     auto* second = dynamic_cast<models::InvertedResidual*>((*model.named_children()[0].second).named_children()[2].second.get());
     REQUIRE(second != nullptr);
     const Tensor huge = empty({4096, 24, 32, 32}, {.device = Device::meta()});  // shape only
@@ -354,18 +355,21 @@ TEST_CASE("models: MobileNetV2's inference with BatchNorm folded matches the unf
   CHECK(worst > 0.0);  // the fold changed the rounding: it ran
 }
 
-TEST_CASE("models: BatchNorm is folded only in eval mode with autograd and autocast off and no observer") {
+TEST_CASE("models: BatchNorm is folded only in eval mode, in f32 on the CPU, without autograd, autocast, observers or checkpoints") {
+  nn::Conv2d conv(4, 4, 1, 1, 0, 1, 1, false);
   nn::BatchNorm2d norm(4);
   norm.eval();
-  CHECK_FALSE(nn::folds_batch_norm(norm));  // autograd on
+  const Tensor x = zeros({1, 4, 2, 2});
+  CHECK_FALSE(nn::folds_batch_norm(conv, norm, x));  // autograd on
   const autograd::NoGradGuard no_grad;
-  CHECK(nn::folds_batch_norm(norm));
+  CHECK(nn::folds_batch_norm(conv, norm, x));
+  CHECK_FALSE(nn::folds_batch_norm(conv, norm, x.to(DType::f64)));
   norm.train();
-  CHECK_FALSE(nn::folds_batch_norm(norm));
+  CHECK_FALSE(nn::folds_batch_norm(conv, norm, x));
   norm.eval();
   {
     const nn::AutocastGuard autocast(DType::bf16);
-    CHECK_FALSE(nn::folds_batch_norm(norm));
+    CHECK_FALSE(nn::folds_batch_norm(conv, norm, x));
   }
   struct Quiet : nn::ModuleCallObserver {
     void before_call(const nn::Module&) override {}
@@ -373,10 +377,20 @@ TEST_CASE("models: BatchNorm is folded only in eval mode with autograd and autoc
   } observer;
   {
     const nn::ModuleCallObserverScope scope(observer);
-    CHECK_FALSE(nn::folds_batch_norm(norm));
+    CHECK_FALSE(nn::folds_batch_norm(conv, norm, x));
+  }
+  {  // a checkpoint's first run is under NoGradGuard, but its recomputation will not be
+    const autograd::GradModeGuard grad_on(true);
+    const Tensor input = zeros({1, 4, 2, 2});
+    bool folded = true;
+    nn::checkpoint([&](const std::vector<Tensor>& in) {
+      folded = nn::folds_batch_norm(conv, norm, in[0]);
+      return in[0];
+    }, {input});
+    CHECK_FALSE(folded);
   }
   nn::BatchNorm2d no_statistics(4, 1e-5, 0.1, true, false);
   no_statistics.eval();
-  CHECK_FALSE(nn::folds_batch_norm(no_statistics));
-  CHECK_THROWS_AS(nn::conv_batch_norm_folded(nn::Conv2d(4, 4, 1), no_statistics, zeros({1, 4, 2, 2})), ValueError);
+  CHECK_FALSE(nn::folds_batch_norm(conv, no_statistics, x));
+  CHECK_THROWS_AS(nn::conv_batch_norm_folded(conv, no_statistics, x), ValueError);
 }
