@@ -14,6 +14,7 @@
 //                                       openblas_gemm_1024           step's (a GEMM's) time on 1 thread
 //                                                                    over its time on N, alternating in
 //                                                                    one run (Note [Scaling in one run])
+//   mobilenet_v2[_cifar]_b64_eval_scaling  the same      x           the same for an eval forward
 // frugal's bytes come from the allocator's books (train/step_memory.h: tag `activation`, and the
 // peak of requested bytes, everything alive counted: weights, momentum, the batch). PyTorch's saved
 // bytes come from its saved-tensor hooks (bench/pytorch_train_peer.py says how they are counted).
@@ -371,19 +372,24 @@ void stem_cases(const Stem& stem, const Options& options, const Sizes& sizes, co
                  [&] { train::training_step(*model, optimizer, x, y); }, results);
 
   model->eval();
-  std::int64_t eval_peak = 0;
-  speed_case(stem.name + "_b64_eval", sizes, [&] {
-    const auto start = Clock::now();
-    allocator.reset_peak_stats();
+  const auto forward = [&] {
     {
       const autograd::NoGradGuard no_grad;
       (*model)(x);
     }
     sync();
+  };
+  std::int64_t eval_peak = 0;
+  speed_case(stem.name + "_b64_eval", sizes, [&] {
+    const auto start = Clock::now();
+    allocator.reset_peak_stats();
+    forward();
     eval_peak = allocator.stats().requested_bytes.peak;
     return seconds_since(start);
   }, peers, "eval", stem, results);
   results.push_back({stem.name + "_b64_eval_peak", "frugal", static_cast<double>(eval_peak) / kMiB, "MiB", false});
+  if (device.is_cpu() && options.threads > 1)
+    scaling_case(stem.name + "_b64_eval_scaling", sizes, options.threads, forward, results);
 
   // The saved bytes of the last training step above; PyTorch's from one more forward of its own.
   const std::string saved_case = stem.cifar ? "activation_bytes_per_sample_cifar" : "activation_bytes_per_sample";

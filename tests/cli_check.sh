@@ -214,15 +214,17 @@ assert set(cases["mobilenet_v2_b64"]) == {"frugal", "pytorch", "pytorch_nchw", "
 assert set(cases["activation_bytes_per_sample"]) == {"frugal", "pytorch"}, cases["activation_bytes_per_sample"]
 PY
     fi
-    # With two threads: each stem's 1-thread over 2-thread ratio, and the GEMM's from the same rounds.
+    # With two threads: each stem's 1-thread over 2-thread ratio, training and eval, and the GEMM's
+    # from the same rounds.
     expect_exit 0 "$frugal" bench train --json --quick --device cpu --threads 2 --peer-python /usr/bin/python3
     check_bench_report train <<PY
 assert report["threads"] == 2, report
 for stem in ("mobilenet_v2", "mobilenet_v2_cifar"):
-    scaling = cases[stem + "_b64_scaling"]
-    assert set(scaling) == {"frugal", "openblas_gemm_1024"}, scaling
-    assert all(r["unit"] == "x" and r["higher_is_better"] for r in scaling.values()), scaling
-assert len(cases) == 12, sorted(cases)
+    for case in (stem + "_b64_scaling", stem + "_b64_eval_scaling"):
+        scaling = cases[case]
+        assert set(scaling) == {"frugal", "openblas_gemm_1024"}, scaling
+        assert all(r["unit"] == "x" and r["higher_is_better"] for r in scaling.values()), scaling
+assert len(cases) == 14, sorted(cases)
 PY
     # Without torch (an import that fails, as on a machine without python3-torch), and with the
     # default interpreters (scripts/peers.sh's environment, Debian's): frugal's rows and a note for each.
