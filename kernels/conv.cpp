@@ -325,30 +325,32 @@ void apply_epilogue(float* data, std::int64_t rows, std::int64_t columns, const 
 // of the channel side at a time, whose lines stay in L1 while the sample side is walked.
 constexpr std::int64_t kTransposeTile = 64;  // 64 lines of 64 bytes: 4 KiB of L1
 
-// Channels [begin, end) of `count` samples [count, channels, plane] into operand [channels, count, plane].
+// dst(a, b) = src(a, b) for a in [begin, end) and b < count, each a run of `plane` floats at
+// a * src_a + b * src_b in src and a * dst_a + b * dst_b in dst: the gathering (a = channel, b = sample)
+// and the scattering (a = product row, b = sample) below, both a transpose of plane-sized runs.
 __attribute__((target_clones("avx512f", "avx2", "default")))
-FRUGAL_NO_MEMCPY_CALLS void gather_samples(const float* samples, std::int64_t count, std::int64_t channels,
-                                           std::int64_t plane, float* operand, std::int64_t begin, std::int64_t end) {
+FRUGAL_NO_MEMCPY_CALLS void transpose_runs(const float* src, std::int64_t src_a, std::int64_t src_b, float* dst,
+                                           std::int64_t dst_a, std::int64_t dst_b, std::int64_t count,
+                                           std::int64_t plane, std::int64_t begin, std::int64_t end) {
   for (std::int64_t tile = begin; tile < end; tile += kTransposeTile)
-    for (std::int64_t n = 0; n < count; ++n)
-      for (std::int64_t ch = tile; ch < std::min(end, tile + kTransposeTile); ++ch) {
-        const float* from = samples + (n * channels + ch) * plane;
-        float* to = operand + (ch * count + n) * plane;
+    for (std::int64_t b = 0; b < count; ++b)
+      for (std::int64_t a = tile; a < std::min(end, tile + kTransposeTile); ++a) {
+        const float* from = src + a * src_a + b * src_b;
+        float* to = dst + a * dst_a + b * dst_b;
         for (std::int64_t i = 0; i < plane; ++i) to[i] = from[i];
       }
 }
 
+// Channels [begin, end) of `count` samples [count, channels, plane] into operand [channels, count, plane].
+void gather_samples(const float* samples, std::int64_t count, std::int64_t channels, std::int64_t plane,
+                    float* operand, std::int64_t begin, std::int64_t end) {
+  transpose_runs(samples, plane, channels * plane, operand, count * plane, plane, count, plane, begin, end);
+}
+
 // Rows [begin, end) of product [rows, count, plane] to samples [count, rows, plane].
-__attribute__((target_clones("avx512f", "avx2", "default")))
-FRUGAL_NO_MEMCPY_CALLS void scatter_samples(const float* product, std::int64_t rows, std::int64_t count,
-                                            std::int64_t plane, float* samples, std::int64_t begin, std::int64_t end) {
-  for (std::int64_t tile = begin; tile < end; tile += kTransposeTile)
-    for (std::int64_t n = 0; n < count; ++n)
-      for (std::int64_t r = tile; r < std::min(end, tile + kTransposeTile); ++r) {
-        const float* from = product + (r * count + n) * plane;
-        float* to = samples + (n * rows + r) * plane;
-        for (std::int64_t i = 0; i < plane; ++i) to[i] = from[i];
-      }
+void scatter_samples(const float* product, std::int64_t rows, std::int64_t count, std::int64_t plane, float* samples,
+                     std::int64_t begin, std::int64_t end) {
+  transpose_runs(product, count * plane, plane, samples, plane, rows * plane, count, plane, begin, end);
 }
 
 // body(begin, end) over tiles of [0, n): shared among the threads when a chunk runs alone (its GEMM is

@@ -117,8 +117,8 @@ bool InvertedResidual::folds_every_norm(const Tensor& x) const {
 
 Tensor InvertedResidual::forward(const Tensor& x) {
   // Note [Inference a few samples at a time]
-  if (x.dim() == 4 && inference_chunk(x) < x.size(0) && folds_every_norm(x)) {
-    const std::int64_t samples = inference_chunk(x);
+  const std::int64_t samples = x.dim() == 4 ? inference_chunk(x) : 0;
+  if (samples > 0 && samples < x.size(0) && folds_every_norm(x)) {
     Tensor out;
     for (std::int64_t first = 0; first < x.size(0); first += samples) {
       const Tensor part = x.narrow(0, first, std::min(samples, x.size(0) - first));
