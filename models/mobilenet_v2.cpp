@@ -2,6 +2,7 @@
 // in the order torchvision builds them (the order is the state dict's order).
 #include "models/mobilenet_v2.h"
 
+#include <omp.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 
 #include "kernels/elementwise.h"
 #include "models/torchvision_init.h"
+#include "nn/batch_slices.h"
 #include "nn/fold_batch_norm.h"
 #include "nn/functional.h"
 #include "nn/init.h"
@@ -47,6 +49,14 @@ Tensor Conv2dNormActivation::forward(const Tensor& x) {
 }
 
 bool Conv2dNormActivation::folds(const Tensor& x) const { return nn::folds_batch_norm(*conv_, *norm_, x); }
+
+std::int64_t Conv2dNormActivation::inference_gemm_samples(const Tensor& x) const {
+  if (!folds(x)) return 0;
+  const Tensor& w = conv_->weight();  // [C_out, C_in / groups, kh, kw]
+  if (w.size(2) != 1 || w.size(3) != 1 || conv_->options().groups != 1) return 1;  // one sample at a time
+  const auto& stride = conv_->options().stride;
+  return pointwise_samples_per_gemm(((x.size(2) - 1) / stride[0] + 1) * ((x.size(3) - 1) / stride[1] + 1));
+}
 
 InvertedResidual::InvertedResidual(std::int64_t in_channels, std::int64_t out_channels, std::int64_t stride,
                                    std::int64_t expand_ratio, Generator* generator, bool inplace)
@@ -99,10 +109,18 @@ std::int64_t InvertedResidual::inference_chunk(const Tensor& x) const {
   const std::int64_t batch = std::max<std::int64_t>(x.size(0), 1), plane = x.size(2) * x.size(3);
   const std::int64_t hidden_bytes = hidden_channels_ * plane * static_cast<std::int64_t>(x.element_size());
   const std::int64_t fit = std::max<std::int64_t>(1, kChunkCaches * l2_bytes / std::max<std::int64_t>(hidden_bytes, 1));
-  // The expansion sees the input's maps, the projection the depthwise convolution's (3x3, padding 1).
-  const std::int64_t out_plane = ((x.size(2) - 1) / stride_ + 1) * ((x.size(3) - 1) / stride_ + 1);
-  const std::int64_t group = std::lcm(pointwise_samples_per_gemm(plane), pointwise_samples_per_gemm(out_plane));
+  const std::int64_t group = gemm_samples(x);
   return std::min(batch, (fit + group - 1) / group * group);
+}
+
+// The expansion sees the input's maps, the projection the depthwise convolution's (3x3, padding 1).
+std::int64_t InvertedResidual::gemm_samples(const Tensor& x) const {
+  const std::int64_t out_plane = ((x.size(2) - 1) / stride_ + 1) * ((x.size(3) - 1) / stride_ + 1);
+  return std::lcm(pointwise_samples_per_gemm(x.size(2) * x.size(3)), pointwise_samples_per_gemm(out_plane));
+}
+
+std::int64_t InvertedResidual::inference_gemm_samples(const Tensor& x) const {
+  return folds_every_norm(x) ? gemm_samples(x) : 0;
 }
 
 // Chunks are for inference alone: a BatchNorm in training mode would take each chunk's statistics
@@ -201,11 +219,83 @@ MobileNetV2::MobileNetV2(const MobileNetV2Options& options)
   nn::init::zeros_(linear->bias());
 }
 
+namespace {
+
+Tensor pooled(const Tensor& features) { return F::flatten(F::adaptive_avg_pool2d(features, {1, 1}), 1); }
+
+// A unit of `features` (the stem, a block, the last convolution) in inference on x: the samples its
+// GEMMs cover at a time, or 0 when it does not run folded (inference_gemm_samples).
+std::int64_t unit_gemm_samples(const nn::Module& unit, const Tensor& x) {
+  if (const auto* block = dynamic_cast<const InvertedResidual*>(&unit)) return block->inference_gemm_samples(x);
+  if (const auto* conv = dynamic_cast<const Conv2dNormActivation*>(&unit)) return conv->inference_gemm_samples(x);
+  return 0;
+}
+
+}  // namespace
+
 Tensor MobileNetV2::forward(const Tensor& x) {
   FRUGAL_CHECK_SHAPE(x.dim() == 4 && x.size(1) == options_.in_channels, "MobileNetV2: expected input [N, ",
                      options_.in_channels, ", H, W], got ", shape_str(x.shape()));
-  const Tensor features = (*features_)(x);  // the stem, the blocks (the chosen ones checkpointed), the head
-  return (*classifier_)(F::flatten(F::adaptive_avg_pool2d(features, {1, 1}), 1));
+  // The stem, the blocks (the chosen ones checkpointed), the head, and the average of each map.
+  const std::int64_t slice = inference_slice(x);
+  const Tensor features = slice > 0 ? pooled_features_on_slices(x, slice) : pooled((*features_)(x));
+  return (*classifier_)(features);
+}
+
+// ---- Note [Inference across the batch on the CPU]
+// Split among the threads layer by layer, an eval forward makes each thread wait for the others at
+// the end of each of some 60 layers, and with the standard stem most of them are a few microseconds
+// of work per sample, on maps of 8x8 pixels or fewer. So in inference on the CPU with two or more
+// threads, each thread runs the network on its own slice of the batch (nn/batch_slices.h), every
+// kernel of the slice on that thread, and none waits for another until the slices are done. A unit
+// of `features` runs on slices only where that gives the bits the whole batch gives: folded for
+// inference (no batch statistics), and the slice a whole number of each of its 1x1 convolutions'
+// GEMM chunks (pointwise_samples_per_gemm), so that every GEMM sees the operands it would see for the
+// whole batch (slices start at multiples of the slice, so at chunk boundaries). From the first unit
+// that fails (the same in every slice: it depends on the slice and the maps' shape alone) to the end,
+// the units run on the whole batch, layer by layer on all threads as before: with the standard stem,
+// the blocks on 2x2 and 1x1 maps, whose GEMMs gather 64 and 256 samples. So the logits are the same
+// bits on any number of threads (tests/cpu/test_thread_determinism.cpp, tests/cpu/test_batch_slices.cpp).
+// Measured 2026-12-05 (docs/benchmarks.md), eval forwards on 2 threads, batch 64, alternating in one
+// process with the layer-by-layer forward: CIFAR stem (every unit on slices) 10% faster, standard
+// stem (the stem and blocks 1-6 on slices) 3.5% faster.
+std::int64_t MobileNetV2::inference_slice(const Tensor& x) const {
+  const std::int64_t threads = omp_get_max_threads(), batch = x.size(0);
+  // Module call observers see each call on the calling thread, unfolded (nn/fold_batch_norm.h).
+  if (!x.device().is_cpu() || threads < 2 || batch < 2 || nn::module_calls_observed()) return 0;
+  const std::int64_t slice = (batch + threads - 1) / threads;
+  const std::int64_t stem_samples = unit_gemm_samples(*(*features_)[0], x);
+  return stem_samples > 0 && slice % stem_samples == 0 ? slice : 0;
+}
+
+Tensor MobileNetV2::pooled_features_on_slices(const Tensor& x, std::int64_t slice) {
+  const std::int64_t batch = x.size(0), slices = (batch + slice - 1) / slice;
+  std::vector<Tensor> parts(static_cast<std::size_t>(slices));
+  std::vector<std::size_t> units_run(parts.size());  // the same in every slice
+  nn::for_each_batch_slice(batch, slice, [&](std::int64_t first, std::int64_t count) {
+    Tensor y = x.narrow(0, first, count);
+    std::size_t unit = 0;
+    for (; unit < features_->size(); ++unit) {
+      nn::Module& next = *(*features_)[unit];
+      const std::int64_t samples = unit_gemm_samples(next, y);
+      if (samples == 0 || slice % samples != 0) break;
+      y = next(y);
+    }
+    const auto s = static_cast<std::size_t>(first / slice);
+    parts[s] = unit == features_->size() ? pooled(y) : y;
+    units_run[s] = unit;
+  });
+  // The slices' results side by side, then the units that run on the whole batch.
+  Shape shape = parts[0].shape();
+  shape[0] = batch;
+  Tensor y = empty(shape, {.dtype = parts[0].dtype(), .device = parts[0].device()});
+  for (std::size_t s = 0; s < parts.size(); ++s) {
+    y.narrow(0, static_cast<std::int64_t>(s) * slice, parts[s].size(0)).copy_(parts[s]);
+    parts[s] = Tensor();  // its memory back before the whole-batch units run
+  }
+  if (units_run[0] == features_->size()) return y;
+  for (std::size_t unit = units_run[0]; unit < features_->size(); ++unit) y = (*(*features_)[unit])(y);
+  return pooled(y);
 }
 
 }  // namespace frugal::models

@@ -70,6 +70,9 @@ class Conv2dNormActivation : public nn::Sequential {
   // Whether inference on x runs this unit as one convolution with its BatchNorm folded in
   // (nn/fold_batch_norm.h).
   bool folds(const Tensor& x) const;
+  // In inference on x: how many samples one GEMM of its 1x1 convolution covers (1 for a 3x3 one),
+  // or 0 when it does not fold (Note [Inference across the batch on the CPU] in mobilenet_v2.cpp).
+  std::int64_t inference_gemm_samples(const Tensor& x) const;
 
  private:
   std::shared_ptr<nn::Conv2d> conv_;       // "0"
@@ -92,9 +95,14 @@ class InvertedResidual : public nn::Module {
   // How many samples of x inference runs through the block at a time on the CPU (Note [Inference a
   // few samples at a time] in mobilenet_v2.cpp): x.size(0) or fewer.
   std::int64_t inference_chunk(const Tensor& x) const;
+  // In inference on x: a number of samples that each of its 1x1 convolutions' GEMMs covers a whole
+  // number of times, or 0 when one of its BatchNorms does not fold (Note [Inference across the
+  // batch on the CPU] in mobilenet_v2.cpp).
+  std::int64_t inference_gemm_samples(const Tensor& x) const;
 
  private:
   Tensor branch(const Tensor& x);  // the expansion, the depthwise convolution and the projection
+  std::int64_t gemm_samples(const Tensor& x) const;  // the least common multiple of its 1x1 GEMMs' chunks
   bool folds_every_norm(const Tensor& x) const;
 
   bool use_residual_;
@@ -113,8 +121,13 @@ class MobileNetV2 : public nn::Module {
   Tensor forward(const Tensor& x) override;  // [N, in_channels, H, W] -> logits [N, num_classes]
   const MobileNetV2Options& options() const { return options_; }
   std::int64_t last_channel() const { return last_channel_; }
+  // The samples each thread runs through the network at once in inference on the CPU, or 0 when the
+  // batch runs whole (Note [Inference across the batch on the CPU] in mobilenet_v2.cpp).
+  std::int64_t inference_slice(const Tensor& x) const;
 
  private:
+  Tensor pooled_features_on_slices(const Tensor& x, std::int64_t slice);
+
   MobileNetV2Options options_;
   std::int64_t last_channel_;
   std::shared_ptr<nn::CheckpointedSequential> features_;  // the chosen blocks checkpointed
