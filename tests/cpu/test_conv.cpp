@@ -264,6 +264,7 @@ TEST_CASE("conv2d's epilogue: scale, bias and ReLU6 give the bits of the separat
       {"depthwise 3x3 stride 1 (fast path)", {3, 6, 7, 5}, {6, 1, 3, 3}, {.padding = {1, 1}, .groups = 6}},
       {"depthwise 3x3 stride 2 (fast path)", {3, 6, 8, 8}, {6, 1, 3, 3}, {.stride = {2, 2}, .padding = {1, 1}, .groups = 6}},
       {"depthwise one-pixel planes", {4, 6, 1, 1}, {6, 1, 3, 3}, {.padding = {1, 1}, .groups = 6}},
+      {"depthwise 2x2 planes, 20 channels across the lanes", {3, 20, 2, 2}, {20, 1, 3, 3}, {.padding = {1, 1}, .groups = 20}},
       {"depthwise 5x5 (reference loops)", {2, 4, 6, 6}, {4, 1, 5, 5}, {.padding = {2, 2}, .groups = 4}},
       {"im2col 3x3", {2, 3, 6, 6}, {5, 3, 3, 3}, {.padding = {1, 1}}},
   };
