@@ -59,12 +59,17 @@ double device_median_seconds(const Device& device, const std::function<void()>& 
 // The middle value (the upper of the two middle ones for an even count); an Error for no values.
 double median(std::vector<double> values);
 
+// How alternating runs are warmed up: one untimed round first, or also an untimed run of the same
+// function right before each timed one, for runs that take turns with other processes (Note [A timed
+// run follows one of its own] in harness.cpp).
+enum class Warm { first_round, every_run };
+
 // The median seconds of each of `runs`, taken in turn (runs[0], runs[1], ..., runs[0], ...) so that
 // all of them see the same drift of a shared machine: one warm-up round, then rounds until both
 // `min_runs` rounds and `min_seconds` of measuring have passed. Each run times itself and returns
 // its seconds (a peer process times its own work, without the pipe to it).
 std::vector<double> alternating_median_seconds(const std::vector<std::function<double()>>& runs, int min_runs,
-                                               double min_seconds);
+                                               double min_seconds, Warm warm = Warm::first_round);
 // The same rounds, every time kept: seconds[i][r] is run i's time in round r.
 struct AlternatingTimes {
   std::vector<std::vector<double>> seconds;
@@ -73,7 +78,8 @@ struct AlternatingTimes {
   // machine's speed that lasts longer than a round cancels in each ratio, unlike in a ratio of medians.
   std::vector<double> median_ratios(std::size_t baseline) const;
 };
-AlternatingTimes alternating_seconds(const std::vector<std::function<double()>>& runs, int min_runs, double min_seconds);
+AlternatingTimes alternating_seconds(const std::vector<std::function<double()>>& runs, int min_runs, double min_seconds,
+                                    Warm warm = Warm::first_round);
 
 // A fresh folder under the system's temporary directory, removed with everything in it.
 struct TempDir {

@@ -93,14 +93,32 @@ double median(std::vector<double> values) {
   return values[values.size() / 2];
 }
 
-AlternatingTimes alternating_seconds(const std::vector<std::function<double()>>& runs, int min_runs, double min_seconds) {
+// Note [A timed run follows one of its own]
+// When the runs of different processes take turns (frugal and its PyTorch peers in `frugal bench
+// train`), the first run after another process had both cores for a while is not the steady state
+// the benchmark means to measure. A process's OpenMP threads sleep while the others run; Linux then
+// wakes a thread on its waker's core when its own core has been busy (wake-affine), both threads of
+// the team share one core, and the load balancer moves one away only milliseconds later. Measured
+// 2026-12-05 on the development machine (2 cores of an AMD EPYC), frugal's eval forward of
+// MobileNetV2 (standard stem, batch 64, 2 threads): 9.8 ms one after another; 28.4 ms right after
+// another process kept both cores busy for 100 ms; 12.3 ms there with the threads bound to cores
+// (OMP_PROC_BIND=true), or with an untimed forward first. In `frugal bench train` frugal's timed
+// eval forwards, each right after the peers' turns, took 14-36 ms (median 19), at 2 threads no
+// faster than at one, while the peers' eager and compiled settings, which run one after another
+// in one process, were spared. With Warm::every_run each timed run, frugal's and every peer's
+// alike, follows an untimed run of its own.
+AlternatingTimes alternating_seconds(const std::vector<std::function<double()>>& runs, int min_runs, double min_seconds,
+                                     Warm warm) {
   using Clock = std::chrono::steady_clock;
   for (const auto& run : runs) run();  // warm-up, as in median_seconds
   AlternatingTimes times{std::vector<std::vector<double>>(runs.size())};
   const auto start = Clock::now();
   for (int round = 0; round < min_runs || std::chrono::duration<double>(Clock::now() - start).count() < min_seconds;
        ++round)
-    for (std::size_t i = 0; i < runs.size(); ++i) times.seconds[i].push_back(runs[i]());
+    for (std::size_t i = 0; i < runs.size(); ++i) {
+      if (warm == Warm::every_run) runs[i]();
+      times.seconds[i].push_back(runs[i]());
+    }
   return times;
 }
 
@@ -122,8 +140,8 @@ std::vector<double> AlternatingTimes::median_ratios(std::size_t baseline) const 
 }
 
 std::vector<double> alternating_median_seconds(const std::vector<std::function<double()>>& runs, int min_runs,
-                                               double min_seconds) {
-  return alternating_seconds(runs, min_runs, min_seconds).medians();
+                                               double min_seconds, Warm warm) {
+  return alternating_seconds(runs, min_runs, min_seconds, warm).medians();
 }
 
 TempDir::TempDir(const std::string& prefix) {

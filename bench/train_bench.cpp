@@ -23,7 +23,8 @@
 //
 // Each PyTorch peer is one long-lived process of one Python interpreter running
 // bench/pytorch_train_peer.py, started once and asked for one timed step at a time, so that frugal's
-// and PyTorch's steps alternate (alternating_median_seconds) under the same load. It gets frugal's
+// and PyTorch's steps alternate (alternating_median_seconds) under the same load, each timed step
+// after an untimed one of its own (Note [A timed run follows one of its own]). It gets frugal's
 // weights and batch through safetensors files in a temporary folder and frugal's thread count
 // (torch.set_num_threads). The interpreters: each --peer-python, or by default the virtual
 // environment scripts/peers.sh makes in the build tree (today's torch from PyPI) and Debian's
@@ -277,7 +278,8 @@ void speed_case(const std::string& case_name, const Sizes& sizes, const std::fun
     runs.push_back([peer = setting.peer, request] { return std::stod(peer->ask(request)); });
     impls.push_back(setting.impl);
   }
-  const std::vector<double> seconds = alternating_median_seconds(runs, sizes.min_runs, sizes.min_seconds);
+  // Note [A timed run follows one of its own] (bench/harness.cpp): the runs are in different processes.
+  const std::vector<double> seconds = alternating_median_seconds(runs, sizes.min_runs, sizes.min_seconds, Warm::every_run);
   for (std::size_t i = 0; i < runs.size(); ++i)
     results.push_back({case_name, impls[i], per_second(sizes, seconds[i]), "img/s", true});
 }
