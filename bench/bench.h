@@ -66,7 +66,8 @@ enum class Warm { first_round, every_run };
 
 // The median seconds of each of `runs`, taken in turn (runs[0], runs[1], ..., runs[0], ...) so that
 // all of them see the same drift of a shared machine: one warm-up round, then rounds until both
-// `min_runs` rounds and `min_seconds` of measuring have passed. Each run times itself and returns
+// `min_runs` rounds and `min_seconds` of measuring have passed (the untimed runs of Warm::every_run
+// not counted, so each impl gets as many timed runs either way). Each run times itself and returns
 // its seconds (a peer process times its own work, without the pipe to it).
 std::vector<double> alternating_median_seconds(const std::vector<std::function<double()>>& runs, int min_runs,
                                                double min_seconds, Warm warm = Warm::first_round);

@@ -113,10 +113,15 @@ AlternatingTimes alternating_seconds(const std::vector<std::function<double()>>&
   for (const auto& run : runs) run();  // warm-up, as in median_seconds
   AlternatingTimes times{std::vector<std::vector<double>>(runs.size())};
   const auto start = Clock::now();
-  for (int round = 0; round < min_runs || std::chrono::duration<double>(Clock::now() - start).count() < min_seconds;
-       ++round)
+  double untimed = 0.0;  // seconds spent in Warm::every_run's untimed runs, not measuring
+  const auto measuring = [&] { return std::chrono::duration<double>(Clock::now() - start).count() - untimed; };
+  for (int round = 0; round < min_runs || measuring() < min_seconds; ++round)
     for (std::size_t i = 0; i < runs.size(); ++i) {
-      if (warm == Warm::every_run) runs[i]();
+      if (warm == Warm::every_run) {
+        const auto before = Clock::now();
+        runs[i]();
+        untimed += std::chrono::duration<double>(Clock::now() - before).count();
+      }
       times.seconds[i].push_back(runs[i]());
     }
   return times;

@@ -254,8 +254,12 @@ Tensor MobileNetV2::forward(const Tensor& x) {
 // whole batch (slices start at multiples of the slice, so at chunk boundaries). From the first unit
 // that fails (the same in every slice: it depends on the slice and the maps' shape alone) to the end,
 // the units run on the whole batch, layer by layer on all threads as before: with the standard stem,
-// the blocks on 2x2 and 1x1 maps, whose GEMMs gather 64 and 256 samples. So the logits are the same
-// bits on any number of threads (tests/cpu/test_thread_determinism.cpp, tests/cpu/test_batch_slices.cpp).
+// the blocks on 2x2 and 1x1 maps, whose GEMMs gather 64 and 256 samples. So the logits are the bits
+// of the whole batch on one thread, on any number of threads, wherever a GEMM's bits do not depend
+// on OpenBLAS's own threads (a slice's GEMMs run on its thread, the later units' on all): with its
+// AVX-512 kernels, or with FRUGAL_BLAS_THREADS=1 (Note [OpenBLAS threads and bits] in
+// kernels/cpu_runtime.h; tests/cpu/test_thread_determinism.cpp, tests/cpu/test_batch_slices.cpp).
+// With fewer slices than threads the batch runs whole (threads would sit idle).
 // Measured 2026-12-05 (docs/benchmarks.md), eval forwards on 2 threads, batch 64, alternating in one
 // process with the layer-by-layer forward: CIFAR stem (every unit on slices) 10% faster, standard
 // stem (the stem and blocks 1-6 on slices) 3.5% faster.
@@ -264,6 +268,9 @@ std::int64_t MobileNetV2::inference_slice(const Tensor& x) const {
   // Module call observers see each call on the calling thread, unfolded (nn/fold_batch_norm.h).
   if (!x.device().is_cpu() || threads < 2 || batch < 2 || nn::module_calls_observed()) return 0;
   const std::int64_t slice = (batch + threads - 1) / threads;
+  // Fewer slices than threads would leave threads idle that the layer-by-layer forward uses (a batch
+  // of 17 on 16 threads makes 9 slices of 2).
+  if ((batch + slice - 1) / slice < threads) return 0;
   const std::int64_t stem_samples = unit_gemm_samples(*(*features_)[0], x);
   return stem_samples > 0 && slice % stem_samples == 0 ? slice : 0;
 }
@@ -293,6 +300,8 @@ Tensor MobileNetV2::pooled_features_on_slices(const Tensor& x, std::int64_t slic
     y.narrow(0, static_cast<std::int64_t>(s) * slice, parts[s].size(0)).copy_(parts[s]);
     parts[s] = Tensor();  // its memory back before the whole-batch units run
   }
+  FRUGAL_CHECK(std::all_of(units_run.begin(), units_run.end(), [&](std::size_t u) { return u == units_run[0]; }),
+               "MobileNetV2: the slices stopped at different units");
   if (units_run[0] == features_->size()) return y;
   for (std::size_t unit = units_run[0]; unit < features_->size(); ++unit) y = (*(*features_)[unit])(y);
   return pooled(y);

@@ -3,11 +3,14 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <exception>
 #include <vector>
 
 #include "core/cpu/parallel.h"
 #include "core/error.h"
+#include "nn/checkpoint.h"
+#include "nn/module.h"
 
 namespace frugal::nn {
 
@@ -34,6 +37,10 @@ void for_each_batch_slice(std::int64_t batch, std::int64_t slice,
                           const std::function<void(std::int64_t first, std::int64_t count)>& body) {
   FRUGAL_CHECK_VALUE(batch >= 0 && slice >= 1, "for_each_batch_slice: batch (", batch, ") must be >= 0 and slice (",
                      slice, ") >= 1");
+  FRUGAL_CHECK_VALUE(!autograd::grad_mode_enabled() && !module_calls_observed() && !checkpoint_first_run() &&
+                         !checkpoint_recomputing(),
+                     "for_each_batch_slice: slices run on other threads, so not with grad mode on, module calls "
+                     "observed or inside a checkpoint (their graphs and observers are this thread's)");
   const std::int64_t slices = (batch + slice - 1) / slice;
   const auto run = [&](std::int64_t s) { body(s * slice, std::min(slice, batch - s * slice)); };
   if (slices < 2 || omp_get_max_threads() < 2) {

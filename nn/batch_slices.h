@@ -19,10 +19,12 @@
 
 namespace frugal::nn {
 
-// Every per-thread mode an op reads: what the calling thread has in force, for another thread to
-// take on. A new thread starts with the defaults (grad mode on, no autocast, the CPU as default
-// device, tag `other`), which would make a slice record an autograd graph, or count its memory
-// under no layer.
+// The per-thread modes an inference forward reads: what the calling thread has in force, for
+// another thread to take on. A new thread starts with the defaults (grad mode on, no autocast, the
+// CPU as default device, tag `other`), which would make a slice record an autograd graph, or count
+// its memory under no layer. Not carried, because for_each_batch_slice refuses to run under them:
+// recording autograd (grad mode on), module call observers, a checkpoint's first run or
+// recomputation (their graphs, observers and saved state are the calling thread's).
 struct ThreadModes {
   bool grad_mode = true;
   bool anomaly_mode = false;
@@ -58,7 +60,8 @@ class ThreadModesScope {
 // what it runs: the kernels inside a slice, OpenBLAS's GEMMs included, stay on the slice's thread.
 // With one thread, or one slice, the slices run in order on the calling thread. An exception from a
 // slice is rethrown here (the first one, by slice order) once every slice has finished.
-// ValueError: a batch below 0 or a slice below 1.
+// ValueError: a batch below 0 or a slice below 1; grad mode on, module calls observed, or inside a
+// checkpoint (the modes ThreadModes does not carry).
 void for_each_batch_slice(std::int64_t batch, std::int64_t slice,
                           const std::function<void(std::int64_t first, std::int64_t count)>& body);
 

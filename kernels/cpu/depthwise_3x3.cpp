@@ -299,13 +299,15 @@ void backward_weight_one_pixel(const ConvGeometry& g, std::int64_t batch, std::i
 // the forward puts the vector lanes across channels instead: kTileChannels planes of one sample (a
 // block of consecutive channels) are transposed into a tile [pixel][channel], each output pixel is
 // its valid taps in tap order, one vector multiply-add per tap over the channels, then the bias
-// (the taps on the border are skipped: their zeros add nothing to the flat loop's sum either), and
-// the result is transposed back (both transposes a gather or scatter per pixel, so each vector is
+// (the taps on the border are skipped, as the reference loops skip them; the flat loop multiplies
+// them by its zero border, which adds nothing to a finite sum but makes a NaN of an infinite weight),
+// and the result is transposed back (both transposes a gather or scatter per pixel, so each vector is
 // stored and loaded whole). Each channel block's weights are transposed once for the batch.
 // Measured 2026-12-05 (docs/benchmarks.md), eval forwards of batch 64 alternating in one process with
 // the flat loops: standard stem 16% faster on 1 and on 2 threads (2x2 planes alone: 15%), CIFAR stem
 // (4x4 planes only) 2%; on 8x8 planes (tried: outputs up to 64 pixels) no faster than the flat loops.
-// The backward kernels keep the flat loops.
+// The backward kernels keep the flat loops. Threads split the work by blocks of 16 channels (the
+// small maps of MobileNetV2 have 96 channels or more), each block's samples in order.
 constexpr std::int64_t kTileChannels = 16;   // one AVX-512 register of floats
 constexpr std::int64_t kSmallOutPlane = 16;  // output pixels: 4x4 and smaller
 constexpr std::int64_t kSmallInPlane = 64;   // input pixels: 8x8 (stride 2 into 4x4); a tile of 4 KiB

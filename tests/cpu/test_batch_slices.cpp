@@ -1,10 +1,12 @@
 // for_each_batch_slice (nn/batch_slices.h): every sample in exactly one slice, slices cut at
 // multiples of the slice; each slice runs under the calling thread's modes (grad mode, autocast,
 // activation saving, memory tag and context, default device) whichever thread runs it, with one
-// OpenMP thread for its own kernels; an exception from a slice reaches the caller; the caller's
-// thread count is left as it was. Then the model that uses it: MobileNetV2's eval forward on slices
-// gives the bits of the whole batch on one thread (tests/cpu/test_thread_determinism.cpp holds the
-// thread counts to it; here the slices are forced at sizes the thread count alone would not choose).
+// OpenMP thread for its own kernels, and the threads have their own modes back after; an exception
+// from a slice reaches the caller; the caller's thread count is left as it was; modes it cannot
+// carry are refused. Then the model that uses it: MobileNetV2's eval forward on slices gives the
+// bits of the whole batch on one thread, with a short last slice, slices that stop before the 2x2
+// maps' 64-sample GEMMs, slices through every unit, and the batch left whole when slices would leave
+// threads idle (tests/cpu/test_thread_determinism.cpp holds the training step to the same).
 #include <doctest/doctest.h>
 #include <omp.h>
 
@@ -15,34 +17,60 @@
 #include <vector>
 
 #include "core/random.h"
+#include "kernels/cpu_runtime.h"
 #include "models/mobilenet_v2.h"
 #include "nn/batch_slices.h"
+#include "nn/module.h"
 
 using namespace frugal;
 
 namespace {
 
-// Runs `body` with OpenMP's thread count set to `threads`, restoring it after.
+// OpenMP's thread count set to `threads` while the scope lives (restored however the scope ends).
+class ThreadsScope {
+ public:
+  explicit ThreadsScope(int threads) : saved_(omp_get_max_threads()) { omp_set_num_threads(threads); }
+  ~ThreadsScope() { omp_set_num_threads(saved_); }
+  ThreadsScope(const ThreadsScope&) = delete;
+  ThreadsScope& operator=(const ThreadsScope&) = delete;
+
+ private:
+  int saved_;
+};
+
 template <typename Body>
 void with_threads(int threads, Body&& body) {
-  const int saved = omp_get_max_threads();
-  omp_set_num_threads(threads);
+  const ThreadsScope scope(threads);
   body();
-  omp_set_num_threads(saved);
 }
+
+// OpenBLAS held to one thread while the scope lives: its AVX2 kernels' bits depend on its thread
+// count (Note [OpenBLAS threads and bits] in kernels/cpu_runtime.h), and the units after the slices
+// run it on all threads.
+class OneBlasThread {
+ public:
+  OneBlasThread() : saved_(blas_threads()) { set_blas_threads(1); }
+  ~OneBlasThread() { set_blas_threads(saved_); }
+  OneBlasThread(const OneBlasThread&) = delete;
+  OneBlasThread& operator=(const OneBlasThread&) = delete;
+
+ private:
+  int saved_;
+};
 
 }  // namespace
 
 TEST_CASE("for_each_batch_slice: consecutive slices cover the batch once, the last one shorter") {
+  const autograd::NoGradGuard no_grad;  // slices refuse to record autograd
   for (const int threads : {1, 2, 3}) {
     with_threads(threads, [] {
       std::mutex mutex;
-      std::set<std::pair<std::int64_t, std::int64_t>> seen;
+      std::multiset<std::pair<std::int64_t, std::int64_t>> seen;  // a slice run twice shows
       nn::for_each_batch_slice(10, 4, [&](std::int64_t first, std::int64_t count) {
         const std::lock_guard lock(mutex);
         seen.insert({first, count});
       });
-      CHECK(seen == std::set<std::pair<std::int64_t, std::int64_t>>{{0, 4}, {4, 4}, {8, 2}});
+      CHECK(seen == std::multiset<std::pair<std::int64_t, std::int64_t>>{{0, 4}, {4, 4}, {8, 2}});
     });
   }
   int calls = 0;
@@ -83,12 +111,42 @@ TEST_CASE("for_each_batch_slice: each slice runs under the caller's modes, one O
     CHECK(inner_threads == std::vector<int>(4, 1));
     CHECK(omp_get_max_threads() == 2);  // the caller's count is untouched
   });
-  // ... and the modes were the slice threads' only while their slice ran.
-  CHECK(nn::ThreadModes::current().grad_mode);
-  CHECK(current_memory_tag() == MemoryTag::other);
+  // ... and the modes were the slice threads' only while their slice ran: every thread of the team
+  // has its own back.
+  with_threads(2, [] {
+    std::mutex mutex;
+    std::vector<nn::ThreadModes> after;
+#pragma omp parallel
+    {
+      const std::lock_guard lock(mutex);
+      after.push_back(nn::ThreadModes::current());
+    }
+    REQUIRE(after.size() == 2);
+    for (const nn::ThreadModes& m : after) {
+      CHECK(m.grad_mode);
+      CHECK_FALSE(m.autocast.has_value());
+      CHECK_FALSE(m.saving.bn_from_output);
+      CHECK(m.tag == MemoryTag::other);
+      CHECK(m.context == kNoMemoryContext);
+      CHECK(m.default_device == Device::cpu());
+    }
+  });
+}
+
+TEST_CASE("for_each_batch_slice: refuses the modes it cannot carry to other threads") {
+  const auto nothing = [](std::int64_t, std::int64_t) {};
+  CHECK_THROWS_AS(nn::for_each_batch_slice(4, 2, nothing), ValueError);  // grad mode on: autograd is one thread's
+  struct Quiet : nn::ModuleCallObserver {
+    void before_call(const nn::Module&) override {}
+    void after_call(const nn::Module&, const Tensor*) override {}
+  } observer;
+  const autograd::NoGradGuard no_grad;
+  const nn::ModuleCallObserverScope observed(observer);
+  CHECK_THROWS_AS(nn::for_each_batch_slice(4, 2, nothing), ValueError);
 }
 
 TEST_CASE("for_each_batch_slice: a slice's exception reaches the caller after every slice ran") {
+  const autograd::NoGradGuard no_grad;
   with_threads(2, [] {
     std::atomic<int> ran{0};
     CHECK_THROWS_WITH_AS(nn::for_each_batch_slice(6, 2,
@@ -101,27 +159,41 @@ TEST_CASE("for_each_batch_slice: a slice's exception reaches the caller after ev
   });
 }
 
-TEST_CASE("MobileNetV2's eval forward on slices: the bits of the whole batch, both stems") {
-  for (const bool cifar : {false, true}) {
-    CAPTURE(cifar);
+TEST_CASE("MobileNetV2's eval forward on slices: the bits of the whole batch on one thread") {
+  const OneBlasThread one_blas_thread;
+  struct Case {
+    bool cifar;
+    std::int64_t in_channels, batch;
+    int threads;
+    std::int64_t slice;  // what inference_slice chooses; 0: the batch runs whole
+  };
+  // Standard stem: slices of 6 and 3 stop at the 8x8 maps' 4-sample GEMMs, slices of 4 and 8 at the
+  // 2x2 maps' 64-sample ones; the CIFAR stem's slices of 16 run every unit and pool per slice, its
+  // slices of 8 and 4 stop at the 4x4 maps' 16-sample GEMMs. 15 on 2 threads: a short last slice (8
+  // and 7); 3 on 4 threads: fewer slices than threads, so the batch runs whole.
+  const Case cases[] = {{false, 1, 12, 2, 6}, {false, 1, 12, 3, 4}, {false, 1, 12, 4, 3}, {false, 1, 15, 2, 8},
+                        {false, 3, 15, 2, 8}, {false, 1, 3, 4, 0},  {true, 1, 15, 2, 8},  {true, 1, 32, 2, 16},
+                        {true, 3, 12, 3, 4}};
+  for (const Case& c : cases) {
+    CAPTURE(c.cifar);
+    CAPTURE(c.in_channels);
+    CAPTURE(c.batch);
+    CAPTURE(c.threads);
     Generator generator(5);
-    models::MobileNetV2 model({.num_classes = 10, .width_mult = 0.5, .in_channels = 1, .cifar_stem = cifar,
-                               .generator = &generator});
+    models::MobileNetV2 model({.num_classes = 10, .width_mult = 0.5, .in_channels = c.in_channels,
+                               .cifar_stem = c.cifar, .generator = &generator});
     model.eval();
-    const Tensor x = uniform({12, 1, 32, 32}, -1.0, 1.0, {}, &generator);
+    const Tensor x = uniform({c.batch, c.in_channels, 32, 32}, -1.0, 1.0, {}, &generator);
     const autograd::NoGradGuard no_grad;
     std::vector<float> whole;
     with_threads(1, [&] {
       CHECK(model.inference_slice(x) == 0);
       whole = model(x).to_vector<float>();
     });
-    for (const int threads : {2, 3, 4}) {  // slices of 6, 4 and 3: the standard stem's 4-sample GEMMs stop a slice of 6 and 3 sooner
-      with_threads(threads, [&] {
-        CAPTURE(threads);
-        CHECK(model.inference_slice(x) == (12 + threads - 1) / threads);
-        CHECK(model(x).to_vector<float>() == whole);
-      });
-    }
+    with_threads(c.threads, [&] {
+      CHECK(model.inference_slice(x) == c.slice);
+      CHECK(model(x).to_vector<float>() == whole);
+    });
     model.train();  // BatchNorm on batch statistics: never on slices
     with_threads(2, [&] { CHECK(model.inference_slice(x) == 0); });
   }

@@ -68,10 +68,11 @@ std::vector<float> run_all(const Operands& o, bool reference, std::uint64_t* reg
 
 TEST_CASE("depthwise 3x3 fast path: the reference loops' results up to f32 rounding") {
   // Stacks of consecutive planes (kernels/cpu/depthwise_3x3.cpp) end short at batch 7 x 5 channels
-  // and 16x16; the forward's small planes (4x4 outputs or fewer) take 16 channels per tile, so 5 and
-  // 20 channels leave lanes empty; 20 channels stack the weight gradient's channels in blocks of 3 ending with 2; 32x32
+  // and 16x16; the forward's small planes (16 output pixels or fewer, 64 input pixels or fewer:
+  // square, flat and tall ones) take 16 channels per tile, so 5 and 20 channels leave lanes empty; 20 channels stack the weight gradient's channels in blocks of 3 ending with 2; 32x32
   // flushes the weight gradient's lanes within a plane.
-  const std::int64_t sizes[][2] = {{1, 1}, {2, 2}, {3, 3}, {4, 4}, {7, 7}, {8, 8}, {4, 5}, {5, 4}, {6, 17}, {17, 6}, {16, 16}, {32, 32}};
+  const std::int64_t sizes[][2] = {{1, 1}, {2, 2}, {3, 3}, {4, 4}, {7, 7}, {8, 8}, {4, 5}, {5, 4}, {2, 5}, {5, 2},
+                                   {1, 3}, {3, 1}, {1, 16}, {2, 32}, {6, 17}, {17, 6}, {16, 16}, {32, 32}};
   for (std::int64_t stride : {1, 2})
     for (const auto& size : sizes)
       for (std::int64_t batch : {1, 3, 7})
