@@ -17,9 +17,11 @@
 #include "kernels/cpu/depthwise_3x3.h"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "core/cpu/parallel.h"
+#include "kernels/cpu/octets.h"
 #include "kernels/cpu/row_copies.h"
 
 namespace frugal::cpu {
@@ -176,15 +178,26 @@ __attribute__((target_clones("avx512f", "avx2", "default")))
 void tap_dots(const float* src, const std::int64_t* offset, const float* grad, std::int64_t planes,
               std::int64_t plane_stride, std::int64_t n, float* lanes) {
   for (std::int64_t p = 0; p < planes; ++p) {
-    float sums[kTaps][kLanes];  // a local copy the compiler can keep in registers: lanes may alias grad
+    // The 16 lanes of each tap as two octets, 18 vectors the compiler keeps in registers (as a
+    // float[9][16] they went through memory at every multiply-add: 84% of this loop's time, perf).
+    Octet sums[kTaps][2];
     float* plane_lanes = lanes + p * kTaps * kLanes;
-    std::copy(plane_lanes, plane_lanes + kTaps * kLanes, &sums[0][0]);
+    for (int t = 0; t < kTaps; ++t)
+      for (int h = 0; h < 2; ++h) load(sums[t][h], plane_lanes + t * kLanes + h * kOctet);
     const float* s = src + p * plane_stride;
     const float* dy = grad + p * plane_stride;
     for (std::int64_t j = 0; j < n; j += kLanes)
-      for (int t = 0; t < kTaps; ++t)
-        for (std::int64_t l = 0; l < kLanes; ++l) sums[t][l] += dy[j + l] * s[offset[t] + j + l];
-    std::copy(&sums[0][0], &sums[0][0] + kTaps * kLanes, plane_lanes);
+      for (int h = 0; h < 2; ++h) {
+        Octet g;
+        load(g, dy + j + h * kOctet);
+        for (int t = 0; t < kTaps; ++t) {
+          Octet v;
+          load(v, s + offset[t] + j + h * kOctet);
+          sums[t][h] += g * v;
+        }
+      }
+    for (int t = 0; t < kTaps; ++t)
+      for (int h = 0; h < 2; ++h) std::memcpy(plane_lanes + t * kLanes + h * kOctet, &sums[t][h], sizeof(Octet));
   }
 }
 
