@@ -9,6 +9,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "kernels/conv.h"
 #include "kernels/elementwise.h"
 #include "models/torchvision_init.h"
 #include "nn/batch_slices.h"
@@ -54,8 +55,8 @@ std::int64_t Conv2dNormActivation::inference_gemm_samples(const Tensor& x) const
   if (!folds(x)) return 0;
   const Tensor& w = conv_->weight();  // [C_out, C_in / groups, kh, kw]
   if (w.size(2) != 1 || w.size(3) != 1 || conv_->options().groups != 1) return 1;  // one sample at a time
-  const auto& stride = conv_->options().stride;
-  return pointwise_samples_per_gemm(((x.size(2) - 1) / stride[0] + 1) * ((x.size(3) - 1) / stride[1] + 1));
+  const Shape y = conv2d_output_shape(x.shape(), w.shape(), conv_->options());
+  return pointwise_samples_per_gemm(y[2] * y[3]);
 }
 
 InvertedResidual::InvertedResidual(std::int64_t in_channels, std::int64_t out_channels, std::int64_t stride,

@@ -17,46 +17,20 @@
 #include <vector>
 
 #include "core/random.h"
-#include "kernels/cpu_runtime.h"
 #include "models/mobilenet_v2.h"
 #include "nn/batch_slices.h"
 #include "nn/module.h"
+#include "tests/cpu/thread_scopes.h"
 
 using namespace frugal;
 
 namespace {
 
-// OpenMP's thread count set to `threads` while the scope lives (restored however the scope ends).
-class ThreadsScope {
- public:
-  explicit ThreadsScope(int threads) : saved_(omp_get_max_threads()) { omp_set_num_threads(threads); }
-  ~ThreadsScope() { omp_set_num_threads(saved_); }
-  ThreadsScope(const ThreadsScope&) = delete;
-  ThreadsScope& operator=(const ThreadsScope&) = delete;
-
- private:
-  int saved_;
-};
-
 template <typename Body>
 void with_threads(int threads, Body&& body) {
-  const ThreadsScope scope(threads);
+  const test::OmpThreadsScope scope(threads);
   body();
 }
-
-// OpenBLAS held to one thread while the scope lives: its AVX2 kernels' bits depend on its thread
-// count (Note [OpenBLAS threads and bits] in kernels/cpu_runtime.h), and the units after the slices
-// run it on all threads.
-class OneBlasThread {
- public:
-  OneBlasThread() : saved_(blas_threads()) { set_blas_threads(1); }
-  ~OneBlasThread() { set_blas_threads(saved_); }
-  OneBlasThread(const OneBlasThread&) = delete;
-  OneBlasThread& operator=(const OneBlasThread&) = delete;
-
- private:
-  int saved_;
-};
 
 }  // namespace
 
@@ -160,7 +134,9 @@ TEST_CASE("for_each_batch_slice: a slice's exception reaches the caller after ev
 }
 
 TEST_CASE("MobileNetV2's eval forward on slices: the bits of the whole batch on one thread") {
-  const OneBlasThread one_blas_thread;
+  // OpenBLAS on one thread: its AVX2 kernels' bits depend on its thread count (Note [OpenBLAS
+  // threads and bits] in kernels/cpu_runtime.h), and the units after the slices run it on all threads.
+  const test::BlasThreadsScope one_blas_thread(1);
   struct Case {
     bool cifar;
     std::int64_t in_channels, batch;

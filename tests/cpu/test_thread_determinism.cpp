@@ -21,6 +21,7 @@
 #include "nn/autograd.h"
 #include "nn/functional.h"
 #include "nn/module.h"
+#include "tests/cpu/thread_scopes.h"
 #include "tests/skip.h"
 
 namespace frugal {
@@ -69,17 +70,7 @@ void check_same(const StepBits& a, const StepBits& b) {
   CHECK(a.buffers == b.buffers);  // the running statistics
 }
 
-// set_blas_threads(threads) for one case, whatever FRUGAL_BLAS_THREADS set for the run.
-class BlasThreadsScope {
- public:
-  explicit BlasThreadsScope(int threads) { set_blas_threads(threads); }
-  ~BlasThreadsScope() { set_blas_threads(saved_); }
-  BlasThreadsScope(const BlasThreadsScope&) = delete;
-  BlasThreadsScope& operator=(const BlasThreadsScope&) = delete;
-
- private:
-  int saved_ = blas_threads();
-};
+using test::BlasThreadsScope;
 
 // OpenBLAS's kernels for AVX-512: Skylake-X's, and those of the later Xeons that use them.
 bool blas_runs_avx512_kernels() {
