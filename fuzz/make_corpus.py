@@ -123,6 +123,15 @@ write("fuzz_image", "bad_truncated.png", grey_png[:-20])
 write("fuzz_image", "bad_truncated.bmp", rgb_bmp[:-10])
 write("fuzz_image", "bad_truncated.jpg", JPEG_2X2[:300])
 write("fuzz_image", "bad_zero_width.bmp", bmp(0, 2, b""))
+# A JPEG fuzz_image found: the 2x2 one with its height raised to 14082 rows (bytes 159-160 of its SOF0)
+# and its Huffman tables damaged, so every 8x8 block adds to the DC predictor until predictor x quantiser
+# overflows an int inside stb_image (data/CMakeLists.txt builds it with -fwrapv for this). The bytes are
+# the fuzzer's, kept as edits of JPEG_2X2 (offset: new byte).
+DC_OVERFLOW_EDITS = {159: 0x37, 166: 0x02, 194: 0x0B, 225: 0xFE, 226: 0xFF, 227: 0xFF, 228: 0xFF, 229: 0xFF,
+                     230: 0xFF, 231: 0xFF, 232: 0x7F, 242: 0x31, 365: 0x61, 439: 0x30, 445: 0x58, 446: 0x40,
+                     484: 0x3B, 500: 0x27, 592: 0x07}
+write("fuzz_image", "bad_dc_overflow.jpg",
+      bytes(DC_OVERFLOW_EDITS.get(i, byte) for i, byte in enumerate(JPEG_2X2)))
 
 
 # safetensors (nn/safetensors.h): 8 bytes N (little-endian), N bytes of JSON padded with spaces to a
