@@ -17,6 +17,7 @@
 #include "core/cuda_status.h"
 #include "core/dispatch.h"
 #include "kernels/conv_backends.h"
+#include "kernels/cpu/direct_gemm.h"
 #include "kernels/cpu/row_copies.h"
 #include "kernels/elementwise.h"
 #include "kernels/gemm.h"
@@ -226,8 +227,9 @@ Tensor channel_view(const Tensor& per_channel, const Problem& p) { return per_ch
 // tag `workspace`) and one GEMM serves the chunk; from H * W >= kChunkColumns on a chunk is one
 // sample and x itself is the operand. On the CPU the chunks run in parallel, each GEMM on one
 // thread (OpenBLAS inside an OpenMP region runs on its caller's thread); a lone chunk leaves the
-// threading to OpenBLAS. How the batch is cut depends on the shapes alone, and every output value
-// comes from one GEMM whose shape is fixed by them, so the results do not depend on the thread count.
+// threading to OpenBLAS, or on the CPU in f32 shares direct_gemm's pieces among the threads. How
+// the batch is cut depends on the shapes alone, and every output value comes from one GEMM whose
+// shape is fixed by them, so the results do not depend on the thread count.
 constexpr std::int64_t kChunkColumns = 256;  // OpenBLAS's AVX-512 kernels reach their rate from a few hundred columns
 // Gathered chunks are processed kChunksPerWave at a time, so the workspace holds (C_in + C_out) x
 // (a wave's columns) values however large the batch: enough chunks for 8 threads.
@@ -362,18 +364,54 @@ void over_tiles(std::int64_t n, std::int64_t work, bool alone, Body&& body) {
   body(std::int64_t{0}, n);
 }
 
+// A lone GEMM's share of work for one direct_gemm call: 64 rows (eight of AVX-512's tiles,
+// kernels/cpu/direct_gemm.cpp) by 64 columns (two of its panels). Rows are cut too, since on the
+// standard stem's 1x1 maps a lone chunk is the whole batch's 64 columns.
+constexpr std::int64_t kDirectRows = 64, kDirectColumns = 64;
+
+// product = a x operand, f32 on the CPU ([rows, inner] x [inner, columns], operand's and product's
+// rows contiguous): direct_gemm (Note [A GEMM that does not pack], kernels/cpu/direct_gemm.cpp), in
+// pieces shared among the threads when no other GEMM runs beside this one (`alone`), on the calling
+// thread otherwise. Each element's bits do not depend on the pieces.
+void direct_product(const Tensor& product, const Tensor& a, const Tensor& operand, bool alone) {
+  const std::int64_t rows = a.size(0), inner = a.size(1), columns = operand.size(1);
+  const float* weight = static_cast<const float*>(a.data_ptr());
+  const float* from = static_cast<const float*>(operand.data_ptr());
+  float* to = static_cast<float*>(product.data_ptr());
+  if (!alone)
+    return cpu::direct_gemm(rows, columns, inner, weight, a.stride(0), a.stride(1), from, operand.stride(0), to,
+                            product.stride(0));
+  const std::int64_t row_pieces = (rows + kDirectRows - 1) / kDirectRows;
+  const std::int64_t column_pieces = (columns + kDirectColumns - 1) / kDirectColumns;
+  cpu::parallel_for(row_pieces * column_pieces, rows * inner * columns, [&](std::int64_t piece) {
+    const std::int64_t row = piece / column_pieces * kDirectRows, column = piece % column_pieces * kDirectColumns;
+    cpu::direct_gemm(std::min(kDirectRows, rows - row), std::min(kDirectColumns, columns - column), inner,
+                     weight + row * a.stride(0), a.stride(0), a.stride(1), from + column, operand.stride(0),
+                     to + row * product.stride(0) + column, product.stride(0));
+  });
+}
+
 // dst = a x src per sample, src and dst [N, *, H, W]: the forward (a = W) and the input gradient
 // (a = W^T) of a pointwise convolution; `epilogue` applied to each GEMM's result (f32 on the CPU).
+// On the CPU in f32 the GEMMs are direct_gemm's unless the hand-written blocked GEMM was chosen
+// (set_gemm_impl), which then runs as everywhere else.
 void pointwise_over_batch(const Tensor& a, const Tensor& src, const Tensor& dst, const Problem& p,
                           const Epilogue& epilogue = {}) {
   const Chunking c = pointwise_chunking(p);
   const std::int64_t rows = a.size(0), inner = a.size(1), chunks = c.chunks;
   const std::int64_t work = rows * inner * c.columns();  // multiply-adds per chunk
+  const bool cpu_f32 = src.device().is_cpu() && src.dtype() == DType::f32;  // Note [Gathering samples on the CPU]
+  const bool direct = cpu_f32 && gemm_impl(DeviceType::CPU) == GemmImpl::library;
+  const auto multiply = [&](const Tensor& product, const Tensor& operand, bool alone) {
+    if (direct) return direct_product(product, a, operand, alone);
+    matmul_into(product, a, operand);
+  };
   if (!c.gathered()) {
     if (src.device().is_meta()) return record_native(p, Tensor());  // Note [Convolutions on the meta device]
+    const bool alone = p.batch == 1;  // for_each_chunk runs samples in parallel from two on
     for_each_chunk(src.device(), p.batch, work * p.batch, [&](std::int64_t n) {
       const Tensor product = dst.select(0, n).view({rows, c.plane});
-      matmul_into(product, a, src.select(0, n).view({inner, c.plane}));
+      multiply(product, src.select(0, n).view({inner, c.plane}), alone);
       if (epilogue.any()) apply_epilogue(static_cast<float*>(product.data_ptr()), rows, c.plane, epilogue);
     });
     return record_native(p, Tensor());
@@ -383,7 +421,6 @@ void pointwise_over_batch(const Tensor& a, const Tensor& src, const Tensor& dst,
   const Tensor in = empty_workspace({slots * inner * c.columns()}, like), out = empty_workspace({slots * rows * c.columns()}, like);
   if (src.device().is_meta())  // Note [Convolutions on the meta device]
     return record({ConvImpl::native, "1x1 gemm", in.nbytes() + out.nbytes()});
-  const bool cpu_f32 = src.device().is_cpu() && src.dtype() == DType::f32;  // Note [Gathering samples on the CPU]
   for (std::int64_t wave = 0; wave < chunks; wave += slots) {
     const std::int64_t in_wave = std::min(slots, chunks - wave);
     for_each_chunk(src.device(), in_wave, work * in_wave, [&](std::int64_t slot) {
@@ -402,7 +439,7 @@ void pointwise_over_batch(const Tensor& a, const Tensor& src, const Tensor& dst,
       over_tiles(inner, inner * count * c.plane, alone, [&](std::int64_t begin, std::int64_t end) {
         gather_samples(from, count, inner, c.plane, gathered, begin, end);
       });
-      matmul_into(product, a, operand);
+      multiply(product, operand, alone);
       float* result = static_cast<float*>(product.data_ptr());
       float* to = static_cast<float*>(dst.select(0, first).data_ptr());
       const std::int64_t columns = count * c.plane;

@@ -1,0 +1,22 @@
+// The CPU's GEMM for 1x1 convolutions: C = A x B in f32, with B and C row-major matrices of long rows
+// (a sample's [channels, pixels] planes, or a chunk's gathered ones) and A small (the weight, or its
+// transpose). It reads B and A where they lie, without the packed copies a general GEMM makes
+// (Note [A GEMM that does not pack], kernels/cpu/direct_gemm.cpp). kernels/conv.cpp sends the
+// pointwise forward and input gradient here.
+// Not here: the weight gradient (a product over the pixels, which OpenBLAS runs), other dtypes, the
+// GPU, and alpha or beta: C is written, never added to.
+#pragma once
+
+#include <cstdint>
+
+namespace frugal::cpu {
+
+// c[i * ldc + j] = sum over p of a(i, p) * b[p * ldb + j], for i < m, j < n, p in order 0..k-1, with
+// a(i, p) = a[i * a_row + p * a_column] (a row-major A: a_row = k, a_column = 1; its transpose:
+// a_row = 1, a_column = m). Each element's sum depends on the shapes alone, so the result is the same
+// for any thread count. The work is split over OpenMP's threads when it is worth it
+// (core/cpu/parallel.h), and runs on the calling thread inside a parallel region.
+void direct_gemm(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, std::int64_t a_row,
+                 std::int64_t a_column, const float* b, std::int64_t ldb, float* c, std::int64_t ldc);
+
+}  // namespace frugal::cpu
