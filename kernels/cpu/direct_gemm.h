@@ -13,9 +13,9 @@ namespace frugal::cpu {
 
 // c[i * ldc + j] = sum over p of a(i, p) * b[p * ldb + j], for i < m, j < n, p in order 0..k-1, with
 // a(i, p) = a[i * a_row + p * a_column] (a row-major A: a_row = k, a_column = 1; its transpose:
-// a_row = 1, a_column = m). Each element's sum depends on the shapes alone, so the result is the same
-// for any thread count. The work is split over OpenMP's threads when it is worth it
-// (core/cpu/parallel.h), and runs on the calling thread inside a parallel region.
+// a_row = 1, a_column = m). On the calling thread: a caller shares a large product among threads by
+// calling it on pieces of rows and columns (kernels/conv.cpp), and since each element's sum is the
+// same chain whatever the piece, the result is the same for any thread count.
 void direct_gemm(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, std::int64_t a_row,
                  std::int64_t a_column, const float* b, std::int64_t ldb, float* c, std::int64_t ldc);
 
