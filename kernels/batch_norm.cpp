@@ -236,14 +236,16 @@ Tensor batch_norm_eval(const Tensor& x, const Tensor& weight, const Tensor& bias
 
 BatchNormGrads batch_norm_backward(const Tensor& grad_output, const Tensor& x, const Tensor& weight,
                                    const Tensor& save_mean, const Tensor& save_invstd, bool training,
-                                   const Tensor& fused_output, const BatchNormBackend& backend) {
+                                   const Tensor& fused_output, const BatchNormBackend& backend, const Tensor& bias) {
   const char* op = "batch_norm_backward";
   const BatchNormShape shape = check_backward(grad_output, x, weight, save_mean, save_invstd, fused_output, op);
+  check_per_channel(bias, x, "bias", op);
   const DType dtype = x.dtype(), stats = statistics_dtype(dtype);
   const Tensor xc = x.contiguous(), grad = grad_output.contiguous();
   const Tensor fused = fused_output.defined() ? fused_output.contiguous() : fused_output;
   const Tensor mean = as_statistics(save_mean, stats), invstd = as_statistics(save_invstd, stats);
   const Tensor w = as_statistics(weight, stats);
+  const Tensor b = fused.defined() ? as_statistics(bias, stats) : Tensor();  // Note [The ReLU6 mask from the input]
   const bool affine = weight.defined();
   // sum(dy) and sum(dy * xhat): the bias's and weight's gradients, and the training-mode terms.
   const bool sums = training || affine;
@@ -255,9 +257,11 @@ BatchNormGrads batch_norm_backward(const Tensor& grad_output, const Tensor& x, c
     switch (x.device().type()) {
       case DeviceType::CPU:
         if (!backend.cpu_reference) {
+          // The ReLU6 mask recomputed from x where y would come from memory (Note [The ReLU6 mask from the input]).
+          const bool mask_from_input = b.defined() && cpu::fast::relu6_mask_from_input_pays(shape);
           cpu::fast::batch_norm_backward(dtype, grad.data_ptr(), xc.data_ptr(), ptr(fused), shape, mean.data_ptr(),
-                                         invstd.data_ptr(), ptr(w), training, ptr(sum_dy), ptr(sum_dy_xhat),
-                                         grads.input.data_ptr());
+                                         invstd.data_ptr(), ptr(w), ptr(b), mask_from_input, training, ptr(sum_dy),
+                                         ptr(sum_dy_xhat), grads.input.data_ptr());
           break;
         }
         if (sums)

@@ -65,14 +65,20 @@ namespace cuda_emulated { FRUGAL_BATCH_NORM_KERNELS FRUGAL_BATCH_NORM_XHAT_KERNE
 // The CPU's per-channel sweeps (kernels/cpu/batch_norm_fast.cpp), what its dispatcher runs: f32 does
 // a channel's two passes (statistics then normalize; sums then input gradient) back to back, while
 // the channel is still in L2; other dtypes run the reference's kernels one after the other.
-// batch_norm_backward computes the sums only when sum_dy is set (null both when not needed).
+// batch_norm_backward computes the sums only when sum_dy is set (null both when not needed). With
+// mask_from_input, its sweeps recompute the fused ReLU6's output from x with the forward's mean,
+// invstd, weight and bias (Note [The ReLU6 mask from the input]) instead of reading fused_output,
+// which must still be given: the separate passes read it. relu6_mask_from_input_pays says where that
+// is worth its arithmetic: tensors too large to still be in cache.
 namespace cpu::fast {
+bool relu6_mask_from_input_pays(const BatchNormShape& shape);
 void batch_norm_train_forward(DType dtype, const void* x, const BatchNormShape& shape, double momentum, double eps,
                               const void* weight, const void* bias, bool relu6, void* save_mean, void* save_invstd,
                               void* running_mean, void* running_var, void* y);
 void batch_norm_backward(DType dtype, const void* grad, const void* x, const void* fused_output,
                          const BatchNormShape& shape, const void* mean, const void* invstd, const void* weight,
-                         bool training, void* sum_dy, void* sum_dy_xhat, void* grad_input);
+                         const void* bias, bool mask_from_input, bool training, void* sum_dy, void* sum_dy_xhat,
+                         void* grad_input);
 
 // The kernels from a saved xhat for f32 (other dtypes run the reference's): normalize_saving and
 // affine by planes, the training forward as the sweep above, the backward always a channel at a time.

@@ -88,6 +88,17 @@ FRUGAL_HOST_DEVICE inline C incoming_grad(const T* grad, const T* fused_output, 
   return fused_output ? elementwise::binary(BinaryOp::relu6_backward, g, convert<C>(fused_output[i])) : g;
 }
 
+// The same gate without reading the output: the output recomputed from x by normalize, the forward's
+// own arithmetic with the forward's affine (the same mean, invstd, weight and bias), so the same bits
+// and the same mask as incoming_grad's (Note [The ReLU6 mask from the input], kernels/cpu/batch_norm_fast.cpp).
+template <typename C, typename T>
+FRUGAL_HOST_DEVICE inline C incoming_grad_from_input(const T* grad, const T* x, const ChannelAffine<C>& a,
+                                                     std::int64_t i) {
+  const C g = convert<C>(grad[i]);
+  const T output = convert<T>(normalize(convert<C>(x[i]), a, true));
+  return elementwise::binary(BinaryOp::relu6_backward, g, convert<C>(output));
+}
+
 // A channel's two backward sums, in double like the forward's statistics: sum(dy) is the bias's
 // gradient and sum(dy * xhat) the weight's, and the training-mode input gradient needs both.
 struct GradSums {

@@ -457,9 +457,12 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   // it is kept as bits, so the output lives only as long as someone else needs it.
   const bool bits = op.recording() && fuse_relu6 && saving.bit_masks;
   const Tensor mask_source = bits ? pack_mask_between(y, 0.0, kReLU6Top) : fuse_relu6 ? y : Tensor();
-  return op.finish(y, {x, weight, mean, invstd, mask_source}, [training, bits, backend](const Grads& g, const Saved& s) {
+  // The bias lets the CPU recompute the output from x rather than read it (batch_norm_backward).
+  return op.finish(y, {x, weight, mean, invstd, mask_source, bias}, [training, bits, backend](const Grads& g, const Saved& s) {
     const Tensor grad = bits ? apply_packed_mask(g[0], s[4]) : g[0];
-    BatchNormGrads grads = batch_norm_backward(grad, s[0], s[1], s[2], s[3], training, bits ? Tensor() : s[4], backend);
+    BatchNormGrads grads =
+        bits ? batch_norm_backward(grad, s[0], s[1], s[2], s[3], training, Tensor(), backend)
+             : batch_norm_backward(grad, s[0], s[1], s[2], s[3], training, s[4], backend, s[5]);
     return Grads{grads.input, grads.weight, grads.bias};
   });
 }

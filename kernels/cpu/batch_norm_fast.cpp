@@ -146,14 +146,42 @@ Welford block_statistics(const float* x, Block b) {
   return Welford{count, static_cast<double>(shift) + sum / count, m2 > 0.0 ? m2 : 0.0};
 }
 
-// sum(dy) and sum(dy * (x - mean)) over a block, dy gated by the fused ReLU6's output when given
-// (batch_norm::incoming_grad), or by the output recomputed from x = xhat when `recompute` is set
-// (batch_norm::incoming_grad_from_xhat, mean 0). The gating runs first, as a plain loop over a row
-// into `gated`: GCC vectorises that loop with mask registers, where comparisons written on vectors
-// compile lane by lane for AVX-512F.
+// How the incoming gradient goes back through a fused ReLU6 (passing where 0 < output < 6): by the
+// output as stored, or by the output recomputed from x, from the input with the forward's affine
+// (Note [The ReLU6 mask from the input]) or from a saved xhat (x = xhat). None set: not gated.
+struct Relu6Gate {
+  const float* output = nullptr;
+  const batch_norm::ChannelAffine<float>* from_input = nullptr;
+  const batch_norm::ChannelScaleShift<float>* from_xhat = nullptr;
+  bool any() const { return output || from_input || from_xhat; }
+};
+
+// Note [The ReLU6 mask from the input]
+// A BN-ReLU6's backward needs the mask 0 < y < 6 of its output y. Reading y costs a pass over a
+// tensor as large as x, and on the CIFAR stem's 32x32 maps (37 MiB, more than this machine's L3) it
+// comes from memory: the sums' pass read the gradient, x and y. y = clamp((x - mean) * scale + bias)
+// (batch_norm::normalize) is recomputed from x instead, with the same mean, invstd, weight and bias
+// the forward used: the same operations on the same floats, so the same y and the same mask
+// (compiled without contraction, kernels/CMakeLists.txt). Only the per-channel sweeps do this, whose
+// forward is normalize_channel (planes of at least kSweepMinPlane); the eval forward's planes use the
+// same normalize with the running statistics the eval backward is given.
+// Recomputing costs a normalize per element in each of the sweep's two passes, which pays only where
+// y would come from memory (relu6_mask_from_input_pays): a sweep streams four tensors of x's size (x,
+// dy and y read, dx written), and from a quarter of a 32 MiB L3 (this host's; inside its VM sysconf
+// reports 320 MiB, the whole processor's, so it is not asked) they cannot all be in cache. Measured by
+// `frugal bench roofline --threads 1` (2026-12-06, the AMD EPYC host; each BN-ReLU6 backward of the
+// model timed on its own, ms per batch of 64 summed; the two ways alternating, three runs each): CIFAR
+// stem (its 32x32 and 16x16 maps and the 8x8 ones of 576 channels: 8 to 37 MiB) 130.9, 145.2 and 136.7
+// reading y, 125.0, 129.9 and 119.3 recomputing it where it pays; standard stem (6 MiB at most, none
+// recomputed) 17.1-17.4 and 16.7-17.6. Recomputed everywhere, the standard stem's rows ran 7-10%
+// slower (17.3-20.0 against 15.8-17.1): tensors that fit the cache are cheaper to read.
+constexpr std::int64_t kMaskFromInputBytes = std::int64_t{8} << 20;
+
+// sum(dy) and sum(dy * (x - mean)) over a block, dy gated as `gate` says. The gating runs first, as a
+// plain loop over a row into `gated`: GCC vectorises that loop with mask registers, where comparisons
+// written on vectors compile lane by lane for AVX-512F.
 __attribute__((target_clones("avx512f", "avx2", "default")))
-void block_grad_sums(const float* grad, const float* x, const float* fused,
-                     const batch_norm::ChannelScaleShift<float>* recompute, Block b, float mean, double& sum_dy,
+void block_grad_sums(const float* grad, const float* x, const Relu6Gate& gate, Block b, float mean, double& sum_dy,
                      double& sum_dy_centered) {
   Lanes dy_sums = {}, centered_sums = {};
   float tail_dy[kLanes] = {}, tail_centered[kLanes] = {};
@@ -161,14 +189,16 @@ void block_grad_sums(const float* grad, const float* x, const float* fused,
   for (std::int64_t p = 0; p < b.planes; ++p) {
     const std::int64_t row = b.first + p * b.stride;
     const float* g = grad + row;
-    if (fused) {
-      for (std::int64_t s = 0; s < b.length; ++s) gated[s] = batch_norm::incoming_grad<float>(grad, fused, row + s);
-      g = gated;
-    } else if (recompute) {
+    if (gate.output) {
+      for (std::int64_t s = 0; s < b.length; ++s) gated[s] = batch_norm::incoming_grad<float>(grad, gate.output, row + s);
+    } else if (gate.from_input) {
       for (std::int64_t s = 0; s < b.length; ++s)
-        gated[s] = batch_norm::incoming_grad_from_xhat<float>(grad, x, *recompute, true, row + s);
-      g = gated;
+        gated[s] = batch_norm::incoming_grad_from_input<float>(grad, x, *gate.from_input, row + s);
+    } else if (gate.from_xhat) {
+      for (std::int64_t s = 0; s < b.length; ++s)
+        gated[s] = batch_norm::incoming_grad_from_xhat<float>(grad, x, *gate.from_xhat, true, row + s);
     }
+    if (gate.any()) g = gated;
     const float* in = x + row;
     std::int64_t s = 0;
     for (; s + kLanes <= b.length; s += kLanes) {
@@ -208,6 +238,14 @@ inline void grad_input_row(const float* g, const float* in, const float* fused, 
     for (std::int64_t s = 0; s < length; ++s) out[s] = batch_norm::grad_input(g[s], in[s], b);
 }
 
+// The same with the output recomputed from the input (Note [The ReLU6 mask from the input]).
+inline void grad_input_row_from_input(const float* g, const float* in, std::int64_t length,
+                                      const batch_norm::ChannelAffine<float>& a,
+                                      const batch_norm::ChannelBackward<float>& b, float* out) {
+  for (std::int64_t s = 0; s < length; ++s)
+    out[s] = batch_norm::grad_input(batch_norm::incoming_grad_from_input<float>(g, in, a, s), in[s], b);
+}
+
 // Planes [begin, end) of the forward (plane n * C + c: one sample's channel c). Many small planes
 // per call (a 4x4 map is one AVX-512 vector), so the call and the channel's affine cost little
 // beside the elements.
@@ -244,12 +282,17 @@ void normalize_channel(const float* x, const BatchNormShape& shape, std::int64_t
   }
 }
 
+// `gate`: its output or its input's affine (from_xhat is for the loops from a saved xhat).
 __attribute__((target_clones("avx512f", "avx2", "default")))
-void grad_input_channel(const float* grad, const float* x, const float* fused, const BatchNormShape& shape,
+void grad_input_channel(const float* grad, const float* x, const Relu6Gate& gate, const BatchNormShape& shape,
                         std::int64_t c, const batch_norm::ChannelBackward<float>& b, float* grad_input) {
   for (std::int64_t n = 0; n < shape.batch; ++n) {
     const std::int64_t first = shape.offset(n, c, 0);
-    grad_input_row(grad + first, x + first, fused ? fused + first : nullptr, shape.spatial, b, grad_input + first);
+    if (gate.from_input)
+      grad_input_row_from_input(grad + first, x + first, shape.spatial, *gate.from_input, b, grad_input + first);
+    else
+      grad_input_row(grad + first, x + first, gate.output ? gate.output + first : nullptr, shape.spatial, b,
+                     grad_input + first);
   }
 }
 
@@ -261,12 +304,12 @@ Welford channel_statistics(const float* x, const BatchNormShape& shape, std::int
 }
 
 // Channel c's sum(dy) and sum(dy * xhat) into sum_dy[c] and sum_dy_xhat[c].
-void channel_grad_sums(const float* grad, const float* x, const float* fused, const BatchNormShape& shape,
+void channel_grad_sums(const float* grad, const float* x, const Relu6Gate& gate, const BatchNormShape& shape,
                        std::int64_t c, const float* mean, const float* invstd, float* sum_dy, float* sum_dy_xhat) {
   batch_norm::GradSums sums;
   for_each_block(shape, c, [&](Block b) {
     double dy = 0.0, dy_centered = 0.0;
-    block_grad_sums(grad, x, fused, nullptr, b, mean[c], dy, dy_centered);
+    block_grad_sums(grad, x, gate, b, mean[c], dy, dy_centered);
     sums.merge({dy, dy_centered});
   });
   // sum(dy * xhat) = invstd * sum(dy * (x - mean)): one multiplication per channel.
@@ -354,7 +397,7 @@ void xhat_channel_grad_sums(const float* grad, const float* xhat, const BatchNor
   batch_norm::GradSums sums;
   for_each_block(shape, c, [&](Block b) {
     double dy = 0.0, dy_xhat = 0.0;
-    block_grad_sums(grad, xhat, nullptr, relu6 ? &a : nullptr, b, 0.0f, dy, dy_xhat);
+    block_grad_sums(grad, xhat, {.from_xhat = relu6 ? &a : nullptr}, b, 0.0f, dy, dy_xhat);
     sums.merge({dy, dy_xhat});
   });
   sum_dy[c] = static_cast<float>(sums.dy);
@@ -661,7 +704,8 @@ void compact_channel_grad_sums_buffered(const float* grad, const BFloat16* xhat,
       widen_piece(grad + row, xhat + row, nullptr, b.length, grad_piece + p * b.length, xhat_piece + p * b.length);
     }
     double dy = 0.0, dy_xhat = 0.0;
-    block_grad_sums(grad_piece, xhat_piece, nullptr, &a, Block{0, b.length, b.planes, b.length}, 0.0f, dy, dy_xhat);
+    block_grad_sums(grad_piece, xhat_piece, {.from_xhat = &a}, Block{0, b.length, b.planes, b.length}, 0.0f, dy,
+                    dy_xhat);
     sums.merge({dy, dy_xhat});
   });
   sum_dy[c] = static_cast<float>(sums.dy);
@@ -1005,8 +1049,8 @@ void batch_norm_backward_sums(DType dtype, const void* grad, const void* x, cons
   if (!runs_fast(dtype, shape))
     return cpu::batch_norm_backward_sums(dtype, grad, x, fused_output, shape, mean, invstd, sum_dy, sum_dy_xhat);
   parallel_for(shape.channels, shape.channels * shape.per_channel(), [&](std::int64_t c) {
-    channel_grad_sums(as_f32(grad), as_f32(x), as_f32(fused_output), shape, c, as_f32(mean), as_f32(invstd),
-                      as_f32(sum_dy), as_f32(sum_dy_xhat));
+    channel_grad_sums(as_f32(grad), as_f32(x), {.output = as_f32(fused_output)}, shape, c, as_f32(mean),
+                      as_f32(invstd), as_f32(sum_dy), as_f32(sum_dy_xhat));
   });
 }
 
@@ -1040,21 +1084,29 @@ void batch_norm_train_forward(DType dtype, const void* x, const BatchNormShape& 
   });
 }
 
+bool relu6_mask_from_input_pays(const BatchNormShape& shape) {
+  return shape.batch * shape.channels * shape.spatial * static_cast<std::int64_t>(sizeof(float)) >= kMaskFromInputBytes;
+}
+
 void batch_norm_backward(DType dtype, const void* grad, const void* x, const void* fused_output,
                          const BatchNormShape& shape, const void* mean, const void* invstd, const void* weight,
-                         bool training, void* sum_dy, void* sum_dy_xhat, void* grad_input) {
+                         const void* bias, bool mask_from_input, bool training, void* sum_dy, void* sum_dy_xhat,
+                         void* grad_input) {
   if (dtype != DType::f32 || shape.spatial < kSweepMinPlane) {
     if (sum_dy) batch_norm_backward_sums(dtype, grad, x, fused_output, shape, mean, invstd, sum_dy, sum_dy_xhat);
     return batch_norm_backward_input(dtype, grad, x, fused_output, shape, mean, invstd, weight, sum_dy, sum_dy_xhat,
                                      training, grad_input);
   }
+  const bool recompute = fused_output && mask_from_input;  // Note [The ReLU6 mask from the input]
   parallel_for(shape.channels, 2 * shape.channels * shape.per_channel(), [&](std::int64_t c) {
+    const auto affine = batch_norm::channel_affine(as_f32(mean), as_f32(invstd), as_f32(weight), as_f32(bias), c);
+    const Relu6Gate gate = recompute ? Relu6Gate{.from_input = &affine} : Relu6Gate{.output = as_f32(fused_output)};
     if (sum_dy)
-      channel_grad_sums(as_f32(grad), as_f32(x), as_f32(fused_output), shape, c, as_f32(mean), as_f32(invstd),
-                        as_f32(sum_dy), as_f32(sum_dy_xhat));
+      channel_grad_sums(as_f32(grad), as_f32(x), gate, shape, c, as_f32(mean), as_f32(invstd), as_f32(sum_dy),
+                        as_f32(sum_dy_xhat));
     const auto coefficients = batch_norm::channel_backward(as_f32(mean), as_f32(invstd), as_f32(weight), as_f32(sum_dy),
                                                            as_f32(sum_dy_xhat), training, shape.per_channel(), c);
-    grad_input_channel(as_f32(grad), as_f32(x), as_f32(fused_output), shape, c, coefficients, as_f32(grad_input));
+    grad_input_channel(as_f32(grad), as_f32(x), gate, shape, c, coefficients, as_f32(grad_input));
   });
 }
 

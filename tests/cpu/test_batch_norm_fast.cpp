@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -258,15 +259,57 @@ TEST_CASE("batch norm fast per-channel sweeps give the separate fast kernels' bi
       check_same_bits(y, separate.fused, "normalize + ReLU6");
       const Tensor sum_dy = zeros({c}, per_channel), sum_dy_xhat = zeros({c}, per_channel), dx = empty(o.x.shape());
       cpu::fast::batch_norm_backward(DType::f32, o.grad.data_ptr(), o.x.data_ptr(), nullptr, shape,
-                                     statistics[0].data_ptr(), statistics[1].data_ptr(), o.weight.data_ptr(), true,
-                                     sum_dy.data_ptr(), sum_dy_xhat.data_ptr(), dx.data_ptr());
+                                     statistics[0].data_ptr(), statistics[1].data_ptr(), o.weight.data_ptr(), nullptr,
+                                     false, true, sum_dy.data_ptr(), sum_dy_xhat.data_ptr(), dx.data_ptr());
       check_same_bits(sum_dy, separate.sums[0], "sum_dy");
       check_same_bits(sum_dy_xhat, separate.sums[1], "sum_dy_xhat");
       check_same_bits(dx, separate.grad_training, "grad_input, training");
       cpu::fast::batch_norm_backward(DType::f32, o.grad.data_ptr(), o.x.data_ptr(), y.data_ptr(), shape,
-                                     statistics[0].data_ptr(), statistics[1].data_ptr(), o.weight.data_ptr(), false,
-                                     nullptr, nullptr, dx.data_ptr());
+                                     statistics[0].data_ptr(), statistics[1].data_ptr(), o.weight.data_ptr(), nullptr,
+                                     false, false, nullptr, nullptr, dx.data_ptr());
       check_same_bits(dx, separate.grad_fused_eval, "grad_input, eval, fused");
+    }
+  }
+  omp_set_num_threads(saved);
+}
+
+TEST_CASE("batch norm's sweeps: the ReLU6 mask recomputed from the input gives the bits of reading the output") {
+  // Note [The ReLU6 mask from the input]: an affine BN-ReLU6 forward (weight and bias in [1, 3]; the
+  // first channel's 3 and 1, so that whatever the draw, outputs clamp at 0 and at 6: xhat of a uniform
+  // x reaches +-1.7), then its backward reading the output and recomputing it, training and eval, on
+  // planes of the sweeps (at least kSweepMinPlane) and planes larger than a block.
+  const int saved = omp_get_max_threads();
+  for (const BatchNormShape shape : {BatchNormShape{8, 24, 256}, BatchNormShape{4, 5, 64}, BatchNormShape{2, 2, 5000}}) {
+    CAPTURE(shape.spatial);
+    const Operands o = operands(shape);
+    o.weight.narrow(0, 0, 1).fill_(3.0);
+    o.bias.narrow(0, 0, 1).fill_(1.0);
+    const TensorOptions per_channel{.dtype = DType::f32};
+    const std::int64_t c = shape.channels;
+    const Tensor mean = empty({c}, per_channel), invstd = empty({c}, per_channel), y = empty(o.x.shape());
+    cpu::fast::batch_norm_train_forward(DType::f32, o.x.data_ptr(), shape, 0.1, 1e-5, o.weight.data_ptr(),
+                                        o.bias.data_ptr(), true, mean.data_ptr(), invstd.data_ptr(),
+                                        o.running_mean.clone().data_ptr(), o.running_var.clone().data_ptr(), y.data_ptr());
+    const std::vector<float> outputs = y.to_vector<float>();
+    REQUIRE(std::count(outputs.begin(), outputs.end(), 0.0f) > 0);  // both ends of the clamp are reached
+    REQUIRE(std::count(outputs.begin(), outputs.end(), 6.0f) > 0);
+    for (int threads : {1, 3}) {
+      omp_set_num_threads(threads);
+      for (bool training : {true, false}) {
+        CAPTURE(threads);
+        CAPTURE(training);
+        std::array<Tensor, 3> read, recomputed;  // sum_dy, sum_dy_xhat, grad_input
+        for (bool from_input : {false, true}) {
+          std::array<Tensor, 3>& out = from_input ? recomputed : read;
+          out = {zeros({c}, per_channel), zeros({c}, per_channel), empty(o.x.shape())};
+          cpu::fast::batch_norm_backward(DType::f32, o.grad.data_ptr(), o.x.data_ptr(), y.data_ptr(), shape,
+                                         mean.data_ptr(), invstd.data_ptr(), o.weight.data_ptr(), o.bias.data_ptr(),
+                                         from_input, training, out[0].data_ptr(), out[1].data_ptr(), out[2].data_ptr());
+        }
+        check_same_bits(recomputed[0], read[0], "sum_dy");
+        check_same_bits(recomputed[1], read[1], "sum_dy_xhat");
+        check_same_bits(recomputed[2], read[2], "grad_input");
+      }
     }
   }
   omp_set_num_threads(saved);
