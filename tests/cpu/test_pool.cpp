@@ -216,6 +216,29 @@ TEST_CASE("global average pooling: the dense loop gives the reference's bits") {
   CHECK(values(adaptive_avg_pool2d(grid(4, 4), {1, 1})) == std::vector<double>{7.5});
 }
 
+TEST_CASE("global average pooling's backward gives the gather's bits, for every kind of whole-plane average") {
+  // Each element gets its plane's gradient over the plane's size (Note [Global average pooling]);
+  // pool_input_gradient is the per-element reference the CUDA gather uses.
+  Generator generator(13);
+  const auto check = [&]<typename T>(DType dtype) {
+    for (std::int64_t side : {1, 2, 3}) {
+      CAPTURE(side);
+      const Shape input{2, 300, side, side};
+      const Tensor grad = uniform({2, 300, 1, 1}, -2.0, 2.0, {.dtype = dtype}, &generator);
+      const PoolGeometry g{.planes = 600, .h = {.in = side, .out = 1}, .w = {.in = side, .out = 1}};
+      std::vector<double> expected;
+      for (std::int64_t p = 0; p < g.planes; ++p)
+        for (std::int64_t i = 0; i < side * side; ++i)
+          expected.push_back(static_cast<double>(static_cast<T>(
+              pool_input_gradient<T, T>(PoolKind::adaptive_avg, grad.data<T>() + p, nullptr, g, i / side, i % side))));
+      CHECK(values(adaptive_avg_pool2d_backward(grad, input)) == expected);
+      CHECK(values(avg_pool2d_backward(grad, input, {.kernel = {side, side}})) == expected);
+    }
+  };
+  check.template operator()<float>(DType::f32);
+  check.template operator()<double>(DType::f64);
+}
+
 TEST_CASE("pool backward: overlapping windows add up") {
   // The centre is the max of all four 2 x 2 windows: it receives all four gradients.
   const Tensor peak = image({0, 1, 0, 2, 9, 3, 0, 4, 0}, 3, 3);
