@@ -245,7 +245,6 @@ BatchNormGrads batch_norm_backward(const Tensor& grad_output, const Tensor& x, c
   const Tensor fused = fused_output.defined() ? fused_output.contiguous() : fused_output;
   const Tensor mean = as_statistics(save_mean, stats), invstd = as_statistics(save_invstd, stats);
   const Tensor w = as_statistics(weight, stats);
-  const Tensor b = fused.defined() ? as_statistics(bias, stats) : Tensor();  // Note [The ReLU6 mask from the input]
   const bool affine = weight.defined();
   // sum(dy) and sum(dy * xhat): the bias's and weight's gradients, and the training-mode terms.
   const bool sums = training || affine;
@@ -258,7 +257,9 @@ BatchNormGrads batch_norm_backward(const Tensor& grad_output, const Tensor& x, c
       case DeviceType::CPU:
         if (!backend.cpu_reference) {
           // The ReLU6 mask recomputed from x where y would come from memory (Note [The ReLU6 mask from the input]).
-          const bool mask_from_input = b.defined() && cpu::fast::relu6_mask_from_input_pays(shape);
+          const bool mask_from_input =
+              fused.defined() && bias.defined() && cpu::fast::relu6_mask_from_input_pays(shape);
+          const Tensor b = mask_from_input ? as_statistics(bias, stats) : Tensor();
           cpu::fast::batch_norm_backward(dtype, grad.data_ptr(), xc.data_ptr(), ptr(fused), shape, mean.data_ptr(),
                                          invstd.data_ptr(), ptr(w), ptr(b), mask_from_input, training, ptr(sum_dy),
                                          ptr(sum_dy_xhat), grads.input.data_ptr());

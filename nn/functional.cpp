@@ -461,8 +461,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   return op.finish(y, {x, weight, mean, invstd, mask_source, bias}, [training, bits, backend](const Grads& g, const Saved& s) {
     const Tensor grad = bits ? apply_packed_mask(g[0], s[4]) : g[0];
     BatchNormGrads grads =
-        bits ? batch_norm_backward(grad, s[0], s[1], s[2], s[3], training, Tensor(), backend)
-             : batch_norm_backward(grad, s[0], s[1], s[2], s[3], training, s[4], backend, s[5]);
+        batch_norm_backward(grad, s[0], s[1], s[2], s[3], training, bits ? Tensor() : s[4], backend, s[5]);
     return Grads{grads.input, grads.weight, grads.bias};
   });
 }
