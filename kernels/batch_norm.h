@@ -73,9 +73,9 @@ struct BatchNormGrads {
 // save_invstd from batch_norm_train); eval: they are constants (running_mean and batch_norm_invstd).
 // fused_output: the output of a forward run with fuse_relu6, whose ReLU6 the gradient goes back
 // through first (passing only where 0 < output < 6); undefined otherwise. bias: the forward's bias,
-// optional; given with fused_output, the CPU's f32 per-channel sweeps recompute the output from x
-// with the forward's arithmetic where reading it would come from memory (tensors of 8 MiB and more),
-// the same mask (Note [The ReLU6 mask from the input], kernels/cpu/batch_norm_fast.cpp).
+// optional; given with fused_output, the CPU's f32 backward recomputes the output from x with the
+// forward's arithmetic where reading it would come from memory (tensors of 12 MiB and more), the
+// same mask (Note [The ReLU6 mask from the input], kernels/cpu/batch_norm_fast.cpp).
 BatchNormGrads batch_norm_backward(const Tensor& grad_output, const Tensor& x, const Tensor& weight,
                                    const Tensor& save_mean, const Tensor& save_invstd, bool training,
                                    const Tensor& fused_output = Tensor(),

@@ -62,14 +62,15 @@ namespace cpu::fast { FRUGAL_BATCH_NORM_KERNELS }     // f32 vectorised (cpu/bat
 namespace cuda { FRUGAL_BATCH_NORM_KERNELS FRUGAL_BATCH_NORM_XHAT_KERNELS }  // hand-written (BatchNormImpl::native)
 namespace cuda_emulated { FRUGAL_BATCH_NORM_KERNELS FRUGAL_BATCH_NORM_XHAT_KERNELS }  // the same, in the emulator
 
-// The CPU's per-channel sweeps (kernels/cpu/batch_norm_fast.cpp), what its dispatcher runs: f32 does
-// a channel's two passes (statistics then normalize; sums then input gradient) back to back, while
-// the channel is still in L2; other dtypes run the reference's kernels one after the other.
-// batch_norm_backward computes the sums only when sum_dy is set (null both when not needed). With
-// mask_from_input, its sweeps recompute the fused ReLU6's output from x with the forward's mean,
-// invstd, weight and bias (Note [The ReLU6 mask from the input]) instead of reading fused_output,
-// which must still be given: the separate passes read it. relu6_mask_from_input_pays says where that
-// is worth its arithmetic: tensors too large to still be in cache.
+// The CPU's training forward and backward (kernels/cpu/batch_norm_fast.cpp), what its dispatcher
+// runs: the statistics then normalize, and the sums then the input gradient; for f32 the
+// statistics and the sums read the tensors in memory order (Note [Sums in memory order]), other
+// dtypes run the reference's kernels. batch_norm_backward computes the sums only when sum_dy is set
+// (null both when not needed). With mask_from_input, on planes of at least 16 floats, it recomputes
+// the fused ReLU6's output from x with the forward's mean, invstd, weight and bias
+// (Note [The ReLU6 mask from the input]) instead of reading fused_output, which must still be
+// given: smaller planes read it. relu6_mask_from_input_pays says where that is worth its arithmetic:
+// tensors too large to still be in cache.
 namespace cpu::fast {
 bool relu6_mask_from_input_pays(const BatchNormShape& shape);
 void batch_norm_train_forward(DType dtype, const void* x, const BatchNormShape& shape, double momentum, double eps,
@@ -81,7 +82,7 @@ void batch_norm_backward(DType dtype, const void* grad, const void* x, const voi
                          void* grad_input);
 
 // The kernels from a saved xhat for f32 (other dtypes run the reference's): normalize_saving and
-// affine by planes, the training forward as the sweep above, the backward always a channel at a time.
+// affine by planes, the training forward and the backward a channel at a time (per-channel sweeps).
 void batch_norm_train_forward_saving(DType dtype, const void* x, const BatchNormShape& shape, double momentum,
                                      double eps, const void* weight, const void* bias, bool relu6, void* save_mean,
                                      void* save_invstd, void* running_mean, void* running_var, void* xhat, void* y);

@@ -180,6 +180,44 @@ TEST_CASE("batch norm fast statistics stay accurate when the mean is large again
   }
 }
 
+TEST_CASE("batch norm fast statistics read in memory order give the bits of reading a channel at a time") {
+  // Note [Sums in memory order]: batch_norm_statistics reads samples in memory order, carrying each
+  // channel's open block from plane to plane; the training forward from a saved xhat still reads a
+  // channel at a time (on planes of at least kSweepMinPlane = 64). The same blocks merged in the same
+  // order: the same bits. Blocks of many samples (S = 64, 100, 256) and ones that end inside the batch
+  // (70 samples of 64, 5 of 1024), pieces of a plane (5000), a tail after the lanes (100), channels
+  // that split unevenly over 3 threads, and a far first element in every channel, which makes a
+  // block read again around its mean.
+  const int saved = omp_get_max_threads();
+  for (const BatchNormShape shape : {BatchNormShape{70, 5, 64}, BatchNormShape{16, 4, 100}, BatchNormShape{9, 5, 256},
+                                     BatchNormShape{5, 2, 1024}, BatchNormShape{2, 3, 5000}}) {
+    CAPTURE(shape.batch);
+    CAPTURE(shape.spatial);
+    for (bool outlier : {false, true}) {
+      CAPTURE(outlier);
+      const Operands o = operands(shape, DType::f32, outlier ? 0.0 : 50.0);
+      if (outlier)
+        for (std::int64_t c = 0; c < shape.channels; ++c) static_cast<float*>(o.x.data_ptr())[c * shape.spatial] = 1e4f;
+      const TensorOptions per_channel{.dtype = DType::f32};
+      const std::int64_t c = shape.channels;
+      std::array<Tensor, 4> by_channel{empty({c}, per_channel), empty({c}, per_channel), o.running_mean.clone(),
+                                       o.running_var.clone()};
+      const Tensor xhat = empty(o.x.shape()), y = empty(o.x.shape());
+      cpu::fast::batch_norm_train_forward_saving(DType::f32, o.x.data_ptr(), shape, 0.1, 1e-5, nullptr, nullptr, false,
+                                                 by_channel[0].data_ptr(), by_channel[1].data_ptr(),
+                                                 by_channel[2].data_ptr(), by_channel[3].data_ptr(), xhat.data_ptr(),
+                                                 y.data_ptr());
+      for (int threads : {1, 3}) {
+        CAPTURE(threads);
+        omp_set_num_threads(threads);
+        const Results f = fast(o);
+        for (std::size_t i = 0; i < by_channel.size(); ++i) check_same_bits(f.statistics[i], by_channel[i], "statistics");
+      }
+    }
+  }
+  omp_set_num_threads(saved);
+}
+
 TEST_CASE("batch norm fast loops pass other dtypes to the reference") {
   for (DType dtype : {DType::f64, DType::bf16}) {
     CAPTURE(dtype);
@@ -235,9 +273,9 @@ TEST_CASE("batch norm on the CPU runs the fast loops for f32, the reference when
   set_batch_norm_cpu_reference(false);
 }
 
-TEST_CASE("batch norm fast per-channel sweeps give the separate fast kernels' bits, on 1 and 3 threads") {
-  // What the CPU dispatcher runs: statistics + normalize, and sums + input gradient, channel by
-  // channel. Planes larger than a block, and [N, C].
+TEST_CASE("batch norm fast training forward and backward give the separate fast kernels' bits, on 1 and 3 threads") {
+  // What the CPU dispatcher runs: statistics + normalize, and sums + input gradient. Planes larger
+  // than a block, and [N, C].
   const int saved = omp_get_max_threads();
   for (const BatchNormShape shape : {BatchNormShape{8, 24, 256}, BatchNormShape{2, 2, 5000}, BatchNormShape{37, 3, 1}}) {
     CAPTURE(shape.spatial);
@@ -273,13 +311,14 @@ TEST_CASE("batch norm fast per-channel sweeps give the separate fast kernels' bi
   omp_set_num_threads(saved);
 }
 
-TEST_CASE("batch norm's sweeps: the ReLU6 mask recomputed from the input gives the bits of reading the output") {
+TEST_CASE("batch norm's backward: the ReLU6 mask recomputed from the input gives the bits of reading the output") {
   // Note [The ReLU6 mask from the input]: an affine BN-ReLU6 forward (weight and bias in [1, 3]; the
   // first channel's 3 and 1, so that whatever the draw, outputs clamp at 0 and at 6: xhat of a uniform
   // x reaches +-1.7), then its backward reading the output and recomputing it, training and eval, on
-  // planes of the sweeps (at least kSweepMinPlane) and planes larger than a block.
+  // planes of one vector, of many, and larger than a block.
   const int saved = omp_get_max_threads();
-  for (const BatchNormShape shape : {BatchNormShape{8, 24, 256}, BatchNormShape{4, 5, 64}, BatchNormShape{2, 2, 5000}}) {
+  for (const BatchNormShape shape : {BatchNormShape{8, 24, 256}, BatchNormShape{4, 5, 64}, BatchNormShape{12, 6, 16},
+                                     BatchNormShape{2, 2, 5000}}) {
     CAPTURE(shape.spatial);
     const Operands o = operands(shape);
     o.weight.narrow(0, 0, 1).fill_(3.0);
