@@ -247,8 +247,9 @@ Tensor MobileNetV2::forward(const Tensor& x) {
 // Split among the threads layer by layer, an eval forward makes each thread wait for the others at
 // the end of each of some 60 layers, and with the standard stem most of them are a few microseconds
 // of work per sample, on maps of 8x8 pixels or fewer. So in inference on the CPU with two or more
-// threads, each thread runs the network on its own slice of the batch (nn/batch_slices.h), every
-// kernel of the slice on that thread, and none waits for another until the slices are done. A unit
+// threads, the batch goes in kSlicesPerThread slices per thread and each thread runs the network on
+// the slices it claims (nn/batch_slices.h), every kernel of a slice on that thread, and none waits for
+// another until the slices are done. A unit
 // of `features` runs on slices only where that gives the bits the whole batch gives: folded for
 // inference (no batch statistics), and the slice a whole number of each of its 1x1 convolutions'
 // GEMM chunks (pointwise_samples_per_gemm), so that every GEMM sees the operands it would see for the
@@ -264,13 +265,20 @@ Tensor MobileNetV2::forward(const Tensor& x) {
 // Measured 2026-12-05 (docs/benchmarks.md), eval forwards on 2 threads, batch 64, alternating in one
 // process with the layer-by-layer forward: CIFAR stem (every unit on slices) 10% faster, standard
 // stem (the stem and blocks 1-6 on slices) 3.5% faster.
+// Two slices per thread rather than one: where one thread runs slower (a shared core), the other
+// claims the slice it has not started (Note [Threads claim pieces of a loop] in core/cpu/parallel.h).
+// Measured 2026-12-06 on 2 threads, batch 64, alternating in one process with one slice per thread:
+// the eval forward's 1 -> 2 thread gain 1.53-1.70x against 1.56-1.75x (standard stem; the 4x4 maps'
+// units, 16 samples per GEMM, still on slices of 16) and 1.72-1.91x against 1.80-1.96x (CIFAR stem).
+constexpr std::int64_t kSlicesPerThread = 2;
+
 std::int64_t MobileNetV2::inference_slice(const Tensor& x) const {
   const std::int64_t threads = omp_get_max_threads(), batch = x.size(0);
   // Module call observers see each call on the calling thread, unfolded (nn/fold_batch_norm.h).
   if (!x.device().is_cpu() || threads < 2 || batch < 2 || nn::module_calls_observed()) return 0;
-  const std::int64_t slice = (batch + threads - 1) / threads;
+  const std::int64_t slice = (batch + kSlicesPerThread * threads - 1) / (kSlicesPerThread * threads);
   // Fewer slices than threads would leave threads idle that the layer-by-layer forward uses (a batch
-  // of 17 on 16 threads makes 9 slices of 2).
+  // of 9 on 16 threads makes 9 slices of 1).
   if ((batch + slice - 1) / slice < threads) return 0;
   const std::int64_t stem_samples = unit_gemm_samples(*(*features_)[0], x);
   return stem_samples > 0 && slice % stem_samples == 0 ? slice : 0;

@@ -1,4 +1,4 @@
-// Running a forward on slices of the batch, one slice per OpenMP thread: for inference, where a
+// Running a forward on slices of the batch shared among OpenMP's threads: for inference, where a
 // model's layers are too small to share among the threads one at a time (Note [Inference across the
 // batch on the CPU] in models/mobilenet_v2.cpp). Here: the thread's modes a slice must run under,
 // carried from the calling thread to the others, and the loop over the slices.
@@ -56,7 +56,8 @@ class ThreadModesScope {
 
 // Calls body(first, count) for each slice [first, first + count) of a batch of `batch` samples cut
 // every `slice` samples (the last slice may be shorter), the slices side by side on OpenMP's
-// threads, each under the calling thread's ThreadModes and with OpenMP's thread count set to 1 for
+// threads, each claimed by whichever thread is free (Note [Threads claim pieces of a loop] in
+// core/cpu/parallel.h), each under the calling thread's ThreadModes and with OpenMP's thread count set to 1 for
 // what it runs: the kernels inside a slice, OpenBLAS's GEMMs included, stay on the slice's thread.
 // With one thread, or one slice, the slices run in order on the calling thread. An exception from a
 // slice is rethrown here (the first one, by slice order) once every slice has finished.

@@ -3,6 +3,9 @@
 // Not here: OpenBLAS's own threading (it decides for itself), or the data loader's worker threads.
 #pragma once
 
+#include <omp.h>
+
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 
@@ -30,9 +33,23 @@ inline bool worth_parallel(std::int64_t work) { return work >= kMinParallelWork;
 inline std::atomic<std::uint64_t> g_parallel_regions{0};
 inline std::uint64_t parallel_regions_opened() { return g_parallel_regions.load(std::memory_order_relaxed); }
 
-// Calls body(i) for i in [0, count): split statically over OpenMP's threads when `work` (the whole
-// loop's element operations) is worth it, else in order on the calling thread. body(i) for different
-// i must not write the same memory.
+// Note [Threads claim pieces of a loop]
+// A static split gives each thread its share of a loop up front, and the region ends when the slowest
+// thread has done its share. On a host whose second core is shared with other machines that thread
+// is often the slower one, by more than the loop's imbalance: the split then runs at the slow
+// thread's pace. So a loop goes in about kPiecesPerThread pieces per thread, each claimed by
+// whichever thread is free (OpenMP's dynamic schedule): a fast thread takes more pieces, and a
+// thread that wakes late finds fewer left. A claim is one atomic add, so a few per thread cost
+// nothing beside a region's wake-up. Which thread runs an index never changes what body(i)
+// computes, so results stay those of any thread count. Measured 2026-12-06 on the 2-core development
+// host with the training steps and eval forwards of `frugal bench train`, alternating in one process
+// between 1 thread, a static split on 2 and claimed pieces on 2: docs/benchmarks.md, "The speed of
+// `frugal train` on the CPU".
+inline constexpr std::int64_t kPiecesPerThread = 4;
+
+// Calls body(i) for i in [0, count): shared among OpenMP's threads in claimed pieces (Note [Threads
+// claim pieces of a loop]) when `work` (the whole loop's element operations) is worth it, else in
+// order on the calling thread. body(i) for different i must not write the same memory.
 template <typename Body>
 void parallel_for(std::int64_t count, std::int64_t work, Body&& body) {
   if (!worth_parallel(work)) {
@@ -40,7 +57,8 @@ void parallel_for(std::int64_t count, std::int64_t work, Body&& body) {
     return;
   }
   g_parallel_regions.fetch_add(1, std::memory_order_relaxed);
-#pragma omp parallel for schedule(static)
+  const std::int64_t piece = std::max<std::int64_t>(1, count / (kPiecesPerThread * omp_get_max_threads()));
+#pragma omp parallel for schedule(dynamic, piece)
   for (std::int64_t i = 0; i < count; ++i) body(i);
 }
 

@@ -11,9 +11,11 @@
 #include <omp.h>
 
 #include <atomic>
+#include <chrono>
 #include <mutex>
 #include <set>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include "core/random.h"
@@ -66,7 +68,14 @@ TEST_CASE("for_each_batch_slice: each slice runs under the caller's modes, one O
     std::vector<nn::ThreadModes> modes;
     std::vector<int> inner_threads;
     std::set<int> threads_used;
+    // Threads claim slices as they come (Note [Threads claim pieces of a loop]), so a slice waits (up
+    // to a few seconds) until both threads have claimed one: the other thread's must run under the
+    // caller's modes too.
+    std::atomic<unsigned> arrived{0};
     nn::for_each_batch_slice(8, 2, [&](std::int64_t, std::int64_t) {
+      arrived.fetch_or(1u << omp_get_thread_num());
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while (arrived.load() != 3u && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
       const std::lock_guard lock(mutex);
       modes.push_back(nn::ThreadModes::current());
       inner_threads.push_back(omp_get_max_threads());
@@ -143,13 +152,14 @@ TEST_CASE("MobileNetV2's eval forward on slices: the bits of the whole batch on 
     int threads;
     std::int64_t slice;  // what inference_slice chooses; 0: the batch runs whole
   };
-  // Standard stem: slices of 6 and 3 stop at the 8x8 maps' 4-sample GEMMs, slices of 4 and 8 at the
-  // 2x2 maps' 64-sample ones; the CIFAR stem's slices of 16 run every unit and pool per slice, its
-  // slices of 8 and 4 stop at the 4x4 maps' 16-sample GEMMs. 15 on 2 threads: a short last slice (8
-  // and 7); 3 on 4 threads: fewer slices than threads, so the batch runs whole.
-  const Case cases[] = {{false, 1, 12, 2, 6}, {false, 1, 12, 3, 4}, {false, 1, 12, 4, 3}, {false, 1, 15, 2, 8},
-                        {false, 3, 15, 2, 8}, {false, 1, 3, 4, 0},  {true, 1, 15, 2, 8},  {true, 1, 32, 2, 16},
-                        {true, 3, 12, 3, 4}};
+  // Two slices per thread. Standard stem: slices of 3 and 2 stop at the 8x8 maps' 4-sample GEMMs (the
+  // third unit), slices of 4 at the 4x4 maps' 16-sample ones (the fifth), slices of 16 at the 2x2
+  // maps' 64-sample ones (the eighth); the CIFAR stem's slices of 16 run every unit and pool per
+  // slice, its slices of 8 and 4 stop at the 4x4 maps' GEMMs, of 2 at the 8x8 maps'. 15 on 2 threads:
+  // a short last slice (4, 4, 4, 3); 3 on 4 threads: fewer slices than threads, so the batch runs whole.
+  const Case cases[] = {{false, 1, 12, 2, 3}, {false, 1, 12, 3, 2}, {false, 1, 12, 4, 2}, {false, 1, 15, 2, 4},
+                        {false, 3, 15, 2, 4}, {false, 1, 64, 2, 16}, {false, 1, 3, 4, 0},  {true, 1, 15, 2, 4},
+                        {true, 1, 32, 2, 8},  {true, 1, 64, 2, 16},  {true, 3, 12, 3, 2}};
   for (const Case& c : cases) {
     CAPTURE(c.cifar);
     CAPTURE(c.in_channels);

@@ -1,9 +1,14 @@
 // parallel_for (core/cpu/parallel.h): small loops stay on the calling thread and open no OpenMP
-// region; big ones are split, and either way every index is visited exactly once. Counted with
-// parallel_regions_opened(), never timed.
+// region; big ones are split in pieces the threads claim, and either way every index is visited
+// exactly once. Counted with parallel_regions_opened() and per thread, never timed.
 #include <doctest/doctest.h>
 
+#include <omp.h>
+
+#include <array>
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "core/cpu/parallel.h"
@@ -12,6 +17,7 @@
 #include "kernels/conv.h"
 #include "kernels/elementwise.h"
 #include "kernels/loss.h"
+#include "tests/cpu/thread_scopes.h"
 
 using namespace frugal;
 using cpu::parallel_regions_opened;
@@ -31,6 +37,30 @@ TEST_CASE("parallel_for: every index once, on the caller below kMinParallelWork,
     chunks_seen[static_cast<std::size_t>(begin / 10)]++;
   });
   CHECK(chunks_seen == std::vector<int>(10, 1));
+}
+
+TEST_CASE("parallel_for: while one thread is held up in a piece, the other claims the rest") {
+  // A static split would give each of 2 threads 4 of the 8 indices whatever happened; with claimed
+  // pieces (Note [Threads claim pieces of a loop]) the thread that is not stuck in index 0 takes the
+  // others, or, if it never arrived, the first thread does all 8 alone.
+  const test::OmpThreadsScope two_threads(2);
+  {
+    std::array<std::atomic<int>, 2> pieces{};
+    std::atomic<int> held_thread{-1};
+    cpu::parallel_for(8, cpu::kMinParallelWork, [&](std::int64_t i) {
+      const int thread = omp_get_thread_num();
+      pieces[static_cast<std::size_t>(thread)]++;
+      if (i == 0) {
+        held_thread = thread;
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      }
+    });
+    const int held = held_thread.load(), other = 1 - held;
+    CHECK(pieces[0] + pieces[1] == 8);
+    const bool other_took_the_rest = pieces[static_cast<std::size_t>(held)] <= 2;
+    const bool one_thread_alone = pieces[static_cast<std::size_t>(other)] == 0;
+    CHECK((other_took_the_rest || one_thread_alone));
+  }
 }
 
 TEST_CASE("one 28x28 sample's transforms, a small add, conv and loss open no parallel region") {
