@@ -229,7 +229,9 @@ Tensor channel_view(const Tensor& per_channel, const Problem& p) { return per_ch
 // thread (OpenBLAS inside an OpenMP region runs on its caller's thread); a lone chunk leaves the
 // threading to OpenBLAS, or on the CPU in f32 shares direct_gemm's pieces among the threads. How
 // the batch is cut depends on the shapes alone, and every output value comes from one GEMM whose
-// shape is fixed by them, so the results do not depend on the thread count.
+// shape is fixed by them, so the results do not depend on the thread count. On the CPU in f32 the
+// forward and input gradient gather only planes that are not a whole number of vectors (Note
+// [Planes of whole vectors, sample by sample]).
 constexpr std::int64_t kChunkColumns = 256;  // OpenBLAS's AVX-512 kernels reach their rate from a few hundred columns
 // Gathered chunks are processed kChunksPerWave at a time, so the workspace holds (C_in + C_out) x
 // (a wave's columns) values however large the batch: enough chunks for 8 threads.
@@ -391,17 +393,33 @@ void direct_product(const Tensor& product, const Tensor& a, const Tensor& operan
   });
 }
 
+// Note [Planes of whole vectors, sample by sample]
+// direct_gemm reads B where it lies (Note [A GEMM that does not pack]), so a chunk's gathering copy
+// and the scatter of its product buy nothing where a sample's plane is a whole number of vectors
+// (16x16, 8x8 and 4x4 maps): sample by sample its tiles are full as they are in the gathered matrix.
+// There the CPU's f32 forward and input gradient multiply each sample in place, the samples shared
+// among the threads, and write the product straight into the output: two copies of the layer's
+// input and output fewer, and the same bits (each element's sum is the same chain whatever columns
+// a call covers). Measured 2026-12-06 (docs/benchmarks.md, "The speed of `frugal train` on the
+// CPU"). The weight gradient still gathers (its GEMM is OpenBLAS's), and so does the meta device
+// (the path of the other devices, CUDA's native one among them): a plan of a CPU run counts gathering
+// buffers this path does not allocate, transient scratch counted over rather than under.
+constexpr std::int64_t kWholeVector = 16;  // floats: an AVX-512 register, two AVX2 ones (direct_gemm's narrowest tile)
+
+bool plane_of_whole_vectors(const Problem& p) { return p.g.out_plane() % kWholeVector == 0; }
+
 // dst = a x src per sample, src and dst [N, *, H, W]: the forward (a = W) and the input gradient
 // (a = W^T) of a pointwise convolution; `epilogue` applied to each GEMM's result (f32 on the CPU).
 // On the CPU in f32 the GEMMs are direct_gemm's unless the hand-written blocked GEMM was chosen
 // (set_gemm_impl), which then runs as everywhere else.
 void pointwise_over_batch(const Tensor& a, const Tensor& src, const Tensor& dst, const Problem& p,
                           const Epilogue& epilogue = {}) {
-  const Chunking c = pointwise_chunking(p);
-  const std::int64_t rows = a.size(0), inner = a.size(1), chunks = c.chunks;
-  const std::int64_t work = rows * inner * c.columns();  // multiply-adds per chunk
   const bool cpu_f32 = src.device().is_cpu() && src.dtype() == DType::f32;  // Note [Gathering samples on the CPU]
   const bool direct = cpu_f32 && gemm_impl(DeviceType::CPU) == GemmImpl::library;
+  // Note [Planes of whole vectors, sample by sample]
+  const Chunking c = direct && plane_of_whole_vectors(p) ? Chunking{1, p.g.out_plane(), p.batch} : pointwise_chunking(p);
+  const std::int64_t rows = a.size(0), inner = a.size(1), chunks = c.chunks;
+  const std::int64_t work = rows * inner * c.columns();  // multiply-adds per chunk
   const auto multiply = [&](const Tensor& product, const Tensor& operand, bool alone) {
     if (direct) return direct_product(product, a, operand, alone);
     matmul_into(product, a, operand);
