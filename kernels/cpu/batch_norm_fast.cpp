@@ -74,7 +74,7 @@ namespace {
 // Passed by reference only (a vector passed by value changes the calling convention between the
 // target_clones variants). "The same bits" below excludes a NaN's payload and sign: where two NaNs
 // meet in an add or a multiply, which one comes out depends on the operand order GCC picks.
-struct Lanes {  // of two octets (kernels/cpu/octets.h)
+struct alignas(32) Lanes {  // of two octets (kernels/cpu/octets.h); aligned by hand: see LaneSums
   Octet half[2];
 };
 static_assert(sizeof(Lanes) == kLanes * sizeof(float));
@@ -114,9 +114,10 @@ void for_each_block(const BatchNormShape& shape, std::int64_t c, Body&& body) {
 // Two sums in 16 lanes each (LaneSums) and their rows' remainders (LaneTails): a block's partial
 // sums, carried from one of its planes to the next. Row loops take them by reference and are inlined
 // into their callers, which keep the lanes in registers as a local (in memory beside the rows read
-// they could alias them); the tails are plain arrays, in memory either way. LaneSums is aligned by
-// hand: outside the AVX clones GCC aligns a 32-byte vector to 16 bytes only, so an array of them
-// allocated there would meet the AVX clones' aligned loads at odd addresses.
+// they could alias them); the tails are plain arrays, in memory either way. Lanes and LaneSums are
+// aligned by hand: outside the AVX clones GCC aligns a 32-byte vector to 16 bytes only, so an array
+// of them allocated there would meet the AVX clones' aligned loads at odd addresses; LaneSums to a
+// whole cache line, so that one channel's sums never share a line with the next's.
 struct alignas(64) LaneSums {
   Lanes first = {}, second = {};
 };
@@ -372,7 +373,10 @@ void statistics_in_memory_order(const float* x, const BatchNormShape& shape, std
   const auto add_run = [&](std::int64_t c, std::int64_t row, std::int64_t length, const Block& b, bool starts,
                            bool ends) __attribute__((always_inline)) {
     const std::int64_t i = c - first;
-    if (starts) shifts[i] = x[b.first], tails[i] = LaneTails{};
+    if (starts) {
+      shifts[i] = x[b.first];
+      tails[i] = LaneTails{};
+    }
     LaneSums sums = starts ? LaneSums{} : open[i];
     add_row_deviations(x + row, length, shifts[i], sums, tails[i]);
     if (!ends) {
@@ -883,6 +887,18 @@ void grad_sums_by_channel_ranges(const float* grad, const float* x, const float*
   });
 }
 
+// The input gradient over every plane, in chunks of planes in memory order (grad_input_planes): the
+// backward's second pass, after the sums.
+void grad_input_by_plane_chunks(const float* grad, const float* x, const float* fused_output, bool recompute,
+                                const BatchNormShape& shape, const float* mean, const float* invstd,
+                                const float* weight, const float* bias, const float* sum_dy, const float* sum_dy_xhat,
+                                bool training, float* grad_input) {
+  for_plane_chunks(shape, [&](std::int64_t begin, std::int64_t end) {
+    grad_input_planes(grad, x, fused_output, recompute, shape, begin, end, mean, invstd, weight, bias, sum_dy,
+                      sum_dy_xhat, training, grad_input);
+  });
+}
+
 // Note [Normalising small planes]: with planes of fewer than 16 elements (MobileNetV2's 4, 2 and 1
 // pixel maps late in the network) a loop per plane is a few elements long. But every sample is the
 // same [C, S] pattern of channels, so the channel's mean, scale and bias are laid out once per call
@@ -1196,11 +1212,8 @@ void batch_norm_backward_input(DType dtype, const void* grad, const void* x, con
   if (!runs_fast(dtype, shape))
     return cpu::batch_norm_backward_input(dtype, grad, x, fused_output, shape, mean, invstd, weight, sum_dy, sum_dy_xhat,
                                           training, grad_input);
-  for_plane_chunks(shape, [&](std::int64_t begin, std::int64_t end) {
-    grad_input_planes(as_f32(grad), as_f32(x), as_f32(fused_output), false, shape, begin, end, as_f32(mean),
-                      as_f32(invstd), as_f32(weight), nullptr, as_f32(sum_dy), as_f32(sum_dy_xhat), training,
-                      as_f32(grad_input));
-  });
+  grad_input_by_plane_chunks(as_f32(grad), as_f32(x), as_f32(fused_output), false, shape, as_f32(mean), as_f32(invstd),
+                             as_f32(weight), nullptr, as_f32(sum_dy), as_f32(sum_dy_xhat), training, as_f32(grad_input));
 }
 
 void batch_norm_train_forward(DType dtype, const void* x, const BatchNormShape& shape, double momentum, double eps,
@@ -1227,11 +1240,9 @@ void batch_norm_backward(DType dtype, const void* grad, const void* x, const voi
   if (sum_dy)
     grad_sums_by_channel_ranges(as_f32(grad), as_f32(x), as_f32(fused_output), recompute, shape, as_f32(mean),
                                 as_f32(invstd), as_f32(weight), as_f32(bias), as_f32(sum_dy), as_f32(sum_dy_xhat));
-  for_plane_chunks(shape, [&](std::int64_t begin, std::int64_t end) {
-    grad_input_planes(as_f32(grad), as_f32(x), as_f32(fused_output), recompute, shape, begin, end, as_f32(mean),
-                      as_f32(invstd), as_f32(weight), as_f32(bias), as_f32(sum_dy), as_f32(sum_dy_xhat), training,
-                      as_f32(grad_input));
-  });
+  grad_input_by_plane_chunks(as_f32(grad), as_f32(x), as_f32(fused_output), recompute, shape, as_f32(mean),
+                             as_f32(invstd), as_f32(weight), as_f32(bias), as_f32(sum_dy), as_f32(sum_dy_xhat), training,
+                             as_f32(grad_input));
 }
 
 void batch_norm_normalize_saving(DType dtype, const void* x, const BatchNormShape& shape, const void* mean,
