@@ -408,6 +408,20 @@ constexpr std::int64_t kWholeVector = 16;  // floats: an AVX-512 register, two A
 
 bool plane_of_whole_vectors(const Problem& p) { return p.g.out_plane() % kWholeVector == 0; }
 
+// The 1x1 forward and input gradient run on direct_gemm: on the CPU in f32, unless the hand-written
+// blocked GEMM was chosen (set_gemm_impl).
+bool direct_gemm_applies(Device device, DType dtype) {
+  return device.is_cpu() && dtype == DType::f32 && gemm_impl(DeviceType::CPU) == GemmImpl::library;
+}
+
+}  // namespace
+
+// Each element's bits do not depend on the columns a direct_gemm call covers, nor on whether its
+// samples were gathered (the same chain of multiply-adds, the epilogue applied per element).
+bool pointwise_bits_independent_of_samples(Device device, DType dtype) { return direct_gemm_applies(device, dtype); }
+
+namespace {
+
 // dst = a x src per sample, src and dst [N, *, H, W]: the forward (a = W) and the input gradient
 // (a = W^T) of a pointwise convolution; `epilogue` applied to each GEMM's result (f32 on the CPU).
 // On the CPU in f32 the GEMMs are direct_gemm's unless the hand-written blocked GEMM was chosen
@@ -415,7 +429,7 @@ bool plane_of_whole_vectors(const Problem& p) { return p.g.out_plane() % kWholeV
 void pointwise_over_batch(const Tensor& a, const Tensor& src, const Tensor& dst, const Problem& p,
                           const Epilogue& epilogue = {}) {
   const bool cpu_f32 = src.device().is_cpu() && src.dtype() == DType::f32;  // Note [Gathering samples on the CPU]
-  const bool direct = cpu_f32 && gemm_impl(DeviceType::CPU) == GemmImpl::library;
+  const bool direct = direct_gemm_applies(src.device(), src.dtype());
   // Note [Planes of whole vectors, sample by sample]
   const Chunking c = direct && plane_of_whole_vectors(p) ? Chunking{1, p.g.out_plane(), p.batch} : pointwise_chunking(p);
   const std::int64_t rows = a.size(0), inner = a.size(1), chunks = c.chunks;

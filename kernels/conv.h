@@ -72,6 +72,12 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
 // that splits a batch into chunks of a multiple of it gets the same GEMMs, so the same bits, as the
 // whole batch would.
 std::int64_t pointwise_samples_per_gemm(std::int64_t plane);
+// Whether a 1x1 convolution of `dtype` on `device` gives the same bits whichever samples its GEMMs
+// cover: on the CPU in f32 with the library GEMM (direct_gemm: each output element is one chain of
+// multiply-adds over the input channels, whatever columns a call computes; Note [Planes of whole
+// vectors, sample by sample] in conv.cpp). Elsewhere a caller that splits the batch keeps to multiples
+// of pointwise_samples_per_gemm.
+bool pointwise_bits_independent_of_samples(Device device, DType dtype);
 
 // d loss / d x, given d loss / d y and the weight.
 Tensor conv2d_backward_input(const Tensor& grad_output, const Tensor& weight, const Shape& input_shape,

@@ -12,6 +12,7 @@
 #include "kernels/conv.h"
 #include "kernels/elementwise.h"
 #include "models/torchvision_init.h"
+#include "nn/amp.h"
 #include "nn/batch_slices.h"
 #include "nn/fold_batch_norm.h"
 #include "nn/functional.h"
@@ -238,8 +239,8 @@ Tensor MobileNetV2::forward(const Tensor& x) {
   FRUGAL_CHECK_SHAPE(x.dim() == 4 && x.size(1) == options_.in_channels, "MobileNetV2: expected input [N, ",
                      options_.in_channels, ", H, W], got ", shape_str(x.shape()));
   // The stem, the blocks (the chosen ones checkpointed), the head, and the average of each map.
-  const std::int64_t slice = inference_slice(x);
-  const Tensor features = slice > 0 ? pooled_features_on_slices(x, slice) : pooled((*features_)(x));
+  const InferenceSlices slices = inference_slices(x);
+  const Tensor features = slices.claimed > 0 ? pooled_features_on_slices(x, slices) : pooled((*features_)(x));
   return (*classifier_)(features);
 }
 
@@ -247,72 +248,112 @@ Tensor MobileNetV2::forward(const Tensor& x) {
 // Split among the threads layer by layer, an eval forward makes each thread wait for the others at
 // the end of each of some 60 layers, and with the standard stem most of them are a few microseconds
 // of work per sample, on maps of 8x8 pixels or fewer. So in inference on the CPU with two or more
-// threads, the batch goes in kSlicesPerThread slices per thread and each thread runs the network on
-// the slices it claims (nn/batch_slices.h), every kernel of a slice on that thread, and none waits for
-// another until the slices are done. A unit
-// of `features` runs on slices only where that gives the bits the whole batch gives: folded for
-// inference (no batch statistics), and the slice a whole number of each of its 1x1 convolutions'
-// GEMM chunks (pointwise_samples_per_gemm), so that every GEMM sees the operands it would see for the
-// whole batch (slices start at multiples of the slice, so at chunk boundaries). From the first unit
-// that fails (the same in every slice: it depends on the slice and the maps' shape alone) to the end,
-// the units run on the whole batch, layer by layer on all threads as before: with the standard stem,
-// the blocks on 2x2 and 1x1 maps, whose GEMMs gather 64 and 256 samples. So the logits are the bits
-// of the whole batch on one thread, on any number of threads, wherever a GEMM's bits do not depend
-// on OpenBLAS's own threads (a slice's GEMMs run on its thread, the later units' on all): with its
-// AVX-512 kernels, or with FRUGAL_BLAS_THREADS=1 (Note [OpenBLAS threads and bits] in
-// kernels/cpu_runtime.h; tests/cpu/test_thread_determinism.cpp, tests/cpu/test_batch_slices.cpp).
-// With fewer slices than threads the batch runs whole (threads would sit idle).
-// Measured 2026-12-05 (docs/benchmarks.md), eval forwards on 2 threads, batch 64, alternating in one
-// process with the layer-by-layer forward: CIFAR stem (every unit on slices) 10% faster, standard
-// stem (the stem and blocks 1-6 on slices) 3.5% faster.
-// Two slices per thread rather than one: where one thread runs slower (a shared core), the other
-// claims the slice it has not started (Note [Threads claim pieces of a loop] in core/cpu/parallel.h).
-// Measured 2026-12-06 on 2 threads, batch 64, alternating in one process with one slice per thread:
-// the eval forward's 1 -> 2 thread gain 1.53-1.70x against 1.56-1.75x (standard stem; the 4x4 maps'
-// units, 16 samples per GEMM, still on slices of 16) and 1.72-1.91x against 1.80-1.96x (CIFAR stem).
+// threads, the batch goes in slices and each thread runs the network on the slices it claims
+// (nn/batch_slices.h), every kernel of a slice on that thread, none waiting for another until the
+// slices are done. Two rounds:
+// - kSlicesPerThread slices per thread, so that where one thread runs slower (a shared core) the
+//   other claims the slice it has not started (Note [Threads claim pieces of a loop] in
+//   core/cpu/parallel.h), while a unit's 1x1 convolutions put no more samples in one GEMM than a
+//   slice holds (pointwise_samples_per_gemm divides the slice): with the standard stem at batch 64 on
+//   2 threads, slices of 16 through the stem and blocks 1-6.
+// - then one slice per thread: on the 2x2 and 1x1 maps a unit's work is its 1x1 GEMMs on a few
+//   columns per sample, and the kernel calls' fixed costs, paid per slice, made slices of 16 take
+//   1.09-1.18x the whole batch's time on one thread, slices of 32 1.00-1.06x (measured 2026-12-06,
+//   standard stem units 7-18, batch 64).
+// A unit runs on slices only where that gives the bits the whole batch gives: folded for inference
+// (no batch statistics), and its 1x1 convolutions' bits independent of the samples a GEMM covers
+// (pointwise_bits_independent_of_samples: the CPU in f32) or else the slice a whole number of each
+// GEMM's chunks, so that every GEMM sees the operands it would see for the whole batch (slices start
+// at multiples of the slice, so at chunk boundaries). From the first unit that runs on no slice (the
+// same in every slice: it depends on the slice and the maps' shape alone) to the end, the units run
+// on the whole batch, layer by layer on all threads. So the logits are the bits of the whole batch
+// on one thread, on any number of threads, wherever a GEMM's bits do not depend on OpenBLAS's own
+// threads (a slice's GEMMs run on its thread, the later units' on all): with its AVX-512 kernels, or
+// with FRUGAL_BLAS_THREADS=1 (Note [OpenBLAS threads and bits] in kernels/cpu_runtime.h;
+// tests/cpu/test_thread_determinism.cpp, tests/cpu/test_batch_slices.cpp). A round with fewer slices
+// than threads does not run (threads would sit idle).
+// Measured (docs/benchmarks.md), eval forwards on 2 threads, batch 64, alternating in one process:
+// 2026-12-05, slices against the layer-by-layer forward: CIFAR stem (every unit on slices) 10%
+// faster, standard stem (the stem and blocks 1-6 on slices) 3.5% faster; 2026-12-06, two slices per
+// thread against one: 1.53-1.70x against 1.56-1.75x the 1-thread forward (standard stem) and
+// 1.72-1.91x against 1.80-1.96x (CIFAR stem); 2026-12-06, the second round (slices of 32) against
+// blocks 7-17 and the head layer by layer (standard stem, three runs of 20 forwards each): 9.28-9.54
+// ms against 9.69-10.35 ms, 1.80-1.93x against 1.69-1.80x the 1-thread forward (logits the same bits).
+// Slices of 16 through those units instead took 12.8 ms (their GEMMs' columns cut to 16 and 64).
 constexpr std::int64_t kSlicesPerThread = 2;
 
-std::int64_t MobileNetV2::inference_slice(const Tensor& x) const {
-  const std::int64_t threads = omp_get_max_threads(), batch = x.size(0);
-  // Module call observers see each call on the calling thread, unfolded (nn/fold_batch_norm.h).
-  if (!x.device().is_cpu() || threads < 2 || batch < 2 || nn::module_calls_observed()) return 0;
-  const std::int64_t slice = (batch + kSlicesPerThread * threads - 1) / (kSlicesPerThread * threads);
-  // Fewer slices than threads would leave threads idle that the layer-by-layer forward uses (a batch
-  // of 9 on 16 threads makes 9 slices of 1).
-  if ((batch + slice - 1) / slice < threads) return 0;
-  const std::int64_t stem_samples = unit_gemm_samples(*(*features_)[0], x);
-  return stem_samples > 0 && slice % stem_samples == 0 ? slice : 0;
+namespace {
+
+// Samples per slice for `per_thread` slices per thread, or 0 when that leaves threads idle (a batch
+// of 9 on 16 threads makes 9 slices of 1).
+std::int64_t slice_for(std::int64_t batch, std::int64_t threads, std::int64_t per_thread) {
+  const std::int64_t slice = (batch + per_thread * threads - 1) / (per_thread * threads);
+  return (batch + slice - 1) / slice < threads ? 0 : slice;
 }
 
-Tensor MobileNetV2::pooled_features_on_slices(const Tensor& x, std::int64_t slice) {
+}  // namespace
+
+MobileNetV2::InferenceSlices MobileNetV2::inference_slices(const Tensor& x) const {
+  const std::int64_t threads = omp_get_max_threads(), batch = x.size(0);
+  // Module call observers see each call on the calling thread, unfolded (nn/fold_batch_norm.h).
+  if (!x.device().is_cpu() || threads < 2 || batch < 2 || nn::module_calls_observed()) return {};
+  const std::int64_t claimed = slice_for(batch, threads, kSlicesPerThread);
+  if (claimed == 0 || !unit_runs_on_slice(0, x, claimed, false)) return {};
+  const std::int64_t per_thread = slice_for(batch, threads, 1);
+  return {claimed, per_thread > claimed ? per_thread : 0};
+}
+
+// Whether unit `unit` of features_, x a slice's input, runs on slices of `slice` samples in the
+// claimed round or in the per-thread one.
+bool MobileNetV2::unit_runs_on_slice(std::size_t unit, const Tensor& x, std::int64_t slice,
+                                     bool per_thread_round) const {
+  const std::int64_t samples = unit_gemm_samples(*(*features_)[unit], x);
+  if (samples == 0) return false;  // not folded
+  if (slice % samples == 0) return true;
+  const DType dtype = nn::autocast_dtype().value_or(x.dtype());  // what its convolutions run in
+  return per_thread_round && pointwise_bits_independent_of_samples(x.device(), dtype);
+}
+
+struct MobileNetV2::SlicedRun {
+  Tensor y;                   // the slices' outputs side by side (pooled when every unit ran)
+  std::size_t next_unit = 0;  // the first unit that did not run on slices
+};
+
+MobileNetV2::SlicedRun MobileNetV2::units_on_slices(const Tensor& x, std::size_t first_unit, std::int64_t slice,
+                                                    bool per_thread_round) {
   const std::int64_t batch = x.size(0), slices = (batch + slice - 1) / slice;
   std::vector<Tensor> parts(static_cast<std::size_t>(slices));
   std::vector<std::size_t> units_run(parts.size());  // the same in every slice
   nn::for_each_batch_slice(batch, slice, [&](std::int64_t first, std::int64_t count) {
     Tensor y = x.narrow(0, first, count);
-    std::size_t unit = 0;
-    for (; unit < features_->size(); ++unit) {
-      nn::Module& next = *(*features_)[unit];
-      const std::int64_t samples = unit_gemm_samples(next, y);
-      if (samples == 0 || slice % samples != 0) break;
-      y = next(y);
-    }
+    std::size_t unit = first_unit;
+    for (; unit < features_->size() && unit_runs_on_slice(unit, y, slice, per_thread_round); ++unit)
+      y = (*(*features_)[unit])(y);
     const auto s = static_cast<std::size_t>(first / slice);
     parts[s] = unit == features_->size() ? pooled(y) : y;
     units_run[s] = unit;
   });
-  // The slices' results side by side, then the units that run on the whole batch.
-  Shape shape = parts[0].shape();
-  shape[0] = batch;
-  Tensor y = empty(shape, {.dtype = parts[0].dtype(), .device = parts[0].device()});
-  for (std::size_t s = 0; s < parts.size(); ++s) {
-    y.narrow(0, static_cast<std::int64_t>(s) * slice, parts[s].size(0)).copy_(parts[s]);
-    parts[s] = Tensor();  // its memory back before the whole-batch units run
-  }
   FRUGAL_CHECK(std::all_of(units_run.begin(), units_run.end(), [&](std::size_t u) { return u == units_run[0]; }),
                "MobileNetV2: the slices stopped at different units");
-  if (units_run[0] == features_->size()) return y;
-  for (std::size_t unit = units_run[0]; unit < features_->size(); ++unit) y = (*(*features_)[unit])(y);
+  Shape shape = parts[0].shape();
+  shape[0] = batch;
+  SlicedRun run{empty(shape, {.dtype = parts[0].dtype(), .device = parts[0].device()}), units_run[0]};
+  for (std::size_t s = 0; s < parts.size(); ++s) {
+    run.y.narrow(0, static_cast<std::int64_t>(s) * slice, parts[s].size(0)).copy_(parts[s]);
+    parts[s] = Tensor();  // its memory back before the next units run
+  }
+  return run;
+}
+
+Tensor MobileNetV2::pooled_features_on_slices(const Tensor& x, const InferenceSlices& slices) {
+  SlicedRun run = units_on_slices(x, 0, slices.claimed, false);
+  const auto done = [&] { return run.next_unit == features_->size(); };
+  if (!done() && slices.per_thread > 0 &&
+      unit_runs_on_slice(run.next_unit, run.y.narrow(0, 0, slices.per_thread), slices.per_thread, true))
+    run = units_on_slices(run.y, run.next_unit, slices.per_thread, true);
+  if (done()) return run.y;
+  Tensor y = run.y;  // the units that run on the whole batch
+  for (std::size_t unit = run.next_unit; unit < features_->size(); ++unit) y = (*(*features_)[unit])(y);
   return pooled(y);
 }
 

@@ -121,12 +121,20 @@ class MobileNetV2 : public nn::Module {
   Tensor forward(const Tensor& x) override;  // [N, in_channels, H, W] -> logits [N, num_classes]
   const MobileNetV2Options& options() const { return options_; }
   std::int64_t last_channel() const { return last_channel_; }
-  // The samples each thread runs through the network at once in inference on the CPU, or 0 when the
-  // batch runs whole (Note [Inference across the batch on the CPU] in mobilenet_v2.cpp).
-  std::int64_t inference_slice(const Tensor& x) const;
+  // How inference on the CPU cuts x's batch among the threads (Note [Inference across the batch on
+  // the CPU] in mobilenet_v2.cpp), in samples per slice; 0 where a round does not run.
+  struct InferenceSlices {
+    std::int64_t claimed = 0;     // kSlicesPerThread slices per thread, claimed by free threads; 0: the batch runs whole
+    std::int64_t per_thread = 0;  // then one slice per thread, for the units on small maps
+  };
+  InferenceSlices inference_slices(const Tensor& x) const;
 
  private:
-  Tensor pooled_features_on_slices(const Tensor& x, std::int64_t slice);
+  struct SlicedRun;
+  // Units [first_unit, ...) of features_ on slices of `slice` samples of x, while each unit allows it.
+  SlicedRun units_on_slices(const Tensor& x, std::size_t first_unit, std::int64_t slice, bool per_thread_round);
+  bool unit_runs_on_slice(std::size_t unit, const Tensor& x, std::int64_t slice, bool per_thread_round) const;
+  Tensor pooled_features_on_slices(const Tensor& x, const InferenceSlices& slices);
 
   MobileNetV2Options options_;
   std::int64_t last_channel_;

@@ -5,8 +5,9 @@
 // from a slice reaches the caller; the caller's thread count is left as it was; modes it cannot
 // carry are refused. Then the model that uses it: MobileNetV2's eval forward on slices gives the
 // bits of the whole batch on one thread, with a short last slice, slices that stop before the 2x2
-// maps' 64-sample GEMMs, slices through every unit, and the batch left whole when slices would leave
-// threads idle (tests/cpu/test_thread_determinism.cpp holds the training step to the same).
+// maps' 64-sample GEMMs and one slice per thread from there, slices through every unit, and a round
+// left out when its slices would leave threads idle (tests/cpu/test_thread_determinism.cpp holds the
+// training step to the same).
 #include <doctest/doctest.h>
 #include <omp.h>
 
@@ -150,16 +151,20 @@ TEST_CASE("MobileNetV2's eval forward on slices: the bits of the whole batch on 
     bool cifar;
     std::int64_t in_channels, batch;
     int threads;
-    std::int64_t slice;  // what inference_slice chooses; 0: the batch runs whole
+    models::MobileNetV2::InferenceSlices slices;  // what inference_slices chooses; 0: the round does not run
   };
-  // Two slices per thread. Standard stem: slices of 3 and 2 stop at the 8x8 maps' 4-sample GEMMs (the
-  // third unit), slices of 4 at the 4x4 maps' 16-sample ones (the fifth), slices of 16 at the 2x2
-  // maps' 64-sample ones (the eighth); the CIFAR stem's slices of 16 run every unit and pool per
-  // slice, its slices of 8 and 4 stop at the 4x4 maps' GEMMs, of 2 at the 8x8 maps'. 15 on 2 threads:
-  // a short last slice (4, 4, 4, 3); 3 on 4 threads: fewer slices than threads, so the batch runs whole.
-  const Case cases[] = {{false, 1, 12, 2, 3}, {false, 1, 12, 3, 2}, {false, 1, 12, 4, 2}, {false, 1, 15, 2, 4},
-                        {false, 3, 15, 2, 4}, {false, 1, 64, 2, 16}, {false, 1, 3, 4, 0},  {true, 1, 15, 2, 4},
-                        {true, 1, 32, 2, 8},  {true, 1, 64, 2, 16},  {true, 3, 12, 3, 2}};
+  // Two slices per thread, then one. Standard stem: slices of 3 and 2 stop at the 8x8 maps' 4-sample
+  // GEMMs (the third unit), slices of 4 at the 4x4 maps' 16-sample ones (the fifth), slices of 16 at
+  // the 2x2 maps' 64-sample ones (the eighth), and one slice per thread runs on from there to the end
+  // (a 1x1 convolution's bits do not depend on the samples it covers, CPU f32); the CIFAR stem's
+  // slices of 16 run every unit and pool per slice, its slices of 8 and 4 stop at the 4x4 maps'
+  // GEMMs, of 2 at the 8x8 maps'. 15 on 2 threads: a short last slice (4, 4, 4, 3; then 8, 7); 5 on
+  // 4 threads: one slice per thread would leave a thread idle (slices of 2: 3 of them), so the second
+  // round does not run; 3 on 4 threads: fewer slices than threads, so the batch runs whole.
+  const Case cases[] = {{false, 1, 12, 2, {3, 6}},  {false, 1, 12, 3, {2, 4}},  {false, 1, 12, 4, {2, 3}},
+                        {false, 1, 15, 2, {4, 8}},  {false, 3, 15, 2, {4, 8}},  {false, 1, 64, 2, {16, 32}},
+                        {false, 1, 5, 4, {1, 0}},   {false, 1, 3, 4, {0, 0}},   {true, 1, 15, 2, {4, 8}},
+                        {true, 1, 32, 2, {8, 16}},  {true, 1, 64, 2, {16, 32}}, {true, 3, 12, 3, {2, 4}}};
   for (const Case& c : cases) {
     CAPTURE(c.cifar);
     CAPTURE(c.in_channels);
@@ -173,14 +178,16 @@ TEST_CASE("MobileNetV2's eval forward on slices: the bits of the whole batch on 
     const autograd::NoGradGuard no_grad;
     std::vector<float> whole;
     with_threads(1, [&] {
-      CHECK(model.inference_slice(x) == 0);
+      CHECK(model.inference_slices(x).claimed == 0);
       whole = model(x).to_vector<float>();
     });
     with_threads(c.threads, [&] {
-      CHECK(model.inference_slice(x) == c.slice);
+      const models::MobileNetV2::InferenceSlices slices = model.inference_slices(x);
+      CHECK(slices.claimed == c.slices.claimed);
+      CHECK(slices.per_thread == c.slices.per_thread);
       CHECK(model(x).to_vector<float>() == whole);
     });
     model.train();  // BatchNorm on batch statistics: never on slices
-    with_threads(2, [&] { CHECK(model.inference_slice(x) == 0); });
+    with_threads(2, [&] { CHECK(model.inference_slices(x).claimed == 0); });
   }
 }

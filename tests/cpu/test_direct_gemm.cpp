@@ -6,6 +6,7 @@
 // GEMM (the blocked one, set_gemm_impl).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -115,5 +116,36 @@ TEST_CASE("a 1x1 convolution through direct_gemm matches the blocked GEMM's, for
     };
     CHECK(close(y, y_blocked));
     CHECK(close(dx, dx_blocked));
+  }
+}
+
+TEST_CASE("a 1x1 convolution on the CPU in f32 gives each sample the same bits on any slice of the batch") {
+  // What lets MobileNetV2's inference cut its batch anywhere (pointwise_bits_independent_of_samples):
+  // planes of 4 and 1 (gathered into chunks of 64 and 256 samples), 16 (in place); slices of 5 and 7
+  // samples cut the whole batch's chunk anywhere, the last slice short.
+  CHECK(pointwise_bits_independent_of_samples(Device::cpu(), DType::f32));
+  CHECK_FALSE(pointwise_bits_independent_of_samples(Device::cpu(), DType::f64));
+  set_gemm_impl(DeviceType::CPU, GemmImpl::blocked);
+  CHECK_FALSE(pointwise_bits_independent_of_samples(Device::cpu(), DType::f32));
+  set_gemm_impl(DeviceType::CPU, GemmImpl::library);
+  for (const Shape& input : {Shape{24, 40, 2, 2}, Shape{24, 72, 1, 1}, Shape{24, 16, 4, 4}}) {
+    CAPTURE(shape_str(input));
+    Generator generator(11);
+    const Tensor x = normal(input, 0.0, 1.0, {}, &generator);
+    const Tensor w = normal({56, input[1], 1, 1}, 0.0, 1.0, {}, &generator);
+    const Tensor dy = normal({input[0], 56, input[2], input[3]}, 0.0, 1.0, {}, &generator);
+    const Tensor y = conv2d(x, w), dx = conv2d_backward_input(dy, w, input);
+    for (const std::int64_t slice : {5, 7}) {
+      CAPTURE(slice);
+      for (std::int64_t first = 0; first < input[0]; first += slice) {
+        const std::int64_t count = std::min(slice, input[0] - first);
+        Shape part = input;
+        part[0] = count;
+        CHECK(conv2d(x.narrow(0, first, count).contiguous(), w).to_vector<float>() ==
+              y.narrow(0, first, count).to_vector<float>());
+        CHECK(conv2d_backward_input(dy.narrow(0, first, count).contiguous(), w, part).to_vector<float>() ==
+              dx.narrow(0, first, count).to_vector<float>());
+      }
+    }
   }
 }
