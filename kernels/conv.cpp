@@ -422,6 +422,22 @@ bool pointwise_bits_independent_of_samples(Device device, DType dtype) { return 
 
 namespace {
 
+// Note [Maps of one pixel: the batch is the matrix]
+// On 1x1 maps (the standard stem's last blocks and head) a contiguous [N, C, 1, 1] tensor is the
+// row-major [N, C] matrix of its samples, so a GEMM whose other operand has contiguous rows needs no
+// gathering: the input gradient dX = dY W (W's rows are C_in floats) and the weight gradient
+// dW = dY^T X (X's rows) run on direct_gemm over the tensors as they lie, the product's pieces shared
+// among the threads. Before, each gathered its operands into [C, N] matrices (two transposing copies
+// per GEMM, each a parallel region of a few microseconds' work) and the weight gradient ran on OpenBLAS.
+// The input gradient's elements are the gathered product's chains, so the same bits. The weight
+// gradient's are chains of multiply-adds over the batch in sample order, deterministic and
+// independent of the thread count as every direct_gemm product; OpenBLAS's kernel summed these the
+// same way on the development host (a MobileNetV2 step's every gradient byte for byte the same on
+// both paths), but does not promise to. The forward, Y = X W^T, would need W^T's rows: it gathers as before. As with Note [Planes
+// of whole vectors, sample by sample], the meta device keeps the gathering path, so a CPU plan counts
+// buffers these do not allocate (over, not under). Measured 2026-12-06 (docs/benchmarks.md).
+bool one_pixel_maps(const Problem& p) { return p.g.out_plane() == 1; }  // a pointwise Problem's input too
+
 // dst = a x src per sample, src and dst [N, *, H, W]: the forward (a = W) and the input gradient
 // (a = W^T) of a pointwise convolution; `epilogue` applied to each GEMM's result (f32 on the CPU).
 // On the CPU in f32 the GEMMs are direct_gemm's unless the hand-written blocked GEMM was chosen
@@ -430,9 +446,18 @@ void pointwise_over_batch(const Tensor& a, const Tensor& src, const Tensor& dst,
                           const Epilogue& epilogue = {}) {
   const bool cpu_f32 = src.device().is_cpu() && src.dtype() == DType::f32;  // Note [Gathering samples on the CPU]
   const bool direct = direct_gemm_applies(src.device(), src.dtype());
+  const std::int64_t rows = a.size(0), inner = a.size(1);
+  // Note [Maps of one pixel: the batch is the matrix]: where a^T's rows are contiguous, the input
+  // gradient's a = W^T (the forward's a = W has rows C_in >= 2 floats apart: one input channel is the
+  // depthwise path), and no epilogue applies (it goes along the rows of a [C, columns] product).
+  if (direct && one_pixel_maps(p) && a.stride(0) == 1 && !epilogue.any()) {
+    // dst[N, rows] = src[N, inner] x a^T: for the input gradient dX = dY W.
+    direct_product(dst.view({p.batch, rows}), src.view({p.batch, inner}), a.t(), true);
+    return record_native(p, Tensor());
+  }
   // Note [Planes of whole vectors, sample by sample]
   const Chunking c = direct && plane_of_whole_vectors(p) ? Chunking{1, p.g.out_plane(), p.batch} : pointwise_chunking(p);
-  const std::int64_t rows = a.size(0), inner = a.size(1), chunks = c.chunks;
+  const std::int64_t chunks = c.chunks;
   const std::int64_t work = rows * inner * c.columns();  // multiply-adds per chunk
   const auto multiply = [&](const Tensor& product, const Tensor& operand, bool alone) {
     if (direct) return direct_product(product, a, operand, alone);
@@ -492,6 +517,10 @@ void pointwise_weight_over_batch(const Tensor& dy, const Tensor& x, const Tensor
   const Chunking c = pointwise_chunking(p);
   const std::int64_t rows = p.out_channels, cols = p.in_channels, chunks = c.chunks;
   const Tensor weight = dw.view({rows, cols});
+  if (direct_gemm_applies(dw.device(), dw.dtype()) && one_pixel_maps(p)) {  // Note [Maps of one pixel: the batch is the matrix]
+    direct_product(weight, dy.view({p.batch, rows}).t(), x.view({p.batch, cols}), true);
+    return record({ConvImpl::native, "1x1 gemm", 0});
+  }
   const TensorOptions like{.dtype = dw.dtype(), .device = dw.device()};
   // Groups of per_group consecutive chunks, the last one possibly shorter but never empty.
   const std::int64_t per_group = rows * cols <= kSmallWeight ? (chunks + kWeightGroups - 1) / kWeightGroups : chunks;

@@ -2,8 +2,9 @@
 // summed in double, for shapes whose rows and columns end inside a tile, panel or vector, with A
 // row-major and transposed, with strided B and C (columns past n left alone), and k = 0; each
 // element's bits the same however the columns are cut into calls (what makes the convolution's
-// result independent of the thread count); and a 1x1 convolution through it against the reference
-// GEMM (the blocked one, set_gemm_impl).
+// result independent of the thread count); a 1x1 convolution through it against the reference
+// GEMM (the blocked one, set_gemm_impl), on 1x1 maps without gathering its gradients' operands; and
+// a 1x1 convolution's bits on any slice of the batch.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -148,4 +149,42 @@ TEST_CASE("a 1x1 convolution on the CPU in f32 gives each sample the same bits o
       }
     }
   }
+}
+
+TEST_CASE("on 1x1 maps a 1x1 convolution's gradients read the tensors where they lie, with the blocked GEMM's results") {
+  // Note [Maps of one pixel: the batch is the matrix]: [N, C, 1, 1] is the [N, C] matrix, so the
+  // input and weight gradients borrow no gathering buffer; the blocked GEMM's path gathers.
+  Generator generator(13);
+  const Shape input{20, 24, 1, 1};
+  const Tensor x = normal(input, 0.0, 1.0, {}, &generator);
+  const Tensor w = normal({70, 24, 1, 1}, 0.0, 1.0, {}, &generator);
+  const Tensor dy = normal({20, 70, 1, 1}, 0.0, 1.0, {}, &generator);
+  struct Results {
+    std::vector<float> dx, dw;
+    std::size_t dx_workspace = 0, dw_workspace = 0;
+  };
+  const auto run = [&] {
+    Results r;
+    r.dx = conv2d_backward_input(dy, w, input).to_vector<float>();
+    r.dx_workspace = last_conv2d_decision().workspace_bytes;
+    r.dw = conv2d_backward_weight(dy, x, w.shape()).to_vector<float>();
+    r.dw_workspace = last_conv2d_decision().workspace_bytes;
+    return r;
+  };
+  const Results direct = run();
+  set_gemm_impl(DeviceType::CPU, GemmImpl::blocked);
+  const Results blocked = run();
+  set_gemm_impl(DeviceType::CPU, GemmImpl::library);
+  CHECK(direct.dx_workspace == 0);
+  CHECK(direct.dw_workspace == 0);
+  CHECK(blocked.dx_workspace > 0);  // the gathering path, for contrast
+  CHECK(blocked.dw_workspace > 0);
+  const auto close = [](const std::vector<float>& got, const std::vector<float>& expected) {
+    REQUIRE(got.size() == expected.size());
+    for (std::size_t i = 0; i < got.size(); ++i)
+      if (std::fabs(got[i] - expected[i]) > 1e-4f * (1.0f + std::fabs(expected[i]))) return false;
+    return true;
+  };
+  CHECK(close(direct.dx, blocked.dx));
+  CHECK(close(direct.dw, blocked.dw));
 }
