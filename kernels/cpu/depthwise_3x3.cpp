@@ -3,8 +3,8 @@
 // gradient also with a channel multiplier: a stem convolution of a one-channel image is depthwise).
 // Planes are copied into a zero-padded scratch layout (Note [Depthwise 3x3 on flat padded planes]) so
 // that every tap becomes one contiguous, bounds-free loop over the whole plane that GCC vectorises,
-// whatever the plane's width (MobileNetV2's are 1 to 32 pixels wide); the forward on planes of 4x4
-// outputs or fewer puts channels across the vector lanes instead (Note [Small planes, channels across
+// whatever the plane's width (MobileNetV2's are 1 to 32 pixels wide); on planes of 4x4 outputs or
+// fewer all three put channels across the vector lanes instead (Note [Small planes, channels across
 // the lanes]). The inner loops are compiled for
 // AVX-512, AVX2 and plain x86-64 and picked at load time (GCC's target_clones, as kernels/cpu/gemm.cpp
 // does).
@@ -319,13 +319,53 @@ void backward_weight_one_pixel(const ConvGeometry& g, std::int64_t batch, std::i
 // Measured 2026-12-05 (docs/benchmarks.md), eval forwards of batch 64 alternating in one process with
 // the flat loops: standard stem 16% faster on 1 and on 2 threads (2x2 planes alone: 15%), CIFAR stem
 // (4x4 planes only) 2%; on 8x8 planes (tried: outputs up to 64 pixels) no faster than the flat loops.
-// The backward kernels keep the flat loops. Threads split the work by blocks of 16 channels (the
+// The backward kernels do the same on the same planes: the input gradient adds each output pixel's
+// gradient times each valid tap onto the input pixel the tap read, the weight gradient keeps the
+// nine taps' sums of a block's channels in registers while the samples go by (the flat loops' tap_dots
+// loaded and stored them for every 2x2 plane, around one vector's work). Measured 2026-12-06, training
+// steps of batch 64 alternating in one process with the flat loops: standard stem 10-12% faster on 1
+// and on 2 threads (three runs), CIFAR stem 2% on 1 thread, no change on 2; with the tiles taken up
+// to 8x8 outputs as well, 4% slower (both stems). Threads split the work by blocks of 16 channels (the
 // small maps of MobileNetV2 have 96 channels or more), each block's samples in order.
 constexpr std::int64_t kTileChannels = 16;   // one AVX-512 register of floats
 constexpr std::int64_t kSmallOutPlane = 16;  // output pixels: 4x4 and smaller
 constexpr std::int64_t kSmallInPlane = 64;   // input pixels: 8x8 (stride 2 into 4x4); a tile of 4 KiB
 
 bool small_planes(const ConvGeometry& g) { return g.out_plane() <= kSmallOutPlane && g.plane() <= kSmallInPlane; }
+
+// `lanes` consecutive planes of `plane` floats from `planes` into the tile [pixel][kTileChannels]
+// (a gather per pixel, so each vector is stored whole); lanes past `lanes` zero (computed, never stored).
+[[gnu::always_inline]] inline void to_channel_tile(const float* __restrict planes, std::int64_t plane,
+                                                   std::int64_t lanes, float* __restrict tile) {
+  constexpr std::int64_t L = kTileChannels;
+  if (lanes == L) {
+    for (std::int64_t i = 0; i < plane; ++i)
+      for (std::int64_t l = 0; l < L; ++l) tile[i * L + l] = planes[l * plane + i];
+    return;
+  }
+  std::fill(tile, tile + plane * L, 0.0f);
+  for (std::int64_t i = 0; i < plane; ++i)
+    for (std::int64_t l = 0; l < lanes; ++l) tile[i * L + l] = planes[l * plane + i];
+}
+
+// The tile's first `lanes` lanes back into `lanes` planes of `plane` floats (a scatter per pixel).
+[[gnu::always_inline]] inline void from_channel_tile(const float* __restrict tile, std::int64_t plane,
+                                                     std::int64_t lanes, float* __restrict planes) {
+  constexpr std::int64_t L = kTileChannels;
+  if (lanes == L) {
+    for (std::int64_t i = 0; i < plane; ++i)
+      for (std::int64_t l = 0; l < L; ++l) planes[l * plane + i] = tile[i * L + l];
+    return;
+  }
+  for (std::int64_t l = 0; l < lanes; ++l)
+    for (std::int64_t i = 0; i < plane; ++i) planes[l * plane + i] = tile[i * L + l];
+}
+
+// Input pixel (ih, iw) that tap t of output (oh, ow) reads, as ih * width + iw, or -1 on the border.
+[[gnu::always_inline]] inline std::int64_t tap_source(const ConvGeometry& g, std::int64_t oh, std::int64_t ow, int t) {
+  const std::int64_t ih = oh * g.stride_h + t / 3 - 1, iw = ow * g.stride_h + t % 3 - 1;
+  return ih < 0 || ih >= g.height || iw < 0 || iw >= g.width ? -1 : ih * g.width + iw;
+}
 
 // The planes [c0, c0 + lanes) of one sample (x and y that sample's [C, H, W] and [C, OH, OW]), with
 // the block's weights and biases transposed: weights[t * kTileChannels + l], bias[l].
@@ -334,38 +374,30 @@ void forward_channel_tile(const ConvGeometry& g, std::int64_t c0, std::int64_t l
                           const float* __restrict weights, const float* __restrict bias, float* __restrict y, bool relu6) {
   constexpr std::int64_t L = kTileChannels;
   float in[kSmallInPlane * L], out[kSmallOutPlane * L];
-  const std::int64_t plane = g.plane(), out_plane = g.out_plane(), stride = g.stride_h;
-  const float* channels = x + c0 * plane;
-  if (lanes == L) {  // pixel by pixel, each a vector of the 16 channels' values (a gather)
-    for (std::int64_t i = 0; i < plane; ++i)
-      for (std::int64_t l = 0; l < L; ++l) in[i * L + l] = channels[l * plane + i];
-  } else {
-    std::fill(in, in + plane * L, 0.0f);  // lanes past the last channel: computed, never stored
-    for (std::int64_t i = 0; i < plane; ++i)
-      for (std::int64_t l = 0; l < lanes; ++l) in[i * L + l] = channels[l * plane + i];
-  }
+  to_channel_tile(x + c0 * g.plane(), g.plane(), lanes, in);
   for (std::int64_t oh = 0; oh < g.out_height; ++oh)
     for (std::int64_t ow = 0; ow < g.out_width; ++ow) {
       float total[L] = {};  // 0 + the first product is that product
       for (int t = 0; t < kTaps; ++t) {
-        const std::int64_t ih = oh * stride + t / 3 - 1, iw = ow * stride + t % 3 - 1;
-        if (ih < 0 || ih >= g.height || iw < 0 || iw >= g.width) continue;
-        const float* v = in + (ih * g.width + iw) * L;
+        const std::int64_t source = tap_source(g, oh, ow, t);
+        if (source < 0) continue;
+        const float* v = in + source * L;
         const float* w = weights + t * L;
         for (std::int64_t l = 0; l < L; ++l) total[l] += v[l] * w[l];
       }
       float* o = out + (oh * g.out_width + ow) * L;
       for (std::int64_t l = 0; l < L; ++l) o[l] = total[l] + bias[l];
     }
-  if (relu6) clamp_flat(out, out_plane * L);  // a loop of its own vectorises: no branches
-  float* outputs = y + c0 * out_plane;
-  if (lanes == L) {  // pixel by pixel again (a scatter)
-    for (std::int64_t i = 0; i < out_plane; ++i)
-      for (std::int64_t l = 0; l < L; ++l) outputs[l * out_plane + i] = out[i * L + l];
-  } else {
-    for (std::int64_t l = 0; l < lanes; ++l)
-      for (std::int64_t i = 0; i < out_plane; ++i) outputs[l * out_plane + i] = out[i * L + l];
-  }
+  if (relu6) clamp_flat(out, g.out_plane() * L);  // a loop of its own vectorises: no branches
+  from_channel_tile(out, g.out_plane(), lanes, y + c0 * g.out_plane());
+}
+
+// The block's nine filters, transposed: weights[t * kTileChannels + l] = filter t of channel c0 + l
+// (zero past the last channel).
+void transposed_filters(const float* weight, std::int64_t c0, std::int64_t lanes, float* weights) {
+  std::fill(weights, weights + kTaps * kTileChannels, 0.0f);
+  for (std::int64_t l = 0; l < lanes; ++l)
+    for (int t = 0; t < kTaps; ++t) weights[t * kTileChannels + l] = weight[(c0 + l) * kTaps + t];
 }
 
 void forward_small_planes(const ConvGeometry& g, std::int64_t batch, const float* x, const float* weight,
@@ -373,14 +405,106 @@ void forward_small_planes(const ConvGeometry& g, std::int64_t batch, const float
   const std::int64_t blocks = ceil_div(g.channels, kTileChannels);
   parallel_for(blocks, batch * g.channels * kTaps * g.out_plane(), [&](std::int64_t block) {
     const std::int64_t c0 = block * kTileChannels, lanes = std::min(kTileChannels, g.channels - c0);
-    float weights[kTaps * kTileChannels] = {}, biases[kTileChannels] = {};
-    for (std::int64_t l = 0; l < lanes; ++l) {
-      for (int t = 0; t < kTaps; ++t) weights[t * kTileChannels + l] = weight[(c0 + l) * kTaps + t];
-      biases[l] = bias ? bias[c0 + l] : 0.0f;
-    }
+    float weights[kTaps * kTileChannels], biases[kTileChannels] = {};
+    transposed_filters(weight, c0, lanes, weights);
+    for (std::int64_t l = 0; l < lanes; ++l) biases[l] = bias ? bias[c0 + l] : 0.0f;
     for (std::int64_t n = 0; n < batch; ++n)
       forward_channel_tile(g, c0, lanes, x + n * g.channels * g.plane(), weights, biases,
                            y + n * g.channels * g.out_plane(), relu6);
+  });
+}
+
+// The input gradient of the planes [c0, c0 + lanes) of one sample (dy and dx that sample's
+// [C, OH, OW] and [C, H, W]): each output pixel's gradient times each of its valid taps, added onto
+// the input pixel that tap read, outputs and taps in order (so each input pixel's sum has a fixed order).
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void backward_input_channel_tile(const ConvGeometry& g, std::int64_t c0, std::int64_t lanes,
+                                 const float* __restrict dy, const float* __restrict weights, float* __restrict dx) {
+  constexpr std::int64_t L = kTileChannels;
+  float gy[kSmallOutPlane * L], gx[kSmallInPlane * L];
+  to_channel_tile(dy + c0 * g.out_plane(), g.out_plane(), lanes, gy);
+  std::fill(gx, gx + g.plane() * L, 0.0f);  // 0 + the first product is that product
+  for (std::int64_t oh = 0; oh < g.out_height; ++oh)
+    for (std::int64_t ow = 0; ow < g.out_width; ++ow) {
+      const float* d = gy + (oh * g.out_width + ow) * L;
+      for (int t = 0; t < kTaps; ++t) {
+        const std::int64_t source = tap_source(g, oh, ow, t);
+        if (source < 0) continue;
+        float* v = gx + source * L;
+        const float* w = weights + t * L;
+        for (std::int64_t l = 0; l < L; ++l) v[l] += d[l] * w[l];
+      }
+    }
+  from_channel_tile(gx, g.plane(), lanes, dx + c0 * g.plane());
+}
+
+void backward_input_small_planes(const ConvGeometry& g, std::int64_t batch, const float* grad_y, const float* weight,
+                                 float* grad_x) {
+  const std::int64_t blocks = ceil_div(g.channels, kTileChannels);
+  parallel_for(blocks, batch * g.channels * kTaps * g.out_plane(), [&](std::int64_t block) {
+    const std::int64_t c0 = block * kTileChannels, lanes = std::min(kTileChannels, g.channels - c0);
+    float weights[kTaps * kTileChannels];
+    transposed_filters(weight, c0, lanes, weights);
+    for (std::int64_t n = 0; n < batch; ++n)
+      backward_input_channel_tile(g, c0, lanes, grad_y + n * g.channels * g.out_plane(), weights,
+                                  grad_x + n * g.channels * g.plane());
+  });
+}
+
+// Adds samples [0, count) of the planes [c0, c0 + lanes) (x and dy the first sample's [C, H, W] and
+// [C, OH, OW], `sample_x` and `sample_dy` floats from one sample to the next) into lanes[t * kTileChannels
+// + l], channel c0 + l's sum for tap t: per sample, output pixels and taps in order. The nine sums
+// stay in registers (as tap_dots' do) while the samples go by.
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void weight_grad_channel_tile(const ConvGeometry& g, std::int64_t c0, std::int64_t lanes, const float* __restrict x,
+                              std::int64_t sample_x, const float* __restrict dy, std::int64_t sample_dy,
+                              std::int64_t count, float* __restrict sums) {
+  constexpr std::int64_t L = kTileChannels;
+  float in[kSmallInPlane * L], gy[kSmallOutPlane * L];
+  Octet acc[kTaps][2];
+  for (int t = 0; t < kTaps; ++t)
+    for (int h = 0; h < 2; ++h) load(acc[t][h], sums + t * L + h * kOctet);
+  for (std::int64_t n = 0; n < count; ++n) {
+    to_channel_tile(x + n * sample_x + c0 * g.plane(), g.plane(), lanes, in);
+    to_channel_tile(dy + n * sample_dy + c0 * g.out_plane(), g.out_plane(), lanes, gy);
+    for (std::int64_t oh = 0; oh < g.out_height; ++oh)
+      for (std::int64_t ow = 0; ow < g.out_width; ++ow)
+        for (int h = 0; h < 2; ++h) {
+          Octet d;
+          load(d, gy + (oh * g.out_width + ow) * L + h * kOctet);
+          for (int t = 0; t < kTaps; ++t) {
+            const std::int64_t source = tap_source(g, oh, ow, t);
+            if (source < 0) continue;
+            Octet v;
+            load(v, in + source * L + h * kOctet);
+            acc[t][h] += d * v;
+          }
+        }
+  }
+  for (int t = 0; t < kTaps; ++t)
+    for (int h = 0; h < 2; ++h) std::memcpy(sums + t * L + h * kOctet, &acc[t][h], sizeof(Octet));
+}
+
+// Each block of kTileChannels channels sums its nine taps over the batch, samples in order, in float
+// lanes (one per channel) moved into double totals once they hold kTermsPerLane terms, as the flat
+// loops' are: at sample boundaries fixed by the shapes, so the same bits for any thread count.
+void backward_weight_small_planes(const ConvGeometry& g, std::int64_t batch, const float* grad_y, const float* x,
+                                  float* grad_weight) {
+  const std::int64_t blocks = ceil_div(g.channels, kTileChannels);
+  const std::int64_t samples_per_flush = ceil_div(kTermsPerLane, g.out_plane());  // a tap adds <= out_plane terms per sample
+  const std::int64_t sample_x = g.channels * g.plane(), sample_dy = g.channels * g.out_plane();
+  parallel_for(blocks, batch * g.channels * kTaps * g.out_plane(), [&](std::int64_t block) {
+    const std::int64_t c0 = block * kTileChannels, lanes = std::min(kTileChannels, g.channels - c0);
+    float sums[kTaps * kTileChannels];
+    double totals[kTaps * kTileChannels] = {};
+    for (std::int64_t n = 0; n < batch; n += samples_per_flush) {
+      std::fill(sums, sums + kTaps * kTileChannels, 0.0f);
+      weight_grad_channel_tile(g, c0, lanes, x + n * sample_x, sample_x, grad_y + n * sample_dy, sample_dy,
+                               std::min(samples_per_flush, batch - n), sums);
+      for (std::int64_t i = 0; i < kTaps * kTileChannels; ++i) totals[i] += static_cast<double>(sums[i]);
+    }
+    for (std::int64_t l = 0; l < lanes; ++l)
+      for (int t = 0; t < kTaps; ++t) grad_weight[(c0 + l) * kTaps + t] = static_cast<float>(totals[t * kTileChannels + l]);
   });
 }
 
@@ -427,6 +551,7 @@ void depthwise_3x3_backward_input(const ConvGeometry& g, std::int64_t batch, con
     });
     return;
   }
+  if (small_planes(g)) return backward_input_small_planes(g, batch, grad_y, weight, grad_x);
   const std::int64_t total = batch * g.channels;
   const Layout l = layout_of(g.out_height, g.out_width, 1, total);  // the output gradient, padded
   std::int64_t offset[kTaps];
@@ -451,6 +576,7 @@ void depthwise_3x3_backward_input(const ConvGeometry& g, std::int64_t batch, con
 void depthwise_3x3_backward_weight(const ConvGeometry& g, std::int64_t batch, std::int64_t multiplier,
                                    const float* grad_y, const float* x, float* grad_weight) {
   if (one_pixel(g)) return backward_weight_one_pixel(g, batch, multiplier, grad_y, x, grad_weight);
+  if (multiplier == 1 && small_planes(g)) return backward_weight_small_planes(g, batch, grad_y, x, grad_weight);
   const Layout l = layout_of(g.height, g.width, g.stride_h, ceil_div(g.channels, kMinChannelBlocks));
   std::int64_t offset[kTaps];
   tap_offsets(l, offset);

@@ -3,8 +3,8 @@
 // to 32x32 with odd, even and vector-unaligned widths, batch 1, 3 and 7, 5 channels with bias and 20
 // without, channel multiplier 1 and 3. They may differ by f32 rounding only: |fast - reference| <=
 // 1e-5 x the sum of the terms' magnitudes (the reference run on absolute values), so cancellation
-// cannot hide a wrong index. Then: the same bits for 1, 2 and 3 OpenMP threads, and shapes outside
-// the fast path left to the reference.
+// cannot hide a wrong index. Then: the same bits for 1, 2 and 3 OpenMP threads (flat and small
+// planes), and shapes outside the fast path left to the reference.
 #include <doctest/doctest.h>
 #include <omp.h>
 
@@ -68,8 +68,9 @@ std::vector<float> run_all(const Operands& o, bool reference, std::uint64_t* reg
 
 TEST_CASE("depthwise 3x3 fast path: the reference loops' results up to f32 rounding") {
   // Stacks of consecutive planes (kernels/cpu/depthwise_3x3.cpp) end short at batch 7 x 5 channels
-  // and 16x16; the forward's small planes (16 output pixels or fewer, 64 input pixels or fewer:
-  // square, flat and tall ones) take 16 channels per tile, so 5 and 20 channels leave lanes empty; 20 channels stack the weight gradient's channels in blocks of 3 ending with 2; 32x32
+  // and 16x16; small planes (16 output pixels or fewer, 64 input pixels or fewer: square, flat and
+  // tall ones) take 16 channels per tile in all three kernels, so 5 and 20 channels leave lanes
+  // empty; 20 channels stack the weight gradient's channels in blocks of 3 ending with 2; 32x32
   // flushes the weight gradient's lanes within a plane.
   const std::int64_t sizes[][2] = {{1, 1}, {2, 2}, {3, 3}, {4, 4}, {7, 7}, {8, 8}, {4, 5}, {5, 4}, {2, 5}, {5, 2},
                                    {1, 3}, {3, 1}, {1, 16}, {2, 32}, {6, 17}, {17, 6}, {16, 16}, {32, 32}};
@@ -105,22 +106,30 @@ TEST_CASE("depthwise 3x3 fast path: the reference loops' results up to f32 round
 }
 
 TEST_CASE("depthwise 3x3 fast path: the same bits for 1, 2 and 3 threads") {
-  for (std::int64_t stride : {1, 2}) {
-    CAPTURE(stride);
-    // Big enough that every kernel opens a parallel region (core/cpu/parallel.h).
-    const Operands o = make_operands(geometry_3x3(16, 32, 30, stride), 3, true);
-    const int saved = omp_get_max_threads();
-    std::vector<std::vector<float>> results;
-    for (int threads : {1, 2, 3}) {
-      omp_set_num_threads(threads);
-      std::uint64_t regions = 0;
-      results.push_back(run_all(o, false, &regions));
-      CHECK(regions == 3);
-    }
-    omp_set_num_threads(saved);
-    for (std::size_t i = 1; i < results.size(); ++i) {
-      REQUIRE(results[i].size() == results[0].size());
-      CHECK(std::memcmp(results[i].data(), results[0].data(), results[0].size() * sizeof(float)) == 0);
+  // Flat padded planes (32x30), and small ones whose channels go across the lanes (4x4 and 2x2
+  // outputs: 40 channels make blocks of 16, 16 and 8); each big enough that every kernel opens a
+  // parallel region (core/cpu/parallel.h).
+  struct Case {
+    std::int64_t channels, height, width, batch;
+  };
+  for (const Case& c : {Case{16, 32, 30, 3}, Case{40, 4, 4, 64}, Case{40, 2, 2, 128}}) {
+    for (std::int64_t stride : {1, 2}) {
+      CAPTURE(c.height);
+      CAPTURE(stride);
+      const Operands o = make_operands(geometry_3x3(c.channels, c.height, c.width, stride), c.batch, true);
+      const int saved = omp_get_max_threads();
+      std::vector<std::vector<float>> results;
+      for (int threads : {1, 2, 3}) {
+        omp_set_num_threads(threads);
+        std::uint64_t regions = 0;
+        results.push_back(run_all(o, false, &regions));
+        CHECK(regions == 3);
+      }
+      omp_set_num_threads(saved);
+      for (std::size_t i = 1; i < results.size(); ++i) {
+        REQUIRE(results[i].size() == results[0].size());
+        CHECK(std::memcmp(results[i].data(), results[0].data(), results[0].size() * sizeof(float)) == 0);
+      }
     }
   }
 }
