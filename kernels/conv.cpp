@@ -424,18 +424,19 @@ namespace {
 
 // Note [Maps of one pixel: the batch is the matrix]
 // On 1x1 maps (the standard stem's last blocks and head) a contiguous [N, C, 1, 1] tensor is the
-// row-major [N, C] matrix of its samples, so a GEMM whose other operand has contiguous rows needs no
-// gathering: the input gradient dX = dY W (W's rows are C_in floats) and the weight gradient
-// dW = dY^T X (X's rows) run on direct_gemm over the tensors as they lie, the product's pieces shared
-// among the threads. Before, each gathered its operands into [C, N] matrices (two transposing copies
-// per GEMM, each a parallel region of a few microseconds' work) and the weight gradient ran on OpenBLAS.
-// The input gradient's elements are the gathered product's chains, so the same bits. The weight
-// gradient's are chains of multiply-adds over the batch in sample order, deterministic and
-// independent of the thread count as every direct_gemm product; OpenBLAS's kernel summed these the
-// same way on the development host (a MobileNetV2 step's every gradient byte for byte the same on
-// both paths), but does not promise to. The forward, Y = X W^T, would need W^T's rows: it gathers as before. As with Note [Planes
-// of whole vectors, sample by sample], the meta device keeps the gathering path, so a CPU plan counts
-// buffers these do not allocate (over, not under). Measured 2026-12-06 (docs/benchmarks.md).
+// row-major [N, C] matrix of its samples, so the gradients need no gathering: the input gradient is
+// dX = dY W and the weight gradient dW = dY^T X, GEMMs over the tensors as they lie (a transposed
+// view is a GEMM's transpose flag). On the CPU in f32 they run on direct_gemm (W's and X's rows are
+// contiguous), the product's pieces shared among the threads; elsewhere through matmul_into
+// (OpenBLAS, cuBLAS, the hand-written GEMMs). Before, each gathered its operands into [C, N]
+// matrices first (two transposing copies per GEMM, each a parallel region of a few microseconds'
+// work, and a workspace buffer for each). Every device, the meta one included, takes this path, so a
+// plan counts what a run allocates. On the CPU in f32 the input gradient's elements are the gathered
+// product's chains (the same bits); the weight gradient's are chains of multiply-adds over the batch
+// in sample order, deterministic and independent of the thread count as every direct_gemm product
+// (OpenBLAS summed them the same way on the development host: a MobileNetV2 step's every gradient
+// byte for byte the same on both paths, which it does not promise). The forward, Y = X W^T, would
+// need W^T's rows on direct_gemm: it gathers as before. Measured 2026-12-06 (docs/benchmarks.md).
 bool one_pixel_maps(const Problem& p) { return p.g.out_plane() == 1; }  // a pointwise Problem's input too
 
 // dst = a x src per sample, src and dst [N, *, H, W]: the forward (a = W) and the input gradient
@@ -450,9 +451,14 @@ void pointwise_over_batch(const Tensor& a, const Tensor& src, const Tensor& dst,
   // Note [Maps of one pixel: the batch is the matrix]: where a^T's rows are contiguous, the input
   // gradient's a = W^T (the forward's a = W has rows C_in >= 2 floats apart: one input channel is the
   // depthwise path), and no epilogue applies (it goes along the rows of a [C, columns] product).
-  if (direct && one_pixel_maps(p) && a.stride(0) == 1 && !epilogue.any()) {
+  if (one_pixel_maps(p) && a.stride(0) == 1 && !epilogue.any()) {
+    if (src.device().is_meta()) return record_native(p, Tensor());  // Note [Convolutions on the meta device]
     // dst[N, rows] = src[N, inner] x a^T: for the input gradient dX = dY W.
-    direct_product(dst.view({p.batch, rows}), src.view({p.batch, inner}), a.t(), true);
+    const Tensor product = dst.view({p.batch, rows}), left = src.view({p.batch, inner}), right = a.t();
+    if (direct)
+      direct_product(product, left, right, true);
+    else
+      matmul_into(product, left, right);
     return record_native(p, Tensor());
   }
   // Note [Planes of whole vectors, sample by sample]
@@ -517,8 +523,13 @@ void pointwise_weight_over_batch(const Tensor& dy, const Tensor& x, const Tensor
   const Chunking c = pointwise_chunking(p);
   const std::int64_t rows = p.out_channels, cols = p.in_channels, chunks = c.chunks;
   const Tensor weight = dw.view({rows, cols});
-  if (direct_gemm_applies(dw.device(), dw.dtype()) && one_pixel_maps(p)) {  // Note [Maps of one pixel: the batch is the matrix]
-    direct_product(weight, dy.view({p.batch, rows}).t(), x.view({p.batch, cols}), true);
+  if (one_pixel_maps(p)) {  // Note [Maps of one pixel: the batch is the matrix]: dW = dY^T X
+    if (dw.device().is_meta()) return record({ConvImpl::native, "1x1 gemm", 0});  // Note [Convolutions on the meta device]
+    const Tensor left = dy.view({p.batch, rows}).t(), right = x.view({p.batch, cols});
+    if (direct_gemm_applies(dw.device(), dw.dtype()))
+      direct_product(weight, left, right, true);
+    else
+      matmul_into(weight, left, right);
     return record({ConvImpl::native, "1x1 gemm", 0});
   }
   const TensorOptions like{.dtype = dw.dtype(), .device = dw.device()};

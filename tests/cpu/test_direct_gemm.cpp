@@ -3,8 +3,8 @@
 // row-major and transposed, with strided B and C (columns past n left alone), and k = 0; each
 // element's bits the same however the columns are cut into calls (what makes the convolution's
 // result independent of the thread count); a 1x1 convolution through it against the reference
-// GEMM (the blocked one, set_gemm_impl), on 1x1 maps without gathering its gradients' operands; and
-// a 1x1 convolution's bits on any slice of the batch.
+// GEMM (the blocked one, set_gemm_impl); on 1x1 maps its gradients without gathering on every path
+// (meta included); and a 1x1 convolution's bits on any slice of the batch.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -151,40 +151,43 @@ TEST_CASE("a 1x1 convolution on the CPU in f32 gives each sample the same bits o
   }
 }
 
-TEST_CASE("on 1x1 maps a 1x1 convolution's gradients read the tensors where they lie, with the blocked GEMM's results") {
+TEST_CASE("on 1x1 maps a 1x1 convolution's gradients read the tensors where they lie, on every path") {
   // Note [Maps of one pixel: the batch is the matrix]: [N, C, 1, 1] is the [N, C] matrix, so the
-  // input and weight gradients borrow no gathering buffer; the blocked GEMM's path gathers.
+  // input and weight gradients borrow no gathering buffer: through direct_gemm (f32), the blocked
+  // GEMM, OpenBLAS (f64), and on the meta device, whose plans must count what the runs allocate.
   Generator generator(13);
-  const Shape input{20, 24, 1, 1};
+  const Shape input{20, 24, 1, 1}, weight_shape{70, 24, 1, 1}, output{20, 70, 1, 1};
   const Tensor x = normal(input, 0.0, 1.0, {}, &generator);
-  const Tensor w = normal({70, 24, 1, 1}, 0.0, 1.0, {}, &generator);
-  const Tensor dy = normal({20, 70, 1, 1}, 0.0, 1.0, {}, &generator);
+  const Tensor w = normal(weight_shape, 0.0, 1.0, {}, &generator);
+  const Tensor dy = normal(output, 0.0, 1.0, {}, &generator);
   struct Results {
-    std::vector<float> dx, dw;
-    std::size_t dx_workspace = 0, dw_workspace = 0;
+    std::vector<double> dx, dw;
   };
-  const auto run = [&] {
+  const auto run = [&](DType dtype) {
     Results r;
-    r.dx = conv2d_backward_input(dy, w, input).to_vector<float>();
-    r.dx_workspace = last_conv2d_decision().workspace_bytes;
-    r.dw = conv2d_backward_weight(dy, x, w.shape()).to_vector<float>();
-    r.dw_workspace = last_conv2d_decision().workspace_bytes;
+    r.dx = conv2d_backward_input(dy.to(dtype), w.to(dtype), input).to(DType::f64).to_vector<double>();
+    CHECK(last_conv2d_decision().workspace_bytes == 0);
+    r.dw = conv2d_backward_weight(dy.to(dtype), x.to(dtype), weight_shape).to(DType::f64).to_vector<double>();
+    CHECK(last_conv2d_decision().workspace_bytes == 0);
     return r;
   };
-  const Results direct = run();
+  const Results direct = run(DType::f32), in_double = run(DType::f64);
   set_gemm_impl(DeviceType::CPU, GemmImpl::blocked);
-  const Results blocked = run();
+  const Results blocked = run(DType::f32);
   set_gemm_impl(DeviceType::CPU, GemmImpl::library);
-  CHECK(direct.dx_workspace == 0);
-  CHECK(direct.dw_workspace == 0);
-  CHECK(blocked.dx_workspace > 0);  // the gathering path, for contrast
-  CHECK(blocked.dw_workspace > 0);
-  const auto close = [](const std::vector<float>& got, const std::vector<float>& expected) {
+  const auto close = [](const std::vector<double>& got, const std::vector<double>& expected) {
     REQUIRE(got.size() == expected.size());
     for (std::size_t i = 0; i < got.size(); ++i)
-      if (std::fabs(got[i] - expected[i]) > 1e-4f * (1.0f + std::fabs(expected[i]))) return false;
+      if (std::fabs(got[i] - expected[i]) > 1e-4 * (1.0 + std::fabs(expected[i]))) return false;
     return true;
   };
-  CHECK(close(direct.dx, blocked.dx));
-  CHECK(close(direct.dw, blocked.dw));
+  CHECK(close(direct.dx, in_double.dx));
+  CHECK(close(direct.dw, in_double.dw));
+  CHECK(close(blocked.dx, in_double.dx));
+  CHECK(close(blocked.dw, in_double.dw));
+  const TensorOptions meta{.device = Device::meta()};
+  conv2d_backward_input(empty(output, meta), empty(weight_shape, meta), input);
+  CHECK(last_conv2d_decision().workspace_bytes == 0);
+  conv2d_backward_weight(empty(output, meta), empty(input, meta), weight_shape);
+  CHECK(last_conv2d_decision().workspace_bytes == 0);
 }
