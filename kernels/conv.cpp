@@ -231,7 +231,8 @@ Tensor channel_view(const Tensor& per_channel, const Problem& p) { return per_ch
 // the batch is cut depends on the shapes alone, and every output value comes from one GEMM whose
 // shape is fixed by them, so the results do not depend on the thread count. On the CPU in f32 the
 // forward and input gradient gather only planes that are not a whole number of vectors (Note
-// [Planes of whole vectors, sample by sample]).
+// [Planes of whole vectors, sample by sample]), and on 1x1 maps the gradients gather nothing on any
+// device (Note [Maps of one pixel: the batch is the matrix]).
 constexpr std::int64_t kChunkColumns = 256;  // OpenBLAS's AVX-512 kernels reach their rate from a few hundred columns
 // Gathered chunks are processed kChunksPerWave at a time, so the workspace holds (C_in + C_out) x
 // (a wave's columns) values however large the batch: enough chunks for 8 threads.
@@ -377,6 +378,10 @@ constexpr std::int64_t kDirectRows = 64, kDirectColumns = 64;
 // thread otherwise. Each element's bits do not depend on the pieces.
 void direct_product(const Tensor& product, const Tensor& a, const Tensor& operand, bool alone) {
   const std::int64_t rows = a.size(0), inner = a.size(1), columns = operand.size(1);
+  FRUGAL_CHECK(operand.size(0) == inner && product.size(0) == rows && product.size(1) == columns &&
+                   (columns <= 1 || (operand.stride(1) == 1 && product.stride(1) == 1)),
+               "direct_product: [", rows, ", ", inner, "] x ", shape_str(operand.shape()), " into ",
+               shape_str(product.shape()), " needs row-major operand and product");
   const float* weight = static_cast<const float*>(a.data_ptr());
   const float* from = static_cast<const float*>(operand.data_ptr());
   float* to = static_cast<float*>(product.data_ptr());
@@ -391,6 +396,13 @@ void direct_product(const Tensor& product, const Tensor& a, const Tensor& operan
                      weight + row * a.stride(0), a.stride(0), a.stride(1), from + column, operand.stride(0),
                      to + row * product.stride(0) + column, product.stride(0));
   });
+}
+
+// product = left x right: direct_gemm's pieces when it applies (`direct`; right's and product's rows
+// contiguous), matmul_into otherwise. `alone`: no other GEMM runs beside this one.
+void product_where_they_lie(const Tensor& product, const Tensor& left, const Tensor& right, bool direct, bool alone) {
+  if (direct) return direct_product(product, left, right, alone);
+  matmul_into(product, left, right);
 }
 
 // Note [Planes of whole vectors, sample by sample]
@@ -408,8 +420,8 @@ constexpr std::int64_t kWholeVector = 16;  // floats: an AVX-512 register, two A
 
 bool plane_of_whole_vectors(const Problem& p) { return p.g.out_plane() % kWholeVector == 0; }
 
-// The 1x1 forward and input gradient run on direct_gemm: on the CPU in f32, unless the hand-written
-// blocked GEMM was chosen (set_gemm_impl).
+// The 1x1 forward and input gradient (and on 1x1 maps the weight gradient) run on direct_gemm: on the
+// CPU in f32, unless the hand-written blocked GEMM was chosen (set_gemm_impl).
 bool direct_gemm_applies(Device device, DType dtype) {
   return device.is_cpu() && dtype == DType::f32 && gemm_impl(DeviceType::CPU) == GemmImpl::library;
 }
@@ -430,12 +442,16 @@ namespace {
 // contiguous), the product's pieces shared among the threads; elsewhere through matmul_into
 // (OpenBLAS, cuBLAS, the hand-written GEMMs). Before, each gathered its operands into [C, N]
 // matrices first (two transposing copies per GEMM, each a parallel region of a few microseconds'
-// work, and a workspace buffer for each). Every device, the meta one included, takes this path, so a
-// plan counts what a run allocates. On the CPU in f32 the input gradient's elements are the gathered
+// work, and a workspace buffer for each). Every device's native path takes it for the input gradient
+// and for f32 and f64 weight gradients (16-bit ones sum per sample in f32: native_backward_weight),
+// the meta device included, so a plan counts what a run allocates. On the CPU in f32 the input gradient's elements are the gathered
 // product's chains (the same bits); the weight gradient's are chains of multiply-adds over the batch
 // in sample order, deterministic and independent of the thread count as every direct_gemm product
 // (OpenBLAS summed them the same way on the development host: a MobileNetV2 step's every gradient
-// byte for byte the same on both paths, which it does not promise). The forward, Y = X W^T, would
+// byte for byte the same on both paths, which it does not promise). Through OpenBLAS (f64) the weight
+// gradient is one GEMM over the batch, threaded by OpenBLAS, so its bits depend on OpenBLAS's thread
+// count where its kernels' do (Note [OpenBLAS threads and bits] in kernels/cpu_runtime.h; before, a
+// small one was summed in fixed groups of one-thread GEMMs). The forward, Y = X W^T, would
 // need W^T's rows on direct_gemm: it gathers as before. Measured 2026-12-06 (docs/benchmarks.md).
 bool one_pixel_maps(const Problem& p) { return p.g.out_plane() == 1; }  // a pointwise Problem's input too
 
@@ -454,27 +470,19 @@ void pointwise_over_batch(const Tensor& a, const Tensor& src, const Tensor& dst,
   if (one_pixel_maps(p) && a.stride(0) == 1 && !epilogue.any()) {
     if (src.device().is_meta()) return record_native(p, Tensor());  // Note [Convolutions on the meta device]
     // dst[N, rows] = src[N, inner] x a^T: for the input gradient dX = dY W.
-    const Tensor product = dst.view({p.batch, rows}), left = src.view({p.batch, inner}), right = a.t();
-    if (direct)
-      direct_product(product, left, right, true);
-    else
-      matmul_into(product, left, right);
+    product_where_they_lie(dst.view({p.batch, rows}), src.view({p.batch, inner}), a.t(), direct, true);
     return record_native(p, Tensor());
   }
   // Note [Planes of whole vectors, sample by sample]
   const Chunking c = direct && plane_of_whole_vectors(p) ? Chunking{1, p.g.out_plane(), p.batch} : pointwise_chunking(p);
   const std::int64_t chunks = c.chunks;
   const std::int64_t work = rows * inner * c.columns();  // multiply-adds per chunk
-  const auto multiply = [&](const Tensor& product, const Tensor& operand, bool alone) {
-    if (direct) return direct_product(product, a, operand, alone);
-    matmul_into(product, a, operand);
-  };
   if (!c.gathered()) {
     if (src.device().is_meta()) return record_native(p, Tensor());  // Note [Convolutions on the meta device]
     const bool alone = p.batch == 1;  // for_each_chunk runs samples in parallel from two on
     for_each_chunk(src.device(), p.batch, work * p.batch, [&](std::int64_t n) {
       const Tensor product = dst.select(0, n).view({rows, c.plane});
-      multiply(product, src.select(0, n).view({inner, c.plane}), alone);
+      product_where_they_lie(product, a, src.select(0, n).view({inner, c.plane}), direct, alone);
       if (epilogue.any()) apply_epilogue(static_cast<float*>(product.data_ptr()), rows, c.plane, epilogue);
     });
     return record_native(p, Tensor());
@@ -502,7 +510,7 @@ void pointwise_over_batch(const Tensor& a, const Tensor& src, const Tensor& dst,
       over_tiles(inner, inner * count * c.plane, alone, [&](std::int64_t begin, std::int64_t end) {
         gather_samples(from, count, inner, c.plane, gathered, begin, end);
       });
-      multiply(product, operand, alone);
+      product_where_they_lie(product, a, operand, direct, alone);
       float* result = static_cast<float*>(product.data_ptr());
       float* to = static_cast<float*>(dst.select(0, first).data_ptr());
       const std::int64_t columns = count * c.plane;
@@ -525,11 +533,8 @@ void pointwise_weight_over_batch(const Tensor& dy, const Tensor& x, const Tensor
   const Tensor weight = dw.view({rows, cols});
   if (one_pixel_maps(p)) {  // Note [Maps of one pixel: the batch is the matrix]: dW = dY^T X
     if (dw.device().is_meta()) return record({ConvImpl::native, "1x1 gemm", 0});  // Note [Convolutions on the meta device]
-    const Tensor left = dy.view({p.batch, rows}).t(), right = x.view({p.batch, cols});
-    if (direct_gemm_applies(dw.device(), dw.dtype()))
-      direct_product(weight, left, right, true);
-    else
-      matmul_into(weight, left, right);
+    const bool direct = direct_gemm_applies(dw.device(), dw.dtype());
+    product_where_they_lie(weight, dy.view({p.batch, rows}).t(), x.view({p.batch, cols}), direct, true);
     return record({ConvImpl::native, "1x1 gemm", 0});
   }
   const TensorOptions like{.dtype = dw.dtype(), .device = dw.device()};

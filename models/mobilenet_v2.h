@@ -125,7 +125,7 @@ class MobileNetV2 : public nn::Module {
   // the CPU] in mobilenet_v2.cpp), in samples per slice; 0 where a round does not run.
   struct InferenceSlices {
     std::int64_t claimed = 0;     // kSlicesPerThread slices per thread, claimed by free threads; 0: the batch runs whole
-    std::int64_t per_thread = 0;  // then one slice per thread, for the units on small maps
+    std::int64_t per_thread = 0;  // then one slice per thread, for the units after the claimed round
   };
   InferenceSlices inference_slices(const Tensor& x) const;
 

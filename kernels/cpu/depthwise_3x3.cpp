@@ -321,10 +321,10 @@ void backward_weight_one_pixel(const ConvGeometry& g, std::int64_t batch, std::i
 // (4x4 planes only) 2%; on 8x8 planes (tried: outputs up to 64 pixels) no faster than the flat loops.
 // The backward kernels do the same on the same planes: the input gradient adds each output pixel's
 // gradient times each valid tap onto the input pixel the tap read, the weight gradient keeps the
-// nine taps' sums of a block's channels in registers while the samples go by (the flat loops' tap_dots
-// loaded and stored them for every 2x2 plane, around one vector's work). Measured 2026-12-06, training
-// steps of batch 64 alternating in one process with the flat loops: standard stem 10-12% faster on 1
-// and on 2 threads (three runs), CIFAR stem 2% on 1 thread, no change on 2; with the tiles taken up
+// nine taps' sums of a block's channels as local vectors while the samples go by (the flat loops'
+// tap_dots loaded and stored them for every 2x2 plane, around one vector's work). Measured
+// 2026-12-06, training steps of batch 64 alternating in one process with the flat loops: standard
+// stem steps 10-12% shorter on 1 and on 2 threads (three runs), CIFAR stem 2% on 1 thread, no change on 2; with the tiles taken up
 // to 8x8 outputs as well, 4% slower (both stems). Threads split the work by blocks of 16 channels (the
 // small maps of MobileNetV2 have 96 channels or more), each block's samples in order.
 constexpr std::int64_t kTileChannels = 16;   // one AVX-512 register of floats
@@ -363,7 +363,7 @@ bool small_planes(const ConvGeometry& g) { return g.out_plane() <= kSmallOutPlan
 
 // Input pixel (ih, iw) that tap t of output (oh, ow) reads, as ih * width + iw, or -1 on the border.
 [[gnu::always_inline]] inline std::int64_t tap_source(const ConvGeometry& g, std::int64_t oh, std::int64_t ow, int t) {
-  const std::int64_t ih = oh * g.stride_h + t / 3 - 1, iw = ow * g.stride_h + t % 3 - 1;
+  const std::int64_t ih = oh * g.stride_h + t / 3 - 1, iw = ow * g.stride_w + t % 3 - 1;
   return ih < 0 || ih >= g.height || iw < 0 || iw >= g.width ? -1 : ih * g.width + iw;
 }
 
@@ -451,19 +451,17 @@ void backward_input_small_planes(const ConvGeometry& g, std::int64_t batch, cons
   });
 }
 
-// Adds samples [0, count) of the planes [c0, c0 + lanes) (x and dy the first sample's [C, H, W] and
-// [C, OH, OW], `sample_x` and `sample_dy` floats from one sample to the next) into lanes[t * kTileChannels
-// + l], channel c0 + l's sum for tap t: per sample, output pixels and taps in order. The nine sums
-// stay in registers (as tap_dots' do) while the samples go by.
+// Sums samples [0, count) of the planes [c0, c0 + lanes) (x and dy the first sample's [C, H, W] and
+// [C, OH, OW], `sample_x` and `sample_dy` floats from one sample to the next) into sums[t *
+// kTileChannels + l], channel c0 + l's sum for tap t: per sample, output pixels and taps in order. The
+// nine sums are local vectors while the samples go by (as tap_dots' are), stored once at the end.
 __attribute__((target_clones("avx512f", "avx2", "default")))
 void weight_grad_channel_tile(const ConvGeometry& g, std::int64_t c0, std::int64_t lanes, const float* __restrict x,
                               std::int64_t sample_x, const float* __restrict dy, std::int64_t sample_dy,
                               std::int64_t count, float* __restrict sums) {
   constexpr std::int64_t L = kTileChannels;
   float in[kSmallInPlane * L], gy[kSmallOutPlane * L];
-  Octet acc[kTaps][2];
-  for (int t = 0; t < kTaps; ++t)
-    for (int h = 0; h < 2; ++h) load(acc[t][h], sums + t * L + h * kOctet);
+  Octet acc[kTaps][2] = {};
   for (std::int64_t n = 0; n < count; ++n) {
     to_channel_tile(x + n * sample_x + c0 * g.plane(), g.plane(), lanes, in);
     to_channel_tile(dy + n * sample_dy + c0 * g.out_plane(), g.out_plane(), lanes, gy);
@@ -486,8 +484,9 @@ void weight_grad_channel_tile(const ConvGeometry& g, std::int64_t c0, std::int64
 }
 
 // Each block of kTileChannels channels sums its nine taps over the batch, samples in order, in float
-// lanes (one per channel) moved into double totals once they hold kTermsPerLane terms, as the flat
-// loops' are: at sample boundaries fixed by the shapes, so the same bits for any thread count.
+// lanes (one per channel) moved into double totals once they hold at least kTermsPerLane terms (fewer
+// than kTermsPerLane + kSmallOutPlane), as the flat loops' are: at sample boundaries fixed by the
+// shapes, so the same bits for any thread count.
 void backward_weight_small_planes(const ConvGeometry& g, std::int64_t batch, const float* grad_y, const float* x,
                                   float* grad_weight) {
   const std::int64_t blocks = ceil_div(g.channels, kTileChannels);
@@ -498,7 +497,6 @@ void backward_weight_small_planes(const ConvGeometry& g, std::int64_t batch, con
     float sums[kTaps * kTileChannels];
     double totals[kTaps * kTileChannels] = {};
     for (std::int64_t n = 0; n < batch; n += samples_per_flush) {
-      std::fill(sums, sums + kTaps * kTileChannels, 0.0f);
       weight_grad_channel_tile(g, c0, lanes, x + n * sample_x, sample_x, grad_y + n * sample_dy, sample_dy,
                                std::min(samples_per_flush, batch - n), sums);
       for (std::int64_t i = 0; i < kTaps * kTileChannels; ++i) totals[i] += static_cast<double>(sums[i]);

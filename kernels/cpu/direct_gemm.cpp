@@ -2,8 +2,8 @@
 // A's elements in place. Compiled with multiply-add contraction (kernels/CMakeLists.txt): each
 // element's sum is a chain of fused multiply-adds in the order of p, in every tile (the last columns
 // too, through a zero-padded copy), so every element has the same bits whichever tile computed it.
-// Not here: the weight gradient's GEMM, other dtypes, alpha and beta (kernels/cpu/gemm.cpp has the
-// general GEMM).
+// Not here: the weight gradient's GEMM on maps larger than 1x1, other dtypes, alpha and beta
+// (kernels/cpu/gemm.cpp has the general GEMM).
 #include "kernels/cpu/direct_gemm.h"
 
 #include <cstring>

@@ -1,10 +1,11 @@
 // The CPU's GEMM for 1x1 convolutions: C = A x B in f32, with B and C row-major matrices of long rows
-// (a sample's [channels, pixels] planes, or a chunk's gathered ones) and A small (the weight, or its
-// transpose). It reads B and A where they lie, without the packed copies a general GEMM makes
-// (Note [A GEMM that does not pack], kernels/cpu/direct_gemm.cpp). kernels/conv.cpp sends the
-// pointwise forward and input gradient here.
-// Not here: the weight gradient (a product over the pixels, which OpenBLAS runs), other dtypes, the
-// GPU, and alpha or beta: C is written, never added to.
+// (a sample's [channels, pixels] planes, or a chunk's gathered ones) and A read element by element
+// through any strides (the weight, its transpose, or on 1x1 maps a batch of samples). It reads B and A
+// where they lie, without the packed copies a general GEMM makes (Note [A GEMM that does not pack],
+// kernels/cpu/direct_gemm.cpp). kernels/conv.cpp sends the pointwise forward and input gradient here,
+// and on 1x1 maps the weight gradient too (Note [Maps of one pixel: the batch is the matrix]).
+// Not here: the weight gradient on larger maps (a product over the pixels, which OpenBLAS runs), other
+// dtypes, the GPU, and alpha or beta: C is written, never added to.
 #pragma once
 
 #include <cstdint>

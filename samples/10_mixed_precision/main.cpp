@@ -15,6 +15,7 @@
 // residual additions no layer made); 16-bit modes keep fewer activation bytes than f32, and f16 and
 // bf16 the same; the scaler halved its scale once per skipped step; from kDefaultSteps steps on,
 // every mode learns (its training loss falls below chance's).
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -53,15 +54,18 @@ namespace {
 // layers were trained on (MobileNetV2's last blocks see 1x1 feature maps on 32x32 inputs, so each of
 // their batch statistics is over 16 numbers). Measured: 10-43% per mode, moving with the rounding
 // of a single kernel. So whether a mode learns is read from the training loss instead: the mean of
-// its last kLossSteps steps below chance's (ln 10: every class equally likely) and below its first
-// kLossSteps steps'.
+// its last kLossSteps steps kLearnedMargin below chance's (ln 10: every class equally likely) and
+// below its first kLossSteps steps'.
 constexpr std::int64_t kBatch = 16, kDefaultSteps = 60, kTestImages = 400;
 // AdamW at a constant rate. frugal train's default peak rate (1e-2) made the first steps' loss jump
 // to 4.5-4.8 and left bf16's last steps above chance's loss in one build; at 2e-3 every mode's loss
 // fell to 1.6-1.9 (2026-12-06).
 constexpr double kLearningRate = 2e-3;
-constexpr std::int64_t kLossSteps = 10;  // steps averaged at each end of the run
+constexpr std::int64_t kLossSteps = 10;  // steps averaged at each end of the run (or all of a shorter run)
 const double kChanceLoss = std::log(10.0);
+// How far below chance's loss a mode must end: a mode that does not learn wanders around ln 10 with
+// each batch; the modes that learn ended 0.4-0.7 below it.
+constexpr double kLearnedMargin = 0.2;
 // The f16 scaler's: PyTorch's defaults. The scale doubles only after kGrowthInterval good steps in a row.
 constexpr double kInitialScale = 65536.0;
 constexpr std::int64_t kGrowthInterval = 2000;
@@ -139,8 +143,9 @@ Measured run(const Mode& mode, Device device, const train::RunData& data, std::i
     const train::StepResult result = train::optimizer_step(parts, train::step_recipe(o), 1, kBatch, hooks);
     if (!result.updated) m.skipped.push_back(step);
     const double loss = result.totals.loss_sum / result.totals.samples;
-    if (step <= kLossSteps) m.first_loss += loss / kLossSteps;
-    if (step > steps - kLossSteps) m.last_loss += loss / kLossSteps;
+    const double averaged = static_cast<double>(std::min(kLossSteps, steps));
+    if (step <= kLossSteps) m.first_loss += loss / averaged;
+    if (step > steps - kLossSteps) m.last_loss += loss / averaged;
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - timed_from).count();
   m.images_per_sec = static_cast<double>((steps - 1) * kBatch) / seconds;
@@ -221,8 +226,8 @@ int main(int argc, char** argv) {
       std::printf("%-11s training loss %.3f -> %.3f (mean of the first and the last %lld steps)\n", "", m.first_loss,
                   m.last_loss, static_cast<long long>(kLossSteps));
       if (*steps >= kDefaultSteps)
-        checks.expect(m.last_loss < kChanceLoss && m.last_loss < m.first_loss,
-                      name + " learns: its last steps' training loss below chance's and below its first steps'");
+        checks.expect(m.last_loss < kChanceLoss - kLearnedMargin && m.last_loss < m.first_loss,
+                      name + " learns: its last steps' training loss 0.2 below chance's and below its first steps'");
     }
     std::printf("(second line: measured against predicted, and speed against f32)\n");
     if (!device.is_cuda())

@@ -60,6 +60,7 @@ const std::vector<Case>& cases() {
       {"dilation 2", {1, 2, 9, 9}, {3, 2, 3, 3}, {.padding = {2, 1}, .dilation = {2, 3}}, "im2col+gemm"},
       {"groups 2", {2, 4, 5, 5}, {6, 2, 3, 3}, {.padding = {1, 1}, .groups = 2}, "im2col+gemm"},
       {"1x1", {3, 5, 4, 3}, {7, 5, 1, 1}, {}, "1x1 gemm"},
+      {"1x1 on 1x1 maps", {5, 6, 1, 1}, {7, 6, 1, 1}, {}, "1x1 gemm"},  // the [N, C] matrix itself
       {"1x1 stride 2", {2, 5, 5, 5}, {3, 5, 1, 1}, {.stride = {2, 2}}, "im2col+gemm"},
       {"depthwise 3x3 stride 2", {2, 6, 7, 7}, {6, 1, 3, 3}, {.stride = {2, 2}, .padding = {1, 1}, .groups = 6}, "depthwise"},
       {"depthwise multiplier 2", {2, 3, 5, 6}, {6, 1, 3, 3}, {.padding = {1, 1}, .dilation = {1, 2}, .groups = 3}, "depthwise"},
@@ -212,7 +213,8 @@ TEST_CASE("conv2d backward weight in bf16 sums the batch in f32, not in the 16-b
 }
 
 TEST_CASE("conv2d 1x1 over the batch: gathered chunks, waves and weight groups equal one sample at a time") {
-  // Planes of 64, 16 and 1 pixels put 4, 16 and every sample in a chunk; batches that do not divide
+  // Planes of 64 and 16 pixels put 4 and 16 samples in a chunk (on 1x1 maps the gradients take the
+  // [N, C] matrix itself: Note [Maps of one pixel: the batch is the matrix]); batches that do not divide
   // into chunks, more chunks than a wave holds (9 x 8 = 72 samples of 64 pixels: 18 chunks), a last
   // weight group shorter than the others (18 samples: 5 chunks in groups of 2, 2 and 1), and a weight gradient over the small-weight limit (summed
   // chunk by chunk). A batch of one is never gathered: it is the per-sample definition. Small

@@ -107,7 +107,8 @@ TEST_CASE("depthwise 3x3 fast path: the reference loops' results up to f32 round
 
 TEST_CASE("depthwise 3x3 fast path: the same bits for 1, 2 and 3 threads") {
   // Flat padded planes (32x30), and small ones whose channels go across the lanes (4x4 and 2x2
-  // outputs: 40 channels make blocks of 16, 16 and 8); each big enough that every kernel opens a
+  // inputs: outputs of 4x4 and 2x2 at stride 1, 2x2 and 1x1 at stride 2; 40 channels make blocks of
+  // 16, 16 and 8); each big enough that every kernel opens a
   // parallel region (core/cpu/parallel.h).
   struct Case {
     std::int64_t channels, height, width, batch;

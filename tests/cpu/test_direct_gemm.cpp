@@ -122,8 +122,9 @@ TEST_CASE("a 1x1 convolution through direct_gemm matches the blocked GEMM's, for
 
 TEST_CASE("a 1x1 convolution on the CPU in f32 gives each sample the same bits on any slice of the batch") {
   // What lets MobileNetV2's inference cut its batch anywhere (pointwise_bits_independent_of_samples):
-  // planes of 4 and 1 (gathered into chunks of 64 and 256 samples), 16 (in place); slices of 5 and 7
-  // samples cut the whole batch's chunk anywhere, the last slice short.
+  // planes of 4 (the batch of 24 gathered into one chunk), 1 (the forward gathered, the input gradient
+  // on the [N, C] matrix) and 16 (in place); slices of 5 and 7 samples cut the whole batch's chunk
+  // anywhere, the last slice short.
   CHECK(pointwise_bits_independent_of_samples(Device::cpu(), DType::f32));
   CHECK_FALSE(pointwise_bits_independent_of_samples(Device::cpu(), DType::f64));
   set_gemm_impl(DeviceType::CPU, GemmImpl::blocked);

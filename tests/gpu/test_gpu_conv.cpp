@@ -25,6 +25,7 @@ const std::vector<Case>& cases() {
       {"stride 2, dilation", {2, 8, 21, 19}, {12, 8, 3, 3}, {.stride = {2, 2}, .padding = {2, 1}, .dilation = {2, 1}}},
       {"groups 4", {2, 16, 9, 11}, {20, 4, 3, 3}, {.padding = {1, 1}, .groups = 4}},
       {"1x1", {4, 32, 7, 7}, {48, 32, 1, 1}, {}},
+      {"1x1 on 1x1 maps", {6, 40, 1, 1}, {24, 40, 1, 1}, {}},  // the gradients on the [N, C] matrix (native path)
       {"depthwise 3x3 stride 2", {3, 24, 15, 15}, {24, 1, 3, 3}, {.stride = {2, 2}, .padding = {1, 1}, .groups = 24}},
       {"depthwise multiplier 2", {2, 5, 9, 8}, {10, 1, 5, 5}, {.padding = {2, 2}, .groups = 5}},
   };
