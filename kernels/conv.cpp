@@ -18,6 +18,7 @@
 #include "core/dispatch.h"
 #include "kernels/conv_backends.h"
 #include "kernels/cpu/direct_gemm.h"
+#include "kernels/cpu/pointwise_weight_grad.h"
 #include "kernels/cpu/row_copies.h"
 #include "kernels/elementwise.h"
 #include "kernels/gemm.h"
@@ -413,9 +414,11 @@ void product_where_they_lie(const Tensor& product, const Tensor& left, const Ten
 // among the threads, and write the product straight into the output: two copies of the layer's
 // input and output fewer, and the same bits (each element's sum is the same chain whatever columns
 // a call covers). Measured 2026-12-06 (docs/benchmarks.md, "The speed of `frugal train` on the
-// CPU"). The weight gradient still gathers (its GEMM is OpenBLAS's), and so does the meta device
-// (the path of the other devices, CUDA's native one among them): a plan of a CPU run counts gathering
-// buffers this path does not allocate, transient scratch counted over rather than under.
+// CPU"). The weight gradient has its own path on these planes but the 4x4 ones (dot products along
+// the pixels, kDotPlane below; on 4x4 maps it gathers for OpenBLAS), and the meta device gathers for
+// the forward and input gradient (the path of the other devices, CUDA's native one among them): a
+// plan of a CPU run counts gathering buffers this path does not allocate, transient scratch counted
+// over rather than under.
 constexpr std::int64_t kWholeVector = 16;  // floats: an AVX-512 register, two AVX2 ones (direct_gemm's narrowest tile)
 
 bool plane_of_whole_vectors(const Problem& p) { return p.g.out_plane() % kWholeVector == 0; }
@@ -523,6 +526,24 @@ void pointwise_over_batch(const Tensor& a, const Tensor& src, const Tensor& dst,
   record({ConvImpl::native, "1x1 gemm", in.nbytes() + out.nbytes()});
 }
 
+
+// On the CPU in f32 the weight gradient on maps of kDotPlane pixels or more, planes of whole vectors,
+// is summed as dot products along the pixels (Note [The 1x1 weight gradient as dot products],
+// kernels/cpu/pointwise_weight_grad.cpp) instead of by OpenBLAS's GEMMs: no gathering and no packing
+// copies, no partial gradients; its running totals are borrowed as workspace, on the meta device too
+// (Note [Convolutions on the meta device]). Per layer of MobileNetV2 (batch 64), its time over
+// OpenBLAS's: 1.27-1.47x on 32x32 maps (the smallest layer, [16, 32], 0.95-0.99x), 1.08-1.54x on 16x16,
+// 1.01-1.26x on 8x8, on one thread and on two; on 4x4 maps it lost (0.59-0.87x: there the weights are
+// the largest, up to 1280 x 320, and their totals, 16 floats per element, outgrow the caches), so
+// they keep OpenBLAS's. Measured 2026-12-06, docs/benchmarks.md.
+constexpr std::int64_t kDotPlane = 8 * 8;
+
+bool dot_weight_gradient_applies(const Tensor& dy, const Tensor& x, const Tensor& dw, const Problem& p) {
+  const std::int64_t plane = p.g.out_plane();
+  return (dw.device().is_cpu() || dw.device().is_meta()) && dw.dtype() == DType::f32 && plane >= kDotPlane &&
+         cpu::pointwise_weight_gradient_applies(plane) && dy.is_contiguous() && x.is_contiguous();
+}
+
 // dW = sum over samples of dy[n] x[n]^T for a pointwise convolution, f32 or f64: a GEMM per chunk
 // (K = the chunk's columns) added up in chunk order. A small gradient is summed by up to
 // kWeightGroups groups of consecutive chunks in parallel, each into a partial of its own (with its
@@ -536,6 +557,14 @@ void pointwise_weight_over_batch(const Tensor& dy, const Tensor& x, const Tensor
     const bool direct = direct_gemm_applies(dw.device(), dw.dtype());
     product_where_they_lie(weight, dy.view({p.batch, rows}).t(), x.view({p.batch, cols}), direct, true);
     return record({ConvImpl::native, "1x1 gemm", 0});
+  }
+  if (dot_weight_gradient_applies(dy, x, dw, p)) {  // Note [The 1x1 weight gradient as dot products]
+    const Tensor totals = empty_workspace({rows * cols * cpu::kDotLanes}, {.device = dw.device()});
+    if (!dw.device().is_meta())
+      cpu::pointwise_weight_gradient(p.batch, rows, cols, c.plane, static_cast<const float*>(dy.data_ptr()),
+                                     static_cast<const float*>(x.data_ptr()), static_cast<float*>(dw.data_ptr()),
+                                     static_cast<float*>(totals.data_ptr()));
+    return record({ConvImpl::native, "1x1 gemm", totals.nbytes()});
   }
   const TensorOptions like{.dtype = dw.dtype(), .device = dw.device()};
   // Groups of per_group consecutive chunks, the last one possibly shorter but never empty.
