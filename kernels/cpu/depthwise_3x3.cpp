@@ -400,11 +400,21 @@ void transposed_filters(const float* weight, std::int64_t c0, std::int64_t lanes
     for (int t = 0; t < kTaps; ++t) weights[t * kTileChannels + l] = weight[(c0 + l) * kTaps + t];
 }
 
-void forward_small_planes(const ConvGeometry& g, std::int64_t batch, const float* x, const float* weight,
-                          const float* bias, float* y, bool relu6) {
+// Calls body(c0, lanes) for each block of kTileChannels channels [c0, c0 + lanes) (the last one
+// possibly narrower), the blocks shared among the threads: the small-plane drivers' split, by
+// channels alone, so each channel's sums are one thread's whatever the thread count.
+template <typename Body>
+void for_each_channel_block(const ConvGeometry& g, std::int64_t batch, Body&& body) {
   const std::int64_t blocks = ceil_div(g.channels, kTileChannels);
   parallel_for(blocks, batch * g.channels * kTaps * g.out_plane(), [&](std::int64_t block) {
-    const std::int64_t c0 = block * kTileChannels, lanes = std::min(kTileChannels, g.channels - c0);
+    const std::int64_t c0 = block * kTileChannels;
+    body(c0, std::min(kTileChannels, g.channels - c0));
+  });
+}
+
+void forward_small_planes(const ConvGeometry& g, std::int64_t batch, const float* x, const float* weight,
+                          const float* bias, float* y, bool relu6) {
+  for_each_channel_block(g, batch, [&](std::int64_t c0, std::int64_t lanes) {
     float weights[kTaps * kTileChannels], biases[kTileChannels] = {};
     transposed_filters(weight, c0, lanes, weights);
     for (std::int64_t l = 0; l < lanes; ++l) biases[l] = bias ? bias[c0 + l] : 0.0f;
@@ -440,9 +450,7 @@ void backward_input_channel_tile(const ConvGeometry& g, std::int64_t c0, std::in
 
 void backward_input_small_planes(const ConvGeometry& g, std::int64_t batch, const float* grad_y, const float* weight,
                                  float* grad_x) {
-  const std::int64_t blocks = ceil_div(g.channels, kTileChannels);
-  parallel_for(blocks, batch * g.channels * kTaps * g.out_plane(), [&](std::int64_t block) {
-    const std::int64_t c0 = block * kTileChannels, lanes = std::min(kTileChannels, g.channels - c0);
+  for_each_channel_block(g, batch, [&](std::int64_t c0, std::int64_t lanes) {
     float weights[kTaps * kTileChannels];
     transposed_filters(weight, c0, lanes, weights);
     for (std::int64_t n = 0; n < batch; ++n)
@@ -489,11 +497,9 @@ void weight_grad_channel_tile(const ConvGeometry& g, std::int64_t c0, std::int64
 // shapes, so the same bits for any thread count.
 void backward_weight_small_planes(const ConvGeometry& g, std::int64_t batch, const float* grad_y, const float* x,
                                   float* grad_weight) {
-  const std::int64_t blocks = ceil_div(g.channels, kTileChannels);
   const std::int64_t samples_per_flush = ceil_div(kTermsPerLane, g.out_plane());  // a tap adds <= out_plane terms per sample
   const std::int64_t sample_x = g.channels * g.plane(), sample_dy = g.channels * g.out_plane();
-  parallel_for(blocks, batch * g.channels * kTaps * g.out_plane(), [&](std::int64_t block) {
-    const std::int64_t c0 = block * kTileChannels, lanes = std::min(kTileChannels, g.channels - c0);
+  for_each_channel_block(g, batch, [&](std::int64_t c0, std::int64_t lanes) {
     float sums[kTaps * kTileChannels];
     double totals[kTaps * kTileChannels] = {};
     for (std::int64_t n = 0; n < batch; n += samples_per_flush) {

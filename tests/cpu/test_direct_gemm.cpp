@@ -16,19 +16,22 @@
 #include "kernels/conv.h"
 #include "kernels/cpu/direct_gemm.h"
 #include "kernels/gemm.h"
+#include "tests/cpu/seeded_values.h"
 
 using namespace frugal;
 
 namespace {
 
-std::vector<float> values(std::int64_t count, std::uint64_t seed) {
-  std::vector<float> v(static_cast<std::size_t>(count));
-  std::uint64_t state = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (float& x : v) {
-    state = state * 6364136223846793005ull + 1442695040888963407ull;
-    x = static_cast<float>(static_cast<std::int64_t>(state >> 40) % 2001 - 1000) / 500.0f;  // [-2, 2]
-  }
-  return v;
+using test::seeded_values;
+
+// Every element within 1e-4 of the expected one, relative to its magnitude (or absolute below 1):
+// two summation orders of the same products in f32.
+template <typename T>
+bool close(const std::vector<T>& got, const std::vector<T>& expected) {
+  REQUIRE(got.size() == expected.size());
+  for (std::size_t i = 0; i < got.size(); ++i)
+    if (std::fabs(got[i] - expected[i]) > T(1e-4) * (T(1) + std::fabs(expected[i]))) return false;
+  return true;
 }
 
 struct Case {
@@ -40,7 +43,7 @@ struct Case {
 // Runs direct_gemm on C filled with a sentinel; checks every element against a double sum (within the
 // rounding of a k-term f32 sum) and that columns past n kept the sentinel.
 void check_against_double(const Case& t) {
-  const std::vector<float> a = values(t.m * t.k, 1), b = values(t.k * t.ldb, 2);
+  const std::vector<float> a = seeded_values(t.m * t.k, 1), b = seeded_values(t.k * t.ldb, 2);
   constexpr float kSentinel = -12345.0f;
   std::vector<float> c(static_cast<std::size_t>(t.m * t.ldc), kSentinel);
   const std::int64_t a_row = t.transposed ? 1 : t.k, a_column = t.transposed ? t.m : 1;
@@ -80,7 +83,7 @@ TEST_CASE("direct_gemm: strided B and C, the columns past n untouched") {
 
 TEST_CASE("direct_gemm: an element's bits do not depend on how the columns are cut into calls") {
   const std::int64_t m = 19, n = 97, k = 29;  // a row remainder for every tile height, columns past every panel
-  const std::vector<float> a = values(m * k, 3), b = values(k * n, 4);
+  const std::vector<float> a = seeded_values(m * k, 3), b = seeded_values(k * n, 4);
   std::vector<float> whole(static_cast<std::size_t>(m * n)), pieces(whole.size());
   cpu::direct_gemm(m, n, k, a.data(), k, 1, b.data(), n, whole.data(), n);
   const std::int64_t cuts[] = {0, 3, 8, 41, 64, 90, n};  // pieces of 3, 5, 33, 23, 26 and 7 columns
@@ -109,12 +112,6 @@ TEST_CASE("a 1x1 convolution through direct_gemm matches the blocked GEMM's, for
     set_gemm_impl(DeviceType::CPU, GemmImpl::blocked);
     const auto [y_blocked, dx_blocked] = run();
     set_gemm_impl(DeviceType::CPU, GemmImpl::library);
-    const auto close = [](const std::vector<float>& got, const std::vector<float>& expected) {
-      REQUIRE(got.size() == expected.size());
-      for (std::size_t i = 0; i < got.size(); ++i)
-        if (std::fabs(got[i] - expected[i]) > 1e-4f * (1.0f + std::fabs(expected[i]))) return false;
-      return true;
-    };
     CHECK(close(y, y_blocked));
     CHECK(close(dx, dx_blocked));
   }
@@ -176,12 +173,6 @@ TEST_CASE("on 1x1 maps a 1x1 convolution's gradients read the tensors where they
   set_gemm_impl(DeviceType::CPU, GemmImpl::blocked);
   const Results blocked = run(DType::f32);
   set_gemm_impl(DeviceType::CPU, GemmImpl::library);
-  const auto close = [](const std::vector<double>& got, const std::vector<double>& expected) {
-    REQUIRE(got.size() == expected.size());
-    for (std::size_t i = 0; i < got.size(); ++i)
-      if (std::fabs(got[i] - expected[i]) > 1e-4 * (1.0 + std::fabs(expected[i]))) return false;
-    return true;
-  };
   CHECK(close(direct.dx, in_double.dx));
   CHECK(close(direct.dw, in_double.dw));
   CHECK(close(blocked.dx, in_double.dx));

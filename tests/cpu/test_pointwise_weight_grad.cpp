@@ -5,7 +5,6 @@
 // it with its totals borrowed as workspace, the same bytes on the CPU and on the meta device (whose
 // plans must count what the runs allocate), and 4x4 maps elsewhere.
 #include <doctest/doctest.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -17,20 +16,14 @@
 #include "core/random.h"
 #include "kernels/conv.h"
 #include "kernels/cpu/pointwise_weight_grad.h"
+#include "tests/cpu/seeded_values.h"
+#include "tests/cpu/thread_scopes.h"
 
 using namespace frugal;
 
 namespace {
 
-std::vector<float> values(std::int64_t count, std::uint64_t seed) {
-  std::vector<float> v(static_cast<std::size_t>(count));
-  std::uint64_t state = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (float& x : v) {
-    state = state * 6364136223846793005ull + 1442695040888963407ull;
-    x = static_cast<float>(static_cast<std::int64_t>(state >> 40) % 2001 - 1000) / 500.0f;  // [-2, 2]
-  }
-  return v;
-}
+using test::seeded_values;
 
 struct Case {
   std::int64_t batch, out_channels, in_channels, plane;
@@ -55,8 +48,8 @@ std::vector<float> gradient(const Case& t, const std::vector<float>& dy, const s
 }
 
 void check_against_double(const Case& t) {
-  const std::vector<float> dy = values(t.batch * t.out_channels * t.plane, 1);
-  const std::vector<float> x = values(t.batch * t.in_channels * t.plane, 2);
+  const std::vector<float> dy = seeded_values(t.batch * t.out_channels * t.plane, 1);
+  const std::vector<float> x = seeded_values(t.batch * t.in_channels * t.plane, 2);
   const std::vector<float> dw = gradient(t, dy, x);
   const std::int64_t terms = t.batch * t.plane;
   for (std::int64_t o = 0; o < t.out_channels; ++o)
@@ -98,17 +91,17 @@ TEST_CASE("pointwise_weight_gradient: an empty batch writes zeros") {
 
 TEST_CASE("pointwise_weight_gradient: the same bits on 1, 2 and 3 threads") {
   const Case t{37, 40, 50, 64};  // groups of 16, 16 and 5 samples; pieces that change with the thread count
-  const std::vector<float> dy = values(t.batch * t.out_channels * t.plane, 3);
-  const std::vector<float> x = values(t.batch * t.in_channels * t.plane, 4);
-  const int threads = omp_get_max_threads();
-  omp_set_num_threads(1);
-  const std::vector<float> one = gradient(t, dy, x);
+  const std::vector<float> dy = seeded_values(t.batch * t.out_channels * t.plane, 3);
+  const std::vector<float> x = seeded_values(t.batch * t.in_channels * t.plane, 4);
+  const std::vector<float> one = [&] {
+    const test::OmpThreadsScope threads(1);
+    return gradient(t, dy, x);
+  }();
   for (int n : {2, 3}) {
-    omp_set_num_threads(n);
+    const test::OmpThreadsScope threads(n);
     const std::vector<float> many = gradient(t, dy, x);
     CHECK_MESSAGE(std::memcmp(one.data(), many.data(), one.size() * sizeof(float)) == 0, n, " threads");
   }
-  omp_set_num_threads(threads);
 }
 
 TEST_CASE("conv2d_backward_weight takes the dot products on 8x8 maps in f32, its totals borrowed, meta included") {
