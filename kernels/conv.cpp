@@ -526,7 +526,6 @@ void pointwise_over_batch(const Tensor& a, const Tensor& src, const Tensor& dst,
   record({ConvImpl::native, "1x1 gemm", in.nbytes() + out.nbytes()});
 }
 
-
 // On the CPU in f32 the weight gradient on maps of kDotPlane pixels or more, planes of whole vectors,
 // is summed as dot products along the pixels (Note [The 1x1 weight gradient as dot products],
 // kernels/cpu/pointwise_weight_grad.cpp) instead of by OpenBLAS's GEMMs: no gathering and no packing

@@ -40,7 +40,7 @@ typedef float Sixteen __attribute__((vector_size(kDotLanes * sizeof(float))));
 
 // The operands: dY [batch, rows, plane] and X [batch, columns, plane], rows = C_out, columns = C_in.
 struct Operands {
-  std::int64_t batch, rows, columns, plane;
+  std::int64_t rows, columns, plane;
   const float* grad_y;
   const float* x;
 };
@@ -81,12 +81,12 @@ struct Piece {
 };
 
 // Samples [first, first + count) added into a piece's totals (its first element's at `totals`, rows
-// `stride` vectors apart): full R x S tiles, then the last rows and columns by tiles of one row or one
-// column.
+// o.columns vectors apart, as in the whole of dW's): full R x S tiles, then the last rows and columns
+// by tiles of one row or one column.
 template <int R, int S>
 [[gnu::always_inline]] inline void piece_group(const Operands& o, const Piece& piece, std::int64_t first,
-                                               std::int64_t count, Sixteen* totals, std::int64_t stride) {
-  const std::int64_t plane = o.plane;
+                                               std::int64_t count, Sixteen* totals) {
+  const std::int64_t plane = o.plane, stride = o.columns;
   const std::int64_t dy_sample = o.rows * plane, x_sample = o.columns * plane;
   const float* dy = o.grad_y + first * dy_sample;
   const float* x = o.x + first * x_sample;
@@ -112,20 +112,20 @@ template <int R, int S>
 // One instantiation per instruction set, each with the tile its registers hold: R x S vectors of
 // sums, R of dY and one of X. A Sixteen is one AVX-512 register, two AVX2 ones, four SSE ones.
 __attribute__((target("avx512f"))) void piece_group_avx512(const Operands& o, const Piece& p, std::int64_t first,
-                                                           std::int64_t count, Sixteen* totals, std::int64_t stride) {
-  piece_group<4, 6>(o, p, first, count, totals, stride);
+                                                           std::int64_t count, Sixteen* totals) {
+  piece_group<4, 6>(o, p, first, count, totals);
 }
 __attribute__((target("avx2,fma"))) void piece_group_avx2(const Operands& o, const Piece& p, std::int64_t first,
-                                                          std::int64_t count, Sixteen* totals, std::int64_t stride) {
-  piece_group<2, 2>(o, p, first, count, totals, stride);
+                                                          std::int64_t count, Sixteen* totals) {
+  piece_group<2, 2>(o, p, first, count, totals);
 }
 void piece_group_baseline(const Operands& o, const Piece& p, std::int64_t first, std::int64_t count,
-                          Sixteen* totals, std::int64_t stride) {
-  piece_group<1, 2>(o, p, first, count, totals, stride);
+                          Sixteen* totals) {
+  piece_group<1, 2>(o, p, first, count, totals);
 }
 
 struct Variant {
-  void (*piece_group)(const Operands&, const Piece&, std::int64_t, std::int64_t, Sixteen*, std::int64_t);
+  void (*piece_group)(const Operands&, const Piece&, std::int64_t, std::int64_t, Sixteen*);
   std::int64_t tile_rows, tile_columns;
 };
 
@@ -158,17 +158,18 @@ constexpr std::int64_t kGroupPixels = 1024;
 // loop], core/cpu/parallel.h); more would read each sample's planes more often.
 constexpr std::int64_t kDotPiecesPerThread = 2;
 
-}  // namespace
-
-std::int64_t pointwise_weight_gradient_group(std::int64_t plane) {
+// The samples a group holds on planes of `plane` pixels (the rounding depends on it: the Note).
+std::int64_t samples_per_group(std::int64_t plane) {
   return std::max<std::int64_t>(1, kGroupPixels / std::max<std::int64_t>(plane, 1));
 }
+
+}  // namespace
 
 void pointwise_weight_gradient(std::int64_t batch, std::int64_t out_channels, std::int64_t in_channels,
                                std::int64_t plane, const float* grad_y, const float* x, float* dw, float* scratch) {
   static const Variant variant = variant_for_this_cpu();
-  const Operands o{batch, out_channels, in_channels, plane, grad_y, x};
-  const std::int64_t group = pointwise_weight_gradient_group(plane);
+  const Operands o{out_channels, in_channels, plane, grad_y, x};
+  const std::int64_t group = samples_per_group(plane);
   // Pieces of whole tiles: rows first (each row piece reads all of X's planes), then columns.
   const std::int64_t row_tiles = (out_channels + variant.tile_rows - 1) / variant.tile_rows;
   const std::int64_t column_tiles = (in_channels + variant.tile_columns - 1) / variant.tile_columns;
@@ -188,7 +189,7 @@ void pointwise_weight_gradient(std::int64_t batch, std::int64_t out_channels, st
     for (std::int64_t row = 0; row < piece.rows(); ++row)
       std::fill(totals + row * in_channels, totals + row * in_channels + piece.columns(), Sixteen{});
     for (std::int64_t first = 0; first < batch; first += group)
-      variant.piece_group(o, piece, first, std::min(group, batch - first), totals, in_channels);
+      variant.piece_group(o, piece, first, std::min(group, batch - first), totals);
     for (std::int64_t row = 0; row < piece.rows(); ++row)
       for (std::int64_t column = 0; column < piece.columns(); ++column)
         dw[(piece.row_begin + row) * in_channels + piece.column_begin + column] =

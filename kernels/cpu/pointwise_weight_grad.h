@@ -19,15 +19,12 @@ inline bool pointwise_weight_gradient_applies(std::int64_t plane) { return plane
 // dw[o * in_channels + i] = sum over n < batch and p < plane of
 // grad_y[(n * out_channels + o) * plane + p] * x[(n * in_channels + i) * plane + p], written (not added).
 // scratch: out_channels * in_channels * kDotLanes floats, 64-byte aligned (the running totals; the
-// caller allocates it, so that the allocator counts it). Each element: per group of samples
-// (pointwise_weight_gradient_group samples), kDotLanes chains of fused multiply-adds, lane l over the
+// caller allocates it, so that the allocator counts it). Each element: per group of samples (1024
+// pixels' worth, at least one sample), kDotLanes chains of fused multiply-adds, lane l over the
 // pixels p = l (mod kDotLanes) sample after sample; each lane's group sums added up in group order;
 // then the lanes added in a fixed order. So the same bits for any thread count and whichever tile
 // computes it. Shared among the threads by cpu::parallel_for.
 void pointwise_weight_gradient(std::int64_t batch, std::int64_t out_channels, std::int64_t in_channels,
                                std::int64_t plane, const float* grad_y, const float* x, float* dw, float* scratch);
-
-// The samples a group holds on planes of `plane` pixels (the rounding above depends on it).
-std::int64_t pointwise_weight_gradient_group(std::int64_t plane);
 
 }  // namespace frugal::cpu
