@@ -11,9 +11,10 @@
 //   activation_bytes_per_sample[_cifar] frugal, pytorch  MiB/sample  what a training forward keeps for
 //                                                                    backward, per sample
 //   mobilenet_v2[_cifar]_b64_scaling    frugal,          x           with N > 1 threads on the CPU: a
-//                                       openblas_gemm_1024           step's (a GEMM's) time on 1 thread
-//                                                                    over its time on N, alternating in
-//                                                                    one run (Note [Scaling in one run])
+//                                       openblas_gemm_1024,          step's (a GEMM's, a triad's) time
+//                                       triad_64mib                  on 1 thread over its time on N,
+//                                                                    alternating in one run (Note
+//                                                                    [Scaling in one run])
 //   mobilenet_v2[_cifar]_b64_eval_scaling  the same      x           the same for an eval forward
 // frugal's bytes come from the allocator's books (train/step_memory.h: tag `activation`, and the
 // peak of requested bytes, everything alive counted: weights, momentum, the batch). PyTorch's saved
@@ -53,6 +54,7 @@
 
 #include "bench/bench.h"
 #include "core/allocator_registry.h"
+#include "core/cpu/parallel.h"
 #include "core/cuda_status.h"
 #include "core/error.h"
 #include "core/random.h"
@@ -308,17 +310,34 @@ std::vector<PeerSetting> load_peers(const std::vector<PeerSetting>& settings, co
 // changes from minute to minute: the same 512x512 OpenBLAS GEMM ran 1.2x and 1.9x faster on two
 // threads than on one, a few seconds apart. Two runs (--threads 1, then --threads 2) compare different
 // minutes, so a ratio between them says as much about the neighbours as about frugal. Here 1 thread
-// and N threads alternate step by step in one run, and an OpenBLAS GEMM alternates with them: its
-// ratio is what this machine gave a compute-bound kernel in the same minutes, the model's ceiling.
+// and N threads alternate step by step in one run, and two loops of known character alternate with
+// them: an OpenBLAS GEMM, compute-bound (it works from the caches of its own core), and a triad over
+// arrays larger than any cache, memory-bound (a[i] = b[i] + 1.5 c[i], shared by parallel_for like
+// frugal's own loops). Their ratios are what this machine gave each kind of work in the same
+// minutes: a model step, which is partly each, gains at most the first and where the caches stop
+// holding its layers, nearer the second.
 constexpr std::int64_t kGemmSide = 1024;  // ~2 GFLOP: ~10 ms on 2 threads, long beside timer noise
+// 64 MiB an array, 192 MiB moved a pass: six times a 32 MiB L3, so every pass comes from memory.
+constexpr std::int64_t kTriadFloats = std::int64_t{1} << 24;
+constexpr std::int64_t kTriadChunk = std::int64_t{1} << 16;  // floats a claimed piece covers at least
 
-// The `case_name` rows: `step`'s and a GEMM's time on 1 thread over their time on `threads`.
+// a[i] = b[i] + 1.5 c[i] over the whole arrays, on the threads omp_set_num_threads gave this thread.
+void triad(std::vector<float>& a, const std::vector<float>& b, const std::vector<float>& c) {
+  const auto count = static_cast<std::int64_t>(a.size());
+  cpu::parallel_for_chunks(count, kTriadChunk, count, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i) a[i] = b[i] + 1.5f * c[i];
+  });
+}
+
+// The `case_name` rows: `step`'s, a GEMM's and a triad's time on 1 thread over their time on `threads`.
 void scaling_case(const std::string& case_name, const Sizes& sizes, int threads, const std::function<void()>& step,
                   std::vector<Result>& results) {
   Generator generator(kSeed);
   const Tensor a = normal({kGemmSide, kGemmSide}, 0.0, 1.0, {}, &generator);
   const Tensor b = normal({kGemmSide, kGemmSide}, 0.0, 1.0, {}, &generator);
   const std::function<void()> gemm = [&] { matmul(a, b); };
+  std::vector<float> out(kTriadFloats), left(kTriadFloats, 1.0f), right(kTriadFloats, 2.0f);
+  const std::function<void()> memory = [&] { triad(out, left, right); };
   const auto on = [](int count, const std::function<void()>& work) {
     return std::function<double()>([count, &work] {
       omp_set_num_threads(count);
@@ -328,10 +347,12 @@ void scaling_case(const std::string& case_name, const Sizes& sizes, int threads,
     });
   };
   const std::vector<double> s = alternating_median_seconds(
-      {on(1, step), on(threads, step), on(1, gemm), on(threads, gemm)}, sizes.min_runs, sizes.min_seconds);
+      {on(1, step), on(threads, step), on(1, gemm), on(threads, gemm), on(1, memory), on(threads, memory)},
+      sizes.min_runs, sizes.min_seconds);
   omp_set_num_threads(threads);
   results.push_back({case_name, "frugal", s[0] / s[1], "x", true});
   results.push_back({case_name, "openblas_gemm_1024", s[2] / s[3], "x", true});
+  results.push_back({case_name, "triad_64mib", s[4] / s[5], "x", true});
 }
 
 // Every case of one stem: frugal's model, batch and optimizer, and the same in the peer.

@@ -215,14 +215,14 @@ assert set(cases["activation_bytes_per_sample"]) == {"frugal", "pytorch"}, cases
 PY
     fi
     # With two threads: each stem's 1-thread over 2-thread ratio, training and eval, and the GEMM's
-    # from the same rounds.
+    # and the triad's from the same rounds.
     expect_exit 0 "$frugal" bench train --json --quick --device cpu --threads 2 --peer-python /usr/bin/python3
     check_bench_report train <<PY
 assert report["threads"] == 2, report
 for stem in ("mobilenet_v2", "mobilenet_v2_cifar"):
     for case in (stem + "_b64_scaling", stem + "_b64_eval_scaling"):
         scaling = cases[case]
-        assert set(scaling) == {"frugal", "openblas_gemm_1024"}, scaling
+        assert set(scaling) == {"frugal", "openblas_gemm_1024", "triad_64mib"}, scaling
         assert all(r["unit"] == "x" and r["higher_is_better"] for r in scaling.values()), scaling
 assert len(cases) == 14, sorted(cases)
 PY
