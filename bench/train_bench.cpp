@@ -315,7 +315,10 @@ std::vector<PeerSetting> load_peers(const std::vector<PeerSetting>& settings, co
 // arrays larger than any cache, memory-bound (a[i] = b[i] + 1.5 c[i], shared by parallel_for like
 // frugal's own loops). Their ratios are what this machine gave each kind of work in the same
 // minutes: a model step, which is partly each, gains at most the first and where the caches stop
-// holding its layers, nearer the second.
+// holding its layers, nearer the second. Each timed run follows an untimed one of its own (Note [A
+// timed run follows one of its own], bench/harness.cpp): after a 1-thread step the team's second
+// thread has slept for tens of milliseconds, and woken beside the first on one core it ran the next
+// 2-thread step at 1-thread speed; the triad also leaves nothing of a step's tensors in the caches.
 constexpr std::int64_t kGemmSide = 1024;  // ~2 GFLOP: ~10 ms on 2 threads, long beside timer noise
 // 64 MiB an array, 192 MiB moved a pass: six times a 32 MiB L3, so every pass comes from memory.
 constexpr std::int64_t kTriadFloats = std::int64_t{1} << 24;
@@ -348,7 +351,7 @@ void scaling_case(const std::string& case_name, const Sizes& sizes, int threads,
   };
   const std::vector<double> s = alternating_median_seconds(
       {on(1, step), on(threads, step), on(1, gemm), on(threads, gemm), on(1, memory), on(threads, memory)},
-      sizes.min_runs, sizes.min_seconds);
+      sizes.min_runs, sizes.min_seconds, Warm::every_run);
   omp_set_num_threads(threads);
   results.push_back({case_name, "frugal", s[0] / s[1], "x", true});
   results.push_back({case_name, "openblas_gemm_1024", s[2] / s[3], "x", true});
