@@ -318,8 +318,9 @@ std::vector<PeerSetting> load_peers(const std::vector<PeerSetting>& settings, co
 // holding its layers, nearer the second. Each timed run follows an untimed one of its own (Note [A
 // timed run follows one of its own], bench/harness.cpp): after a 1-thread step the team's second
 // thread has slept for tens of milliseconds and may wake beside the first on one core (the standard
-// stem's training read 1.09-1.13x in whole runs without these runs, 1.63-1.68x with them: measured
-// 2026-12-06, docs/benchmarks.md); and the triad leaves nothing of a step's tensors in the caches.
+// stem's training read 1.09-1.13x in seven of nine runs without these runs; with them 1.51-1.68x in
+// seven of ten and 1.00-1.06x in three: measured 2026-12-06, docs/benchmarks.md); and the triad
+// leaves nothing of a step's tensors in the caches.
 constexpr std::int64_t kGemmSide = 1024;  // ~2 GFLOP: ~10 ms on 2 threads, long beside timer noise
 // 64 MiB an array, 192 MiB moved a pass: six times a 32 MiB L3, so every pass comes from memory.
 constexpr std::int64_t kTriadFloats = std::int64_t{1} << 24;
