@@ -16,6 +16,11 @@
 //                                                                    alternating in one run (Note
 //                                                                    [Scaling in one run])
 //   mobilenet_v2[_cifar]_b64_eval_scaling  the same      x           the same for an eval forward
+//   mobilenet_v2[_cifar]_b64[_eval]_round_trip  host     ns          with N > 1 threads on the CPU: a
+//                                                                    cache line's round trip between
+//                                                                    two threads, in the speed case's
+//                                                                    rounds (Note [Where the two
+//                                                                    cores sit])
 // frugal's bytes come from the allocator's books (train/step_memory.h: tag `activation`, and the
 // peak of requested bytes, everything alive counted: weights, momentum, the batch). PyTorch's saved
 // bytes come from its saved-tensor hooks (bench/pytorch_train_peer.py says how they are counted).
@@ -43,6 +48,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <chrono>
@@ -50,6 +56,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench/bench.h"
@@ -267,10 +274,47 @@ struct Stem {
 
 double per_second(const Sizes& sizes, double seconds) { return static_cast<double>(sizes.batch) / seconds; }
 
+// Note [Where the two cores sit]
+// This host's hypervisor runs the machine's two vCPUs either on two cores that share an L3 or on two
+// that do not, and moves them between the two placements from minute to minute: a cache line's
+// round trip between two threads took 50-60 ns in the first and 310-370 ns in the second, measured
+// back to back on 2026-12-07 (docs/benchmarks.md). Two threads that split a layer's work, or
+// reuse each other's memory, move cache lines between their cores, so a 2-thread cell depends on
+// the placement its case ran in, and a run can catch either. So each speed case on more than one
+// CPU thread times, in the same rounds as the steps, a round trip between the first two threads
+// of OpenMP's team (the threads frugal's kernels run on), and reports its median: the
+// `_round_trip` row says which placement the case's numbers come from.
+constexpr int kRoundTrips = 20000;   // 1-7 ms a round at 50-350 ns each
+constexpr int kSpinsBeforeYield = 4096;  // then yield: two threads on one core would spin a whole time slice
+
+// Seconds for one round trip of a cache line between OpenMP threads 0 and 1: each waits for the
+// other's write, then writes back.
+double core_round_trip_seconds() {
+  std::atomic<std::int64_t> turn{0};
+  double seconds = 0;
+#pragma omp parallel num_threads(2)
+  if (omp_get_num_threads() == 2) {  // OpenMP may give fewer (OMP_THREAD_LIMIT): then there is nothing to time
+    const std::int64_t me = omp_get_thread_num();
+    const auto wait_for = [&](std::int64_t value) {
+      for (int spins = 0; turn.load(std::memory_order_acquire) != value; ++spins)
+        if (spins >= kSpinsBeforeYield) std::this_thread::yield();
+    };
+    const auto start = Clock::now();
+    for (std::int64_t i = 0; i < kRoundTrips; ++i) {  // thread 0 writes the odd values, thread 1 the even
+      if (me == 1) wait_for(2 * i + 1);
+      turn.store(2 * i + 1 + me, std::memory_order_release);
+      if (me == 0) wait_for(2 * i + 2);
+    }
+    if (me == 0) seconds = seconds_since(start) / kRoundTrips;
+  }
+  return seconds;
+}
+
 // Timed rounds of `frugal_run` and of each peer setting's `verb` ("train" or "eval") on this stem's
-// model, in turn; the rows of `case_name`.
+// model, in turn; the rows of `case_name`, and with `round_trip` the row `case_name`_round_trip
+// (Note [Where the two cores sit]).
 void speed_case(const std::string& case_name, const Sizes& sizes, const std::function<double()>& frugal_run,
-                const std::vector<PeerSetting>& peers, const std::string& verb, const Stem& stem,
+                const std::vector<PeerSetting>& peers, const std::string& verb, const Stem& stem, bool round_trip,
                 std::vector<Result>& results) {
   std::vector<std::function<double()>> runs = {frugal_run};
   std::vector<std::string> impls = {"frugal"};
@@ -280,10 +324,12 @@ void speed_case(const std::string& case_name, const Sizes& sizes, const std::fun
     runs.push_back([peer = setting.peer, request] { return std::stod(peer->ask(request)); });
     impls.push_back(setting.impl);
   }
+  if (round_trip) runs.push_back(core_round_trip_seconds);
   // Note [A timed run follows one of its own] (bench/harness.cpp): the runs are in different processes.
   const std::vector<double> seconds = alternating_median_seconds(runs, sizes.min_runs, sizes.min_seconds, Warm::every_run);
-  for (std::size_t i = 0; i < runs.size(); ++i)
+  for (std::size_t i = 0; i < impls.size(); ++i)
     results.push_back({case_name, impls[i], per_second(sizes, seconds[i]), "img/s", true});
+  if (round_trip) results.push_back({case_name + "_round_trip", "host", seconds.back() * 1e9, "ns", false});
 }
 
 // Loads this stem's weights and batch into every peer setting; a setting that cannot load (an old
@@ -385,6 +431,7 @@ void stem_cases(const Stem& stem, const Options& options, const Sizes& sizes, co
   };
   Allocator& allocator = allocator_for(device);
 
+  const bool round_trip = device.is_cpu() && options.threads > 1;  // Note [Where the two cores sit]
   model->train();
   nn::SGD optimizer(model->parameters(), 0.01, 0.9);
   train::StepMemory step;
@@ -393,7 +440,7 @@ void stem_cases(const Stem& stem, const Options& options, const Sizes& sizes, co
     step = train::training_step(*model, optimizer, x, y);
     sync();
     return seconds_since(start);
-  }, peers, "train", stem, results);
+  }, peers, "train", stem, round_trip, results);
   results.push_back({stem.name + "_b64_peak", "frugal", static_cast<double>(step.peak_bytes) / kMiB, "MiB", false});
   if (device.is_cpu() && options.threads > 1)
     scaling_case(stem.name + "_b64_scaling", sizes, options.threads,
@@ -414,7 +461,7 @@ void stem_cases(const Stem& stem, const Options& options, const Sizes& sizes, co
     forward();
     eval_peak = allocator.stats().requested_bytes.peak;
     return seconds_since(start);
-  }, peers, "eval", stem, results);
+  }, peers, "eval", stem, round_trip, results);
   results.push_back({stem.name + "_b64_eval_peak", "frugal", static_cast<double>(eval_peak) / kMiB, "MiB", false});
   if (device.is_cpu() && options.threads > 1)
     scaling_case(stem.name + "_b64_eval_scaling", sizes, options.threads, forward, results);

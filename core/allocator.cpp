@@ -97,11 +97,26 @@ void DataPtr::release() noexcept {
   owner_ = nullptr;
 }
 
+// ---- a thread's own host blocks (Note [A thread's own host blocks] in allocator.h)
+
+namespace {
+thread_local Stream t_host_allocation_stream{};
+thread_local char t_own_stream_tag = 0;  // only its address is used: one per thread, never Stream{}'s nullptr
+}  // namespace
+
+Stream host_allocation_stream() { return t_host_allocation_stream; }
+
+ThreadOwnBlocksScope::ThreadOwnBlocksScope() : previous_(t_host_allocation_stream) {
+  t_host_allocation_stream = Stream{&t_own_stream_tag};
+}
+ThreadOwnBlocksScope::~ThreadOwnBlocksScope() { t_host_allocation_stream = previous_; }
+
 // ---- Allocator
 
 // One lock for the memory and its statistics (Note [One lock per allocator] in allocator.h).
 DataPtr Allocator::allocate(std::size_t bytes, Stream stream) {
   if (bytes == 0) return {};
+  if (stream == Stream{} && device().is_cpu()) stream = host_allocation_stream();
   const MemoryTag tag = current_memory_tag();
   std::lock_guard lock(mutex_);
   void* ptr = raw_allocate(bytes, stream);

@@ -89,6 +89,37 @@ struct Stream {
   constexpr bool operator==(const Stream&) const = default;
 };
 
+// Note [A thread's own host blocks]
+// The caching allocator hands a freed block only to allocations on the block's stream. Host tensors
+// have no stream of their own (Stream{}), so a block one thread freed goes to whichever thread asks
+// next. Where threads each run their own slices of a batch (nn/batch_slices.h), that hands a thread
+// memory whose cache lines the other core last wrote, and every line written moves across: cheap
+// where the two cores share an L3, dear where they do not. The development host's hypervisor moves
+// its two vCPUs between those two placements from minute to minute (a cache line's round trip
+// between them 50-60 ns in one, 310-370 ns in the other), and in the second the CIFAR stem's eval
+// forward on 2 threads took 116-121 ms, 80-84 ms with each thread reusing its own blocks (80-87 ms
+// in the first placement either way; measured 2026-12-07, docs/benchmarks.md). So inside a
+// ThreadOwnBlocksScope a host allocation with no stream is cached under a stream of this thread's
+// own, and the blocks the thread frees come back to it. Outside one (the default) host allocations
+// share Stream{}: a layer split among all the threads writes on both cores anyway. A block cached
+// under one thread's stream is released to the system like any other when memory runs short.
+
+// The stream a host allocation asking for Stream{} is cached under on this thread: Stream{}, or
+// this thread's own inside a ThreadOwnBlocksScope.
+Stream host_allocation_stream();
+
+// Sets this thread's host allocations to its own stream for its lifetime, the previous setting after.
+class ThreadOwnBlocksScope {
+ public:
+  ThreadOwnBlocksScope();
+  ~ThreadOwnBlocksScope();
+  ThreadOwnBlocksScope(const ThreadOwnBlocksScope&) = delete;
+  ThreadOwnBlocksScope& operator=(const ThreadOwnBlocksScope&) = delete;
+
+ private:
+  Stream previous_;
+};
+
 // ---- allocations
 
 class Allocator;
@@ -153,7 +184,8 @@ struct AllocatorStats {
 class Allocator {
  public:
   virtual ~Allocator() = default;
-  // Returns memory for `bytes` (an empty DataPtr for 0 bytes), tagged with this thread's tag.
+  // Returns memory for `bytes` (an empty DataPtr for 0 bytes), tagged with this thread's tag. On
+  // the host, Stream{} means host_allocation_stream() (Note [A thread's own host blocks]).
   // Throws OutOfMemoryError when the request cannot be met.
   DataPtr allocate(std::size_t bytes, Stream stream = {});
   virtual Device device() const = 0;

@@ -55,6 +55,7 @@ void for_each_batch_slice(std::int64_t batch, std::int64_t slice,
     omp_set_num_threads(1);  // for this slice's own regions and GEMMs (this thread's setting, inside this region)
     try {
       const ThreadModesScope in_callers_modes(modes);
+      const ThreadOwnBlocksScope own_blocks;  // Note [A thread's own host blocks] in core/allocator.h
       run(s);
     } catch (...) {
       errors[static_cast<std::size_t>(s)] = std::current_exception();

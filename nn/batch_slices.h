@@ -58,7 +58,9 @@ class ThreadModesScope {
 // every `slice` samples (the last slice may be shorter), the slices side by side on OpenMP's
 // threads, each claimed by whichever thread is free (Note [Threads claim pieces of a loop] in
 // core/cpu/parallel.h), each under the calling thread's ThreadModes and with OpenMP's thread count set to 1 for
-// what it runs: the kernels inside a slice, OpenBLAS's GEMMs included, stay on the slice's thread.
+// what it runs: the kernels inside a slice, OpenBLAS's GEMMs included, stay on the slice's thread,
+// and so does its memory: a slice's host tensors reuse the blocks its own thread freed (Note [A
+// thread's own host blocks] in core/allocator.h).
 // With one thread, or one slice, the slices run in order on the calling thread. An exception from a
 // slice is rethrown here (the first one, by slice order) once every slice has finished.
 // ValueError: a batch below 0 or a slice below 1; grad mode on, module calls observed, or inside a

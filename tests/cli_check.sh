@@ -200,7 +200,7 @@ for suffix in ("", "_cifar"):
     saved = cases["activation_bytes_per_sample" + suffix]
     assert set(saved) == ({"frugal", "pytorch"} if with_torch else {"frugal"}), saved
     assert all(r["unit"] == "MiB/sample" for r in saved.values()), saved
-assert len(cases) == 10, sorted(cases)  # --threads 1: no _scaling rows
+assert len(cases) == 10, sorted(cases)  # --threads 1: no _scaling or _round_trip rows
 PY
     grep -q "^frugal bench train: pytorch" <<<"$err" || fail "the notes are not on stderr: $err"
     if [ "$torch" -eq 1 ]; then
@@ -215,7 +215,7 @@ assert set(cases["activation_bytes_per_sample"]) == {"frugal", "pytorch"}, cases
 PY
     fi
     # With two threads: each stem's 1-thread over 2-thread ratio, training and eval, and the GEMM's
-    # and the triad's from the same rounds.
+    # and the triad's from the same rounds; each speed case's round trip between the two threads' cores.
     expect_exit 0 "$frugal" bench train --json --quick --device cpu --threads 2 --peer-python /usr/bin/python3
     check_bench_report train <<PY
 assert report["threads"] == 2, report
@@ -224,7 +224,11 @@ for stem in ("mobilenet_v2", "mobilenet_v2_cifar"):
         scaling = cases[case]
         assert set(scaling) == {"frugal", "openblas_gemm_1024", "triad_64mib"}, scaling
         assert all(r["unit"] == "x" and r["higher_is_better"] for r in scaling.values()), scaling
-assert len(cases) == 14, sorted(cases)
+    for case in (stem + "_b64_round_trip", stem + "_b64_eval_round_trip"):  # where the two threads' cores sit
+        (row,) = cases[case].values()
+        assert row["impl"] == "host" and row["unit"] == "ns" and not row["higher_is_better"], row
+        assert 1 < row["value"] < 1e6, row
+assert len(cases) == 18, sorted(cases)
 PY
     # Without torch (an import that fails, as on a machine without python3-torch), and with the
     # default interpreters (scripts/peers.sh's environment, Debian's): frugal's rows and a note for each.

@@ -2,8 +2,8 @@
 // multiples of the slice; each slice runs under the calling thread's modes (grad mode, autocast,
 // activation saving, memory tag and context, default device) whichever thread runs it, with one
 // OpenMP thread for its own kernels, and the threads have their own modes back after; an exception
-// from a slice reaches the caller; the caller's thread count is left as it was; modes it cannot
-// carry are refused. Then the model that uses it: MobileNetV2's eval forward on slices gives the
+// from a slice reaches the caller; the caller's thread count is left as it was; each thread's
+// slices allocate under a host stream of that thread's own; modes it cannot carry are refused. Then the model that uses it: MobileNetV2's eval forward on slices gives the
 // bits of the whole batch on one thread, with a short last slice, slices that stop before the 2x2
 // maps' 64-sample GEMMs and one slice per thread from there, slices through every unit, and a round
 // left out when its slices would leave threads idle (tests/cpu/test_thread_determinism.cpp holds the
@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -69,6 +70,7 @@ TEST_CASE("for_each_batch_slice: each slice runs under the caller's modes, one O
     std::vector<nn::ThreadModes> modes;
     std::vector<int> inner_threads;
     std::set<int> threads_used;
+    std::map<int, std::set<void*>> streams_by_thread;  // host_allocation_stream() in each slice
     // Threads claim slices as they come (Note [Threads claim pieces of a loop]), so a slice waits (up
     // to a few seconds) until both threads have claimed one: the other thread's must run under the
     // caller's modes too.
@@ -81,6 +83,7 @@ TEST_CASE("for_each_batch_slice: each slice runs under the caller's modes, one O
       modes.push_back(nn::ThreadModes::current());
       inner_threads.push_back(omp_get_max_threads());
       threads_used.insert(omp_get_thread_num());
+      streams_by_thread[omp_get_thread_num()].insert(host_allocation_stream().handle);
     });
     REQUIRE(modes.size() == 4);
     CHECK(threads_used.size() == 2);  // both threads took slices
@@ -94,6 +97,16 @@ TEST_CASE("for_each_batch_slice: each slice runs under the caller's modes, one O
     }
     CHECK(inner_threads == std::vector<int>(4, 1));
     CHECK(omp_get_max_threads() == 2);  // the caller's count is untouched
+    // Each thread's slices allocate under one stream of that thread's own (Note [A thread's own host
+    // blocks] in core/allocator.h), the caller's included.
+    REQUIRE(streams_by_thread.size() == 2);
+    const std::set<void*> first = streams_by_thread.begin()->second, second = streams_by_thread.rbegin()->second;
+    CHECK(first.size() == 1);
+    CHECK(second.size() == 1);
+    CHECK(*first.begin() != nullptr);
+    CHECK(*second.begin() != nullptr);
+    CHECK(*first.begin() != *second.begin());
+    CHECK(host_allocation_stream() == Stream{});
   });
   // ... and the modes were the slice threads' only while their slice ran: every thread of the team
   // has its own back.
@@ -114,6 +127,12 @@ TEST_CASE("for_each_batch_slice: each slice runs under the caller's modes, one O
       CHECK(m.context == kNoMemoryContext);
       CHECK(m.default_device == Device::cpu());
     }
+  });
+  with_threads(2, [] {
+    std::atomic<int> shared{0};
+#pragma omp parallel
+    if (host_allocation_stream() == Stream{}) shared.fetch_add(1);
+    CHECK(shared.load() == 2);
   });
 }
 

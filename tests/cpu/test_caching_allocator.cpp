@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <barrier>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -318,6 +319,68 @@ TEST_CASE("streams: a block used by another stream is not reused until that stre
   CHECK(on_second.get() != reused.get());
   CHECK(a.caching_stats().segments.current == 2);
   a.check_invariants();
+}
+
+// Note [A thread's own host blocks] (core/allocator.h). The two threads live side by side, so their
+// thread-local streams cannot share an address.
+TEST_CASE("a thread's own host blocks: inside ThreadOwnBlocksScope a freed block comes back to its thread only") {
+  auto a = simulated();  // a host device: its Stream{} allocations follow host_allocation_stream()
+  CHECK(host_allocation_stream() == Stream{});
+  void *freed_by_first = nullptr, *taken_by_second = nullptr, *taken_again_by_first = nullptr;
+  void *shared_freed = nullptr, *shared_taken = nullptr;
+  std::barrier step(2);
+  std::thread first([&] {
+    shared_freed = a->allocate(MiB).get();  // Stream{}: freed at once, into the shared pool
+    step.arrive_and_wait();                 // 1: the second thread takes it
+    step.arrive_and_wait();                 // 2
+    {
+      const ThreadOwnBlocksScope own;
+      CHECK(host_allocation_stream() != Stream{});
+      freed_by_first = a->allocate(MiB).get();  // freed at once, under this thread's stream
+      step.arrive_and_wait();                   // 3: the second thread allocates as much
+      step.arrive_and_wait();                   // 4
+      taken_again_by_first = a->allocate(MiB).get();
+    }
+    CHECK(host_allocation_stream() == Stream{});  // the scope put the default back
+  });
+  std::thread second([&] {
+    step.arrive_and_wait();  // 1
+    shared_taken = a->allocate(MiB).get();
+    step.arrive_and_wait();  // 2
+    const ThreadOwnBlocksScope own;
+    step.arrive_and_wait();  // 3
+    DataPtr kept = a->allocate(MiB);
+    taken_by_second = kept.get();
+    step.arrive_and_wait();  // 4: held while the first thread allocates again
+  });
+  first.join();
+  second.join();
+  CHECK(shared_taken == shared_freed);            // outside the scope a freed block goes to whoever asks
+  CHECK(taken_by_second != freed_by_first);       // inside, not to another thread
+  CHECK(taken_again_by_first == freed_by_first);  // but back to the thread that freed it
+  a->check_invariants();
+}
+
+TEST_CASE("a thread's own host blocks: short of memory, another thread's cached blocks are released for this one") {
+  auto a = simulated(fixed_segments(), 16 * MiB);  // room for one 12 MiB block, not two
+  std::barrier step(2);
+  std::thread first([&] {
+    const ThreadOwnBlocksScope own;
+    a->allocate(12 * MiB);   // freed at once: cached under this thread's stream
+    step.arrive_and_wait();  // the second thread allocates while this one is alive
+    step.arrive_and_wait();
+  });
+  std::thread second([&] {
+    step.arrive_and_wait();
+    const ThreadOwnBlocksScope own;
+    CHECK_NOTHROW(a->allocate(12 * MiB));
+    step.arrive_and_wait();
+  });
+  first.join();
+  second.join();
+  CHECK(a->caching_stats().num_ooms == 0);
+  CHECK(a->caching_stats().alloc_retries == 1);  // the first thread's segment went back to make room
+  a->check_invariants();
 }
 
 TEST_CASE("streams: out of memory, the allocator waits for blocks pending on other streams before it gives up") {
