@@ -373,32 +373,31 @@ constexpr std::int64_t kGemmSide = 1024;  // ~2 GFLOP: ~10 ms on 2 threads, long
 constexpr std::int64_t kTriadFloats = std::int64_t{1} << 24;
 constexpr std::int64_t kTriadChunk = std::int64_t{1} << 16;  // floats a claimed piece covers at least
 
-// The two loops of known character the _scaling cases time beside a step, made once per run (4 MiB
-// of GEMM operands, 192 MiB of triad arrays) and shared by the four cases.
-struct ScalingLoads {
-  Tensor a, b;
+// The triad's arrays (192 MiB, std::vector: outside frugal's allocator, so no peak row counts them),
+// made once per run and shared by the four _scaling cases.
+struct TriadArrays {
   std::vector<float> out, left, right;
 
-  ScalingLoads() : out(kTriadFloats), left(kTriadFloats, 1.0f), right(kTriadFloats, 2.0f) {
-    Generator generator(kSeed);
-    a = normal({kGemmSide, kGemmSide}, 0.0, 1.0, {}, &generator);
-    b = normal({kGemmSide, kGemmSide}, 0.0, 1.0, {}, &generator);
-  }
-  void gemm() const { matmul(a, b); }
+  TriadArrays() : out(kTriadFloats), left(kTriadFloats, 1.0f), right(kTriadFloats, 2.0f) {}
   // out[i] = left[i] + 1.5 right[i] over the whole arrays, on the threads omp_set_num_threads gave
   // this thread.
-  void triad() {
+  void run() {
     cpu::parallel_for_chunks(kTriadFloats, kTriadChunk, kTriadFloats, [&](std::int64_t begin, std::int64_t end) {
       for (std::int64_t i = begin; i < end; ++i) out[i] = left[i] + 1.5f * right[i];
     });
   }
 };
 
-// The `case_name` rows: `step`'s, a GEMM's and a triad's time on 1 thread over their time on `threads`.
+// The `case_name` rows: `step`'s, a GEMM's and a triad's time on 1 thread over their time on
+// `threads`. The GEMM's operands are tensors, made here and freed at the end, so that the speed cases'
+// peaks (every byte alive counted) never hold them.
 void scaling_case(const std::string& case_name, const Sizes& sizes, int threads, const std::function<void()>& step,
-                  ScalingLoads& loads, std::vector<Result>& results) {
-  const std::function<void()> gemm = [&] { loads.gemm(); };
-  const std::function<void()> memory = [&] { loads.triad(); };
+                  TriadArrays& triad, std::vector<Result>& results) {
+  Generator generator(kSeed);
+  const Tensor a = normal({kGemmSide, kGemmSide}, 0.0, 1.0, {}, &generator);
+  const Tensor b = normal({kGemmSide, kGemmSide}, 0.0, 1.0, {}, &generator);
+  const std::function<void()> gemm = [&] { matmul(a, b); };
+  const std::function<void()> memory = [&] { triad.run(); };
   const auto on = [](int count, const std::function<void()>& work) {
     return std::function<double()>([count, &work] {
       omp_set_num_threads(count);
@@ -417,9 +416,9 @@ void scaling_case(const std::string& case_name, const Sizes& sizes, int threads,
 }
 
 // Every case of one stem: frugal's model, batch and optimizer, and the same in the peer; the
-// _scaling and _round_trip cases where `loads` is given (on the CPU, with more than one thread).
+// _scaling and _round_trip cases where `triad` is given (on the CPU, with more than one thread).
 void stem_cases(const Stem& stem, const Options& options, const Sizes& sizes, const Peers& all_peers,
-                const TempDir& temp, ScalingLoads* loads, Report& report) {
+                const TempDir& temp, TriadArrays* triad, Report& report) {
   std::vector<Result>& results = report.results;
   const Device device = options.device;
   Generator generator(kSeed);
@@ -442,7 +441,7 @@ void stem_cases(const Stem& stem, const Options& options, const Sizes& sizes, co
   };
   Allocator& allocator = allocator_for(device);
 
-  const bool round_trip = loads != nullptr;  // Note [Where the two cores sit]
+  const bool round_trip = triad != nullptr;  // Note [Where the two cores sit]
   model->train();
   nn::SGD optimizer(model->parameters(), 0.01, 0.9);
   train::StepMemory step;
@@ -453,9 +452,9 @@ void stem_cases(const Stem& stem, const Options& options, const Sizes& sizes, co
     return seconds_since(start);
   }, peers, "train", stem, round_trip, results);
   results.push_back({stem.name + "_b64_peak", "frugal", static_cast<double>(step.peak_bytes) / kMiB, "MiB", false});
-  if (loads)
+  if (triad)
     scaling_case(stem.name + "_b64_scaling", sizes, options.threads,
-                 [&] { train::training_step(*model, optimizer, x, y); }, *loads, results);
+                 [&] { train::training_step(*model, optimizer, x, y); }, *triad, results);
 
   model->eval();
   const auto forward = [&] {
@@ -474,7 +473,7 @@ void stem_cases(const Stem& stem, const Options& options, const Sizes& sizes, co
     return seconds_since(start);
   }, peers, "eval", stem, round_trip, results);
   results.push_back({stem.name + "_b64_eval_peak", "frugal", static_cast<double>(eval_peak) / kMiB, "MiB", false});
-  if (loads) scaling_case(stem.name + "_b64_eval_scaling", sizes, options.threads, forward, *loads, results);
+  if (triad) scaling_case(stem.name + "_b64_eval_scaling", sizes, options.threads, forward, *triad, results);
 
   // The saved bytes of the last training step above; PyTorch's from one more forward of its own.
   const std::string saved_case = stem.cifar ? "activation_bytes_per_sample_cifar" : "activation_bytes_per_sample";
@@ -494,10 +493,10 @@ Report train_benchmark(const Options& options) {
   Report report;
   const Peers peers = start_peers(options, report.notes);
   const TempDir temp("frugal-train-bench");
-  std::optional<ScalingLoads> loads;
-  if (options.device.is_cpu() && options.threads > 1) loads.emplace();
+  std::optional<TriadArrays> triad;
+  if (options.device.is_cpu() && options.threads > 1) triad.emplace();
   for (const Stem& stem : {Stem{"mobilenet_v2", false}, Stem{"mobilenet_v2_cifar", true}})
-    stem_cases(stem, options, sizes, peers, temp, loads ? &*loads : nullptr, report);
+    stem_cases(stem, options, sizes, peers, temp, triad ? &*triad : nullptr, report);
   return report;
 }
 

@@ -177,6 +177,11 @@ PY
     # which torch each row ran, or why a peer is missing. Debian's /usr/bin/python3 is the peer here
     # (--peer-python), with python3-torch where it is installed.
     expect_exit 0 "$frugal" bench train --json --quick --device cpu --threads 1 --peer-python /usr/bin/python3
+    # A training step keeps the same tensors on any thread count: the 2-thread run below must report
+    # the same peaks (the bench's own scaling loads are never alive during a speed case).
+    training_peaks=$(python3 -c 'import json, sys
+rows = json.loads(sys.argv[1])["results"]
+print(sorted((r["case"], r["value"]) for r in rows if r["case"] in ("mobilenet_v2_b64_peak", "mobilenet_v2_cifar_b64_peak")))' "$out")
     if /usr/bin/python3 -c 'import torch, torchvision' 2>/dev/null; then torch=1; else torch=0; fi
     check_bench_report train <<PY
 assert report["threads"] == 1, report
@@ -229,6 +234,8 @@ for stem in ("mobilenet_v2", "mobilenet_v2_cifar"):
         assert row["impl"] == "host" and row["unit"] == "ns" and not row["higher_is_better"], row
         assert 1 < row["value"] < 1e6, row
 assert len(cases) == 18, sorted(cases)
+peaks = sorted((c, cases[c]["frugal"]["value"]) for c in ("mobilenet_v2_b64_peak", "mobilenet_v2_cifar_b64_peak"))
+assert peaks == $training_peaks, (peaks, $training_peaks)
 PY
     # Without torch (an import that fails, as on a machine without python3-torch), and with the
     # default interpreters (scripts/peers.sh's environment, Debian's): frugal's rows and a note for each.
