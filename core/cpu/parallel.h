@@ -47,9 +47,35 @@ inline std::uint64_t parallel_regions_opened() { return g_parallel_regions.load(
 // `frugal train` on the CPU".
 inline constexpr std::int64_t kPiecesPerThread = 4;
 
+// Note [Each thread starts on its own share]
+// Which pieces a thread claims first matters too. Each thread first claims, in order, the pieces of
+// its own share (the t-th of the team's equal contiguous parts of the loop) and only then what is
+// left of the others' shares. Threads running at the same pace each run their own share, as a
+// static split would, so consecutive loops over the same order (most of frugal's run over a batch's
+// planes, sample by sample) give a thread the same samples, whose tensors it wrote itself and finds
+// in its own core's caches; a slower thread still leaves the rest of its share to the others. With
+// pieces claimed in any order, about half of what a loop reads was written on the other core: cheap
+// where the two cores share an L3, dear where they do not, and this host's hypervisor moves its two
+// vCPUs between the two placements (Note [Where the two cores sit] in bench/train_bench.cpp).
+// Measured 2026-12-07 (docs/benchmarks.md): the standard stem's 2-thread training step faster in 28
+// of 32 pairs of processes against pieces claimed in any order (medians 44.9 and 42.0 ms against
+// 47.4 and 44.9); the CIFAR stem's 2-6% faster in three pairs in the second placement, and slower in
+// four of five in the first, by 0.4-7.8%, within what its steps vary from process to process.
+// The shares live on the caller's stack, kMaxShares of them (4 KiB); a larger team claims its pieces
+// in any order (OpenMP's dynamic schedule), as before.
+inline constexpr int kMaxShares = 64;
+
+// One thread's share of a loop's pieces: the next piece to claim and the end. On its own cache line,
+// so that claims from one share do not slow claims from the next.
+struct alignas(64) LoopShare {
+  std::int64_t next;
+  std::int64_t end;
+};
+
 // Calls body(i) for i in [0, count): shared among OpenMP's threads in claimed pieces (Note [Threads
-// claim pieces of a loop]) when `work` (the whole loop's element operations) is worth it, else in
-// order on the calling thread. body(i) for different i must not write the same memory.
+// claim pieces of a loop]), each thread starting on its own share (Note [Each thread starts on its
+// own share]), when `work` (the whole loop's element operations) is worth it, else in order on the
+// calling thread. body(i) for different i must not write the same memory.
 template <typename Body>
 void parallel_for(std::int64_t count, std::int64_t work, Body&& body) {
   if (!worth_parallel(work)) {
@@ -57,9 +83,29 @@ void parallel_for(std::int64_t count, std::int64_t work, Body&& body) {
     return;
   }
   g_parallel_regions.fetch_add(1, std::memory_order_relaxed);
-  const std::int64_t piece = std::max<std::int64_t>(1, count / (kPiecesPerThread * omp_get_max_threads()));
+  const int threads = omp_get_max_threads();
+  const std::int64_t piece = std::max<std::int64_t>(1, count / (kPiecesPerThread * threads));
+  if (threads > kMaxShares) {
 #pragma omp parallel for schedule(dynamic, piece)
-  for (std::int64_t i = 0; i < count; ++i) body(i);
+    for (std::int64_t i = 0; i < count; ++i) body(i);
+    return;
+  }
+  // Note [Each thread starts on its own share]
+  const std::int64_t pieces = (count + piece - 1) / piece;
+  LoopShare shares[kMaxShares];  // the first `threads` used; written here, read after the region starts
+  for (int t = 0; t < threads; ++t) shares[t] = {pieces * t / threads, pieces * (t + 1) / threads};
+#pragma omp parallel num_threads(threads)
+  {
+    const int own = omp_get_thread_num();
+    for (int k = 0; k < threads; ++k) {  // its own share, then the others' in turn
+      LoopShare& share = shares[(own + k) % threads];
+      const std::atomic_ref<std::int64_t> next(share.next);
+      for (std::int64_t p; (p = next.fetch_add(1, std::memory_order_relaxed)) < share.end;) {
+        const std::int64_t end = std::min(count, (p + 1) * piece);
+        for (std::int64_t i = p * piece; i < end; ++i) body(i);
+      }
+    }
+  }
 }
 
 // The same over chunks: body(begin, end) for consecutive ranges of at most `chunk` indices.

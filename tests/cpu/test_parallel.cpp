@@ -1,6 +1,6 @@
 // parallel_for (core/cpu/parallel.h): small loops stay on the calling thread and open no OpenMP
-// region; big ones are split in pieces the threads claim, and either way every index is visited
-// exactly once. Counted with parallel_regions_opened() and per thread, never timed.
+// region; big ones are split in pieces the threads claim, each thread starting on its own share, and
+// either way every index is visited exactly once. Counted with parallel_regions_opened() and per thread, never timed.
 #include <doctest/doctest.h>
 
 #include <omp.h>
@@ -41,15 +41,18 @@ TEST_CASE("parallel_for: every index once, on the caller below kMinParallelWork,
 
 TEST_CASE("parallel_for: while one thread is held up in a piece, the other claims the rest") {
   // A static split would give each of 2 threads 4 of the 8 indices whatever happened; with claimed
-  // pieces (Note [Threads claim pieces of a loop]) the thread that is not stuck in index 0 takes the
-  // others, or, if it never arrived, the first thread does all 8 alone.
+  // pieces (Note [Threads claim pieces of a loop]) the thread that is not stuck in index 0 takes every
+  // piece left (its own share's, then the stuck thread's: Note [Each thread starts on its own
+  // share]), so the stuck thread runs none after it, or, if the other never arrived, the first
+  // thread does all 8 alone.
   const test::OmpThreadsScope two_threads(2);
   {
-    std::array<std::atomic<int>, 2> pieces{};
+    std::array<std::atomic<int>, 2> pieces{}, after_hold{};
     std::atomic<int> held_thread{-1};
     cpu::parallel_for(8, cpu::kMinParallelWork, [&](std::int64_t i) {
       const int thread = omp_get_thread_num();
       pieces[static_cast<std::size_t>(thread)]++;
+      if (held_thread.load() == thread) after_hold[static_cast<std::size_t>(thread)]++;
       if (i == 0) {
         held_thread = thread;
         std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -57,10 +60,32 @@ TEST_CASE("parallel_for: while one thread is held up in a piece, the other claim
     });
     const int held = held_thread.load(), other = 1 - held;
     CHECK(pieces[0] + pieces[1] == 8);
-    const bool other_took_the_rest = pieces[static_cast<std::size_t>(held)] <= 2;
+    const bool other_took_the_rest = after_hold[static_cast<std::size_t>(held)] == 0;
     const bool one_thread_alone = pieces[static_cast<std::size_t>(other)] == 0;
     CHECK((other_took_the_rest || one_thread_alone));
   }
+}
+
+TEST_CASE("parallel_for: each thread starts on its own contiguous share") {
+  // Note [Each thread starts on its own share]: with 2 threads and 8 indices (pieces of 1), thread 0's
+  // share is 0-3 and thread 1's 4-7. Each thread's first index waits (up to a few seconds) until both
+  // have begun one, so neither can finish its share and take the other's first piece: each first
+  // index is the start of its own share. Claimed in any order, thread 1 would begin at 0 or 1.
+  const test::OmpThreadsScope two_threads(2);
+  std::array<std::atomic<std::int64_t>, 2> first{-1, -1};
+  std::atomic<int> began{0};
+  cpu::parallel_for(8, cpu::kMinParallelWork, [&](std::int64_t i) {
+    const auto thread = static_cast<std::size_t>(omp_get_thread_num());
+    std::int64_t unset = -1;
+    if (first[thread].compare_exchange_strong(unset, i)) {
+      began++;
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while (began.load() < 2 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+    }
+  });
+  REQUIRE(began.load() == 2);
+  CHECK(first[0].load() == 0);
+  CHECK(first[1].load() == 4);
 }
 
 TEST_CASE("one 28x28 sample's transforms, a small add, conv and loss open no parallel region") {
