@@ -3,11 +3,11 @@
 // gradient also with a channel multiplier: a stem convolution of a one-channel image is depthwise).
 // Planes are copied into a zero-padded scratch layout (Note [Depthwise 3x3 on flat padded planes]) so
 // that every tap becomes one contiguous, bounds-free loop over the whole plane that GCC vectorises,
-// whatever the plane's width (MobileNetV2's are 1 to 32 pixels wide); on planes of 4x4 outputs or
-// fewer all three put channels across the vector lanes instead (Note [Small planes, channels across
-// the lanes]). The inner loops are compiled for
-// AVX-512, AVX2 and plain x86-64 and picked at load time (GCC's target_clones, as kernels/cpu/gemm.cpp
-// does).
+// whatever the plane's width (MobileNetV2's are 1 to 32 pixels wide; rows of whole vectors are
+// written straight out, Note [Rows of whole vectors straight to the output]); on planes of 4x4
+// outputs or fewer all three put channels across the vector lanes instead (Note [Small planes,
+// channels across the lanes]). The inner loops are compiled for AVX-512, AVX2 and plain x86-64 and
+// picked at load time (GCC's target_clones, as kernels/cpu/gemm.cpp does).
 // What they guarantee: the same bits for any thread count (work is split by planes and channels, each
 // computed whole by one thread in an order fixed by the shapes); against the reference loops in
 // kernels/cpu/conv.cpp, f32 rounding differences only (multiply-adds may be fused, and the weight
@@ -61,8 +61,11 @@ constexpr std::int64_t kTermsPerLane = 64;
 // Stacks per chunk of work are chosen so a call has at most this many chunks: each chunk allocates
 // and zeroes its scratch once, and there are still enough chunks to share among threads.
 constexpr std::int64_t kMaxChunks = 64;
-// The weight gradient's jobs are blocks of channels; at least this many, to share among threads.
+// The weight gradient's stacks hold at most channels / kMinChannelBlocks channels, and its jobs are
+// runs of stacks, at most kWeightGradJobs of them: enough to share among threads, few enough that a
+// job reads many consecutive planes of each sample (Note [A job's channels in memory order]).
 constexpr std::int64_t kMinChannelBlocks = 8;
+constexpr std::int64_t kWeightGradJobs = 16;
 
 // Note [Row copies stay loops] (kernels/cpu/row_copies.h): the row-copying functions keep their loops.
 
@@ -235,6 +238,56 @@ void for_each_stack(std::int64_t total, const Layout& l, std::int64_t work, Body
     for (std::int64_t first = begin; first < end; first += l.planes)
       body(first, std::min(l.planes, end - first), scratch.data(), flat.data(), table);
   });
+}
+
+// Note [Rows of whole vectors straight to the output]
+// The flat loop computes row - out_width thrown-away columns per output row and leaves its result in
+// a flat buffer, from which a second pass copies the rows out (and, with ReLU6, a pass before it
+// clamps them): on the CIFAR stem's 32x32 maps those two passes took 24% of the forward's time, the
+// copy 19% of the input gradient's (perf, [64, 144, 32, 32] on one thread). Where an output row is a
+// whole number of vectors (kLanes floats: the 32x32 and 16x16 maps), each row is computed where it
+// goes, the bias and the clamp applied as it is stored. Each output takes the same taps in the same
+// order as in the flat loop, which on MobileNetV2's maps also ran whole vectors only (flat planes of
+// 32 x 34, 16 x 18 and 16 x 17 floats), so the compiled multiply-adds and the bits are the same as
+// before there (elsewhere the flat loop's tail, fused differently, may have computed a few outputs:
+// results are the same for any thread count either way). Narrower rows keep the flat loop, whose
+// point is that they are narrow.
+bool rows_straight_out(std::int64_t out_width) { return out_width % kLanes == 0; }
+
+// Planes [0, planes) of a stack, row by row: out[p * out_plane + oh * out_width + ow] = the flat
+// loop's value at j = oh * row + ow, clamped with kRelu6.
+template <bool kRelu6>
+inline __attribute__((always_inline)) void sum_taps_rows_of(const float* src, const std::int64_t* offset,
+                                                            const float* weight, const float* bias,
+                                                            std::int64_t planes, std::int64_t plane_stride,
+                                                            std::int64_t row, std::int64_t out_height,
+                                                            std::int64_t out_width, std::int64_t out_plane,
+                                                            float* __restrict out) {
+  for (std::int64_t p = 0; p < planes; ++p) {
+    const float* w = weight + p * kTaps;
+    for (std::int64_t oh = 0; oh < out_height; ++oh) {
+      const float* s = src + p * plane_stride + oh * row;
+      float* o = out + p * out_plane + oh * out_width;
+      for (std::int64_t ow = 0; ow < out_width; ++ow) {
+        float total = s[offset[0] + ow] * w[0];
+        for (int t = 1; t < kTaps; ++t) total += s[offset[t] + ow] * w[t];
+        const float value = total + bias[p];
+        o[ow] = kRelu6 ? clamp_relu6(value) : value;
+      }
+    }
+  }
+}
+
+// sum_taps with nine taps, its outputs' rows written straight into planes `out_plane` floats apart
+// (Note [Rows of whole vectors straight to the output]).
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void sum_taps_into_rows(const float* src, const std::int64_t* offset, const float* weight, const float* bias,
+                        std::int64_t planes, std::int64_t plane_stride, std::int64_t row, std::int64_t out_height,
+                        std::int64_t out_width, std::int64_t out_plane, bool relu6, float* __restrict out) {
+  if (relu6)
+    return sum_taps_rows_of<true>(src, offset, weight, bias, planes, plane_stride, row, out_height, out_width,
+                                  out_plane, out);
+  sum_taps_rows_of<false>(src, offset, weight, bias, planes, plane_stride, row, out_height, out_width, out_plane, out);
 }
 
 // Stride 2's input gradient, gathered: input pixel (2 i + ph, 2 j + pw) receives, along each axis, tap
@@ -537,11 +590,18 @@ void depthwise_3x3_forward(const ConvGeometry& g, std::int64_t batch, std::int64
                        std::copy(weight + oc * kTaps, weight + (oc + 1) * kTaps, table.weight.data() + p * kTaps);
                        table.bias[p] = bias ? bias[oc] : 0.0f;
                      }
+                     float* out = y + (first * multiplier + k) * g.out_plane();
+                     if (rows_straight_out(g.out_width)) {
+                       sum_taps_into_rows(scratch, offset, table.weight.data(), table.bias.data(), count,
+                                          l.plane_stride, l.row, g.out_height, g.out_width,
+                                          multiplier * g.out_plane(), relu6, out);
+                       continue;
+                     }
                      sum_taps(kTaps, scratch, offset, table.weight.data(), table.bias.data(), count, l.plane_stride,
                               g.out_height * l.row, flat);
                      if (relu6) clamp_flat(flat, count * l.plane_stride);  // the stack's outputs, in L1
-                     copy_rows(count, g.out_height, g.out_width, flat, l.plane_stride, l.row,
-                               y + (first * multiplier + k) * g.out_plane(), multiplier * g.out_plane(), g.out_width);
+                     copy_rows(count, g.out_height, g.out_width, flat, l.plane_stride, l.row, out,
+                               multiplier * g.out_plane(), g.out_width);
                    }
                  });
 }
@@ -570,6 +630,10 @@ void depthwise_3x3_backward_input(const ConvGeometry& g, std::int64_t batch, con
                      const float* filter = weight + (first + p) % g.channels * kTaps;
                      for (int t = 0; t < kTaps; ++t) table.weight[p * kTaps + t] = filter[kTaps - 1 - t];
                    }
+                   if (rows_straight_out(g.width))
+                     return sum_taps_into_rows(scratch, offset, table.weight.data(), table.bias.data(), count,
+                                               l.plane_stride, l.row, g.height, g.width, g.plane(), false,
+                                               grad_x + first * g.plane());
                    sum_taps(kTaps, scratch, offset, table.weight.data(), table.bias.data(), count, l.plane_stride,
                             g.height * l.row, flat);
                    copy_rows(count, g.height, g.width, flat, l.plane_stride, l.row, grad_x + first * g.plane(), g.plane(),
@@ -577,6 +641,16 @@ void depthwise_3x3_backward_input(const ConvGeometry& g, std::int64_t batch, con
                  });
 }
 
+// Note [A job's channels in memory order]
+// A channel's weight gradient sums over the whole batch, so a job walks the samples for each of its
+// channels. When a job was one stack (on 32x32 maps one channel: a padded 32x32 plane fills the L1
+// stack), each sample's plane was a 4 KiB run a whole sample (C planes) from the last, and every run
+// began cold: the copies into the padded and flat layouts waited on memory for 60% of the kernel's
+// time (perf, [64, 144, 32, 32] on one thread). A job now covers several consecutive stacks and, for
+// each sample, pads and sums them one after another: a run of their planes in memory order, which
+// the hardware prefetcher follows. Each stack adds the same terms in the same order as when it was a
+// job of its own, and flushes at the same points (every stack of a sample adds the same number of
+// terms per lane), so the bits are unchanged.
 void depthwise_3x3_backward_weight(const ConvGeometry& g, std::int64_t batch, std::int64_t multiplier,
                                    const float* grad_y, const float* x, float* grad_weight) {
   if (one_pixel(g)) return backward_weight_one_pixel(g, batch, multiplier, grad_y, x, grad_weight);
@@ -587,32 +661,43 @@ void depthwise_3x3_backward_weight(const ConvGeometry& g, std::int64_t batch, st
   // Each plane's output gradient in the flat layout of its outputs (j = oh * row + ow): zero in the
   // thrown-away columns and up to n, a multiple of kLanes, so those j add nothing.
   const std::int64_t n = ceil_div(g.out_height * l.row, kLanes) * kLanes, block = kTermsPerLane * kLanes;
-  const std::int64_t blocks = ceil_div(g.channels, l.planes);
+  // Note [A job's channels in memory order]: a job is `stacks` consecutive stacks of channels.
+  const std::int64_t stacks = ceil_div(g.channels, l.planes);
+  const std::int64_t per_job = ceil_div(stacks, std::min(stacks, kWeightGradJobs));
+  const std::int64_t jobs = ceil_div(stacks, per_job);
   const std::int64_t work = g.channels * multiplier * kTaps * batch * g.out_plane();
-  // One job: a block of input channels c and one k < multiplier, so output channels c * multiplier + k
-  // over the whole batch (a stem of one input channel still makes `multiplier` jobs).
-  parallel_for(blocks * multiplier, work, [&](std::int64_t job) {
-    const std::int64_t c0 = job / multiplier * l.planes, k = job % multiplier;
-    const std::int64_t count = std::min(l.planes, g.channels - c0);
+  // One job: those channels c and one k < multiplier, so output channels c * multiplier + k over the
+  // whole batch (a stem of one input channel still makes `multiplier` jobs).
+  parallel_for(jobs * multiplier, work, [&](std::int64_t job) {
+    const std::int64_t c0 = job / multiplier * per_job * l.planes, k = job % multiplier;
+    const std::int64_t channels = std::min(per_job * l.planes, g.channels - c0);
     std::vector<float> scratch(static_cast<std::size_t>(l.size()), 0.0f);
     std::vector<float> grad(static_cast<std::size_t>(l.sub_plane()), 0.0f);
-    std::vector<float> lanes(static_cast<std::size_t>(count * kTaps * kLanes), 0.0f);
-    std::vector<double> totals(static_cast<std::size_t>(count * kTaps), 0.0);
+    std::vector<float> lanes(static_cast<std::size_t>(channels * kTaps * kLanes), 0.0f);
+    std::vector<double> totals(static_cast<std::size_t>(channels * kTaps), 0.0);
     std::int64_t pending = 0;  // terms per lane since the last flush, the same for every channel
     for (std::int64_t s = 0; s < batch; ++s) {  // samples in order: each channel's sum order is fixed
-      const std::int64_t first = s * g.channels + c0;
-      pad_planes(l, x + first * g.plane(), count, g.height, g.width, scratch.data());
-      copy_rows(count, g.out_height, g.out_width, grad_y + (first * multiplier + k) * g.out_plane(),
-                multiplier * g.out_plane(), g.out_width, grad.data(), l.plane_stride, l.row);
-      for (std::int64_t j = 0; j < n; j += block) {  // big planes flush within the plane
-        const std::int64_t length = std::min(n - j, block);
-        tap_dots(scratch.data() + j, offset, grad.data() + j, count, l.plane_stride, length, lanes.data());
-        pending += length / kLanes;
-        if (pending >= kTermsPerLane) flush_lanes(count, lanes.data(), totals.data()), pending = 0;
+      std::int64_t added = 0;  // terms per lane this sample adds, the same for every stack
+      for (std::int64_t stack = c0; stack < c0 + channels; stack += l.planes) {
+        const std::int64_t count = std::min(l.planes, c0 + channels - stack), first = s * g.channels + stack;
+        float* stack_lanes = lanes.data() + (stack - c0) * kTaps * kLanes;
+        double* stack_totals = totals.data() + (stack - c0) * kTaps;
+        pad_planes(l, x + first * g.plane(), count, g.height, g.width, scratch.data());
+        copy_rows(count, g.out_height, g.out_width, grad_y + (first * multiplier + k) * g.out_plane(),
+                  multiplier * g.out_plane(), g.out_width, grad.data(), l.plane_stride, l.row);
+        std::int64_t since_flush = pending;
+        for (std::int64_t j = 0; j < n; j += block) {  // big planes flush within the plane
+          const std::int64_t length = std::min(n - j, block);
+          tap_dots(scratch.data() + j, offset, grad.data() + j, count, l.plane_stride, length, stack_lanes);
+          since_flush += length / kLanes;
+          if (since_flush >= kTermsPerLane) flush_lanes(count, stack_lanes, stack_totals), since_flush = 0;
+        }
+        added = since_flush;
       }
+      pending = added;
     }
-    flush_lanes(count, lanes.data(), totals.data());
-    for (std::int64_t p = 0; p < count; ++p)
+    flush_lanes(channels, lanes.data(), totals.data());
+    for (std::int64_t p = 0; p < channels; ++p)
       for (int t = 0; t < kTaps; ++t)
         grad_weight[((c0 + p) * multiplier + k) * kTaps + t] = static_cast<float>(totals[p * kTaps + t]);
   });
