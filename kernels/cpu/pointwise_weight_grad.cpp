@@ -163,6 +163,13 @@ std::int64_t samples_per_group(std::int64_t plane) {
   return std::max<std::int64_t>(1, kGroupPixels / std::max<std::int64_t>(plane, 1));
 }
 
+// Note [Pieces along the side with more channels]
+// A piece of dW's rows reads every sample's planes of all of X's channels and of its own rows of dY;
+// a piece of columns, all of dY's and its own of X's. So the operand cut into pieces is read once
+// and the other once per piece. dW is cut along its longer side: the operand with more channels is
+// the one read once. A projection's ([24, 144] on the CIFAR stem's 32x32 maps: X 37.7 MiB a batch,
+// dY 6.3 MiB) was cut by rows before, and with 2 threads (4 pieces) read X four times from memory.
+// Which piece sums an element does not change its sum (the Note above): the same bits either way.
 }  // namespace
 
 void pointwise_weight_gradient(std::int64_t batch, std::int64_t out_channels, std::int64_t in_channels,
@@ -170,13 +177,17 @@ void pointwise_weight_gradient(std::int64_t batch, std::int64_t out_channels, st
   static const Variant variant = variant_for_this_cpu();
   const Operands o{out_channels, in_channels, plane, grad_y, x};
   const std::int64_t group = samples_per_group(plane);
-  // Pieces of whole tiles: rows first (each row piece reads all of X's planes), then columns.
+  // Pieces of whole tiles (Note [Pieces along the side with more channels]).
   const std::int64_t row_tiles = (out_channels + variant.tile_rows - 1) / variant.tile_rows;
   const std::int64_t column_tiles = (in_channels + variant.tile_columns - 1) / variant.tile_columns;
+  const bool by_rows = out_channels >= in_channels;
+  const std::int64_t long_tiles = by_rows ? row_tiles : column_tiles, short_tiles = by_rows ? column_tiles : row_tiles;
   const std::int64_t wanted = kDotPiecesPerThread * omp_get_max_threads();
-  const std::int64_t row_pieces = std::clamp<std::int64_t>(wanted, 1, std::max<std::int64_t>(row_tiles, 1));
-  const std::int64_t column_pieces =
-      std::clamp<std::int64_t>((wanted + row_pieces - 1) / row_pieces, 1, std::max<std::int64_t>(column_tiles, 1));
+  const std::int64_t long_pieces = std::clamp<std::int64_t>(wanted, 1, std::max<std::int64_t>(long_tiles, 1));
+  const std::int64_t short_pieces =
+      std::clamp<std::int64_t>((wanted + long_pieces - 1) / long_pieces, 1, std::max<std::int64_t>(short_tiles, 1));
+  const std::int64_t row_pieces = by_rows ? long_pieces : short_pieces;
+  const std::int64_t column_pieces = by_rows ? short_pieces : long_pieces;
   parallel_for(row_pieces * column_pieces, batch * out_channels * in_channels * plane, [&](std::int64_t index) {
     const std::int64_t rp = index / column_pieces, cp = index % column_pieces;
     const Piece piece{
