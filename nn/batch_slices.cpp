@@ -49,9 +49,7 @@ void for_each_batch_slice(std::int64_t batch, std::int64_t slice,
   }
   const ThreadModes modes = ThreadModes::current();
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(slices));  // an exception must not leave the region
-  cpu::g_parallel_regions.fetch_add(1, std::memory_order_relaxed);
-#pragma omp parallel for schedule(dynamic)  // Note [Threads claim pieces of a loop]
-  for (std::int64_t s = 0; s < slices; ++s) {
+  cpu::parallel_for_in_region(slices, [&](std::int64_t s) {  // a slice is worth a thread: no work threshold
     omp_set_num_threads(1);  // for this slice's own regions and GEMMs (this thread's setting, inside this region)
     try {
       const ThreadModesScope in_callers_modes(modes);
@@ -60,7 +58,7 @@ void for_each_batch_slice(std::int64_t batch, std::int64_t slice,
     } catch (...) {
       errors[static_cast<std::size_t>(s)] = std::current_exception();
     }
-  }
+  });
   for (const std::exception_ptr& error : errors)
     if (error) std::rethrow_exception(error);
 }

@@ -38,8 +38,8 @@ inline std::uint64_t parallel_regions_opened() { return g_parallel_regions.load(
 // thread has done its share. On a host whose second core is shared with other machines that thread
 // is often the slower one, by more than the loop's imbalance: the split then runs at the slow
 // thread's pace. So a loop goes in about kPiecesPerThread pieces per thread, each claimed by
-// whichever thread is free (OpenMP's dynamic schedule): a fast thread takes more pieces, and a
-// thread that wakes late finds fewer left. A claim is one atomic add, so a few per thread cost
+// whichever thread is free (an atomic counter, as in OpenMP's dynamic schedule): a fast thread takes
+// more pieces, and a thread that wakes late finds fewer left. A claim is one atomic add, so a few per thread cost
 // nothing beside a region's wake-up. Which thread runs an index never changes what body(i)
 // computes, so results stay those of any thread count. Measured 2026-12-06 on the 2-core development
 // host with the training steps and eval forwards of `frugal bench train`, alternating in one process
@@ -61,8 +61,8 @@ inline constexpr std::int64_t kPiecesPerThread = 4;
 // of 32 pairs of processes against pieces claimed in any order (medians 44.9 and 42.0 ms against
 // 47.4 and 44.9); the CIFAR stem's 2-6% faster in three pairs in the second placement, and slower in
 // four of five in the first, by 0.4-7.8%, within what its steps vary from process to process.
-// The shares live on the caller's stack, kMaxShares of them (4 KiB); a larger team claims its pieces
-// in any order (OpenMP's dynamic schedule), as before.
+// The shares live on the caller's stack, at most kMaxShares of them (4 KiB); in a larger team thread
+// t starts on share t mod kMaxShares, which several threads then claim from.
 inline constexpr int kMaxShares = 64;
 
 // One thread's share of a loop's pieces: the next piece to claim and the end. On its own cache line,
@@ -72,33 +72,23 @@ struct alignas(64) LoopShare {
   std::int64_t end;
 };
 
-// Calls body(i) for i in [0, count): shared among OpenMP's threads in claimed pieces (Note [Threads
-// claim pieces of a loop]), each thread starting on its own share (Note [Each thread starts on its
-// own share]), when `work` (the whole loop's element operations) is worth it, else in order on the
-// calling thread. body(i) for different i must not write the same memory.
+// Calls body(i) for i in [0, count) in one parallel region of omp_get_max_threads() threads, whatever
+// the work: claimed in pieces (Note [Threads claim pieces of a loop]), each thread starting on its own
+// share (Note [Each thread starts on its own share]). For callers that have decided a region pays
+// (nn/batch_slices.cpp); loops of element operations call parallel_for below.
 template <typename Body>
-void parallel_for(std::int64_t count, std::int64_t work, Body&& body) {
-  if (!worth_parallel(work)) {
-    for (std::int64_t i = 0; i < count; ++i) body(i);
-    return;
-  }
+void parallel_for_in_region(std::int64_t count, Body&& body) {
   g_parallel_regions.fetch_add(1, std::memory_order_relaxed);
-  const int threads = omp_get_max_threads();
+  const int threads = omp_get_max_threads(), share_count = std::min(threads, kMaxShares);
   const std::int64_t piece = std::max<std::int64_t>(1, count / (kPiecesPerThread * threads));
-  if (threads > kMaxShares) {
-#pragma omp parallel for schedule(dynamic, piece)
-    for (std::int64_t i = 0; i < count; ++i) body(i);
-    return;
-  }
-  // Note [Each thread starts on its own share]
   const std::int64_t pieces = (count + piece - 1) / piece;
-  LoopShare shares[kMaxShares];  // the first `threads` used; written here, read after the region starts
-  for (int t = 0; t < threads; ++t) shares[t] = {pieces * t / threads, pieces * (t + 1) / threads};
+  LoopShare shares[kMaxShares];  // the first share_count used; written here, read after the region starts
+  for (int s = 0; s < share_count; ++s) shares[s] = {pieces * s / share_count, pieces * (s + 1) / share_count};
 #pragma omp parallel num_threads(threads)
   {
-    const int own = omp_get_thread_num();
-    for (int k = 0; k < threads; ++k) {  // its own share, then the others' in turn
-      LoopShare& share = shares[(own + k) % threads];
+    const int own = omp_get_thread_num() % share_count;
+    for (int k = 0; k < share_count; ++k) {  // its own share, then the others' in turn
+      LoopShare& share = shares[(own + k) % share_count];
       const std::atomic_ref<std::int64_t> next(share.next);
       for (std::int64_t p; (p = next.fetch_add(1, std::memory_order_relaxed)) < share.end;) {
         const std::int64_t end = std::min(count, (p + 1) * piece);
@@ -106,6 +96,18 @@ void parallel_for(std::int64_t count, std::int64_t work, Body&& body) {
       }
     }
   }
+}
+
+// Calls body(i) for i in [0, count): parallel_for_in_region when `work` (the whole loop's element
+// operations) is worth a region, else in order on the calling thread. body(i) for different i must
+// not write the same memory.
+template <typename Body>
+void parallel_for(std::int64_t count, std::int64_t work, Body&& body) {
+  if (!worth_parallel(work)) {
+    for (std::int64_t i = 0; i < count; ++i) body(i);
+    return;
+  }
+  parallel_for_in_region(count, body);
 }
 
 // The same over chunks: body(begin, end) for consecutive ranges of at most `chunk` indices.

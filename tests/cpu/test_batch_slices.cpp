@@ -3,11 +3,12 @@
 // activation saving, memory tag and context, default device) whichever thread runs it, with one
 // OpenMP thread for its own kernels, and the threads have their own modes back after; an exception
 // from a slice reaches the caller; the caller's thread count is left as it was; each thread's
-// slices allocate under a host stream of that thread's own; modes it cannot carry are refused. Then the model that uses it: MobileNetV2's eval forward on slices gives the
-// bits of the whole batch on one thread, with a short last slice, slices that stop before the 2x2
-// maps' 64-sample GEMMs and one slice per thread from there, slices through every unit, and a round
-// left out when its slices would leave threads idle (tests/cpu/test_thread_determinism.cpp holds the
-// training step to the same).
+// slices allocate under a host stream of that thread's own; modes it cannot carry are refused. Then
+// the model that uses it: MobileNetV2's eval forward on slices gives the bits of the whole batch on
+// one thread, with a short last slice, slices that stop before the 2x2 maps' 64-sample GEMMs and
+// one slice per thread from there, slices through every unit, and a round left out when its slices
+// would leave threads idle (tests/cpu/test_thread_determinism.cpp holds the training step to the
+// same).
 #include <doctest/doctest.h>
 #include <omp.h>
 

@@ -1,6 +1,7 @@
 // parallel_for (core/cpu/parallel.h): small loops stay on the calling thread and open no OpenMP
 // region; big ones are split in pieces the threads claim, each thread starting on its own share, and
-// either way every index is visited exactly once. Counted with parallel_regions_opened() and per thread, never timed.
+// either way every index is visited exactly once, in a team of any size. Counted with
+// parallel_regions_opened() and per thread, never timed.
 #include <doctest/doctest.h>
 
 #include <omp.h>
@@ -37,6 +38,23 @@ TEST_CASE("parallel_for: every index once, on the caller below kMinParallelWork,
     chunks_seen[static_cast<std::size_t>(begin / 10)]++;
   });
   CHECK(chunks_seen == std::vector<int>(10, 1));
+}
+
+TEST_CASE("parallel_for: a team larger than kMaxShares shares the shares, every index once") {
+  const test::OmpThreadsScope big_team(cpu::kMaxShares + 6);
+  constexpr std::int64_t kCount = 5000;
+  std::vector<std::atomic<int>> visits(kCount);
+  cpu::parallel_for(kCount, cpu::kMinParallelWork, [&](std::int64_t i) { visits[static_cast<std::size_t>(i)]++; });
+  for (const auto& v : visits) CHECK(v.load() == 1);
+}
+
+TEST_CASE("parallel_for_in_region: one region whatever the work, every index once") {
+  const test::OmpThreadsScope two_threads(2);
+  std::vector<std::atomic<int>> visits(3);
+  const auto before = parallel_regions_opened();
+  cpu::parallel_for_in_region(3, [&](std::int64_t i) { visits[static_cast<std::size_t>(i)]++; });
+  CHECK(parallel_regions_opened() - before == 1u);
+  for (const auto& v : visits) CHECK(v.load() == 1);
 }
 
 TEST_CASE("parallel_for: while one thread is held up in a piece, the other claims the rest") {
