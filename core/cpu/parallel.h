@@ -39,12 +39,12 @@ inline std::uint64_t parallel_regions_opened() { return g_parallel_regions.load(
 // is often the slower one, by more than the loop's imbalance: the split then runs at the slow
 // thread's pace. So a loop goes in about kPiecesPerThread pieces per thread, each claimed by
 // whichever thread is free (an atomic counter, as in OpenMP's dynamic schedule): a fast thread takes
-// more pieces, and a thread that wakes late finds fewer left. A claim is one atomic add, so a few per thread cost
-// nothing beside a region's wake-up. Which thread runs an index never changes what body(i)
-// computes, so results stay those of any thread count. Measured 2026-12-06 on the 2-core development
-// host with the training steps and eval forwards of `frugal bench train`, alternating in one process
-// between 1 thread, a static split on 2 and claimed pieces on 2: docs/benchmarks.md, "The speed of
-// `frugal train` on the CPU".
+// more pieces, and a thread that wakes late finds fewer left. A claim is one atomic add, so a few
+// per thread cost nothing beside a region's wake-up. Which thread runs an index never changes what
+// body(i) computes, so results stay those of any thread count. Measured 2026-12-06 on the 2-core
+// development host with the training steps and eval forwards of `frugal bench train`, alternating in
+// one process between 1 thread, a static split on 2 and claimed pieces on 2: docs/benchmarks.md,
+// "The speed of `frugal train` on the CPU".
 inline constexpr std::int64_t kPiecesPerThread = 4;
 
 // Note [Each thread starts on its own share]

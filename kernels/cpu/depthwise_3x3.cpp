@@ -143,6 +143,17 @@ void clamp_flat(float* flat, std::int64_t n) {
   for (std::int64_t j = 0; j < n; ++j) flat[j] = clamp_relu6(flat[j]);
 }
 
+// One output's taps, s[offset[t] + j] * w[t] for t < kCount, added in that order: the one expression
+// the flat loop and the rows written straight out both use, so their bits are the same (Note [Rows of
+// whole vectors straight to the output]).
+template <int kCount>
+inline __attribute__((always_inline)) float tap_chain(const float* s, const std::int64_t* offset, const float* w,
+                                                      std::int64_t j) {
+  float total = s[offset[0] + j] * w[0];
+  for (int t = 1; t < kCount; ++t) total += s[offset[t] + j] * w[t];
+  return total;
+}
+
 // The flat loop of a stack, with kCount taps, added in the order given.
 template <int kCount>
 inline __attribute__((always_inline)) void sum_taps_of(const float* src, const std::int64_t* offset,
@@ -152,11 +163,7 @@ inline __attribute__((always_inline)) void sum_taps_of(const float* src, const s
     const float* s = src + p * plane_stride;
     const float* w = weight + p * kCount;
     float* o = out + p * plane_stride;
-    for (std::int64_t j = 0; j < n; ++j) {
-      float total = s[offset[0] + j] * w[0];
-      for (int t = 1; t < kCount; ++t) total += s[offset[t] + j] * w[t];
-      o[j] = total + bias[p];
-    }
+    for (std::int64_t j = 0; j < n; ++j) o[j] = tap_chain<kCount>(s, offset, w, j) + bias[p];
   }
 }
 
@@ -225,18 +232,19 @@ struct StackTable {
 };
 
 // Calls body(first, count, scratch, flat, table) for the planes [0, total) in stacks of up to
-// l.planes consecutive planes, in parallel chunks that each allocate a zeroed scratch, a flat output
-// and a table once.
+// l.planes consecutive planes, in parallel chunks that each allocate a zeroed scratch, a table and,
+// where the body goes through the flat layout (with_flat; else flat is null), a flat output once.
 template <typename Body>
-void for_each_stack(std::int64_t total, const Layout& l, std::int64_t work, Body&& body) {
+void for_each_stack(std::int64_t total, const Layout& l, std::int64_t work, bool with_flat, Body&& body) {
   const std::int64_t stacks = ceil_div(total, l.planes);
   const std::int64_t chunk = l.planes * std::max<std::int64_t>(1, ceil_div(stacks, kMaxChunks));
   parallel_for_chunks(total, chunk, work, [&](std::int64_t begin, std::int64_t end) {
-    std::vector<float> scratch(static_cast<std::size_t>(l.size()), 0.0f), flat(static_cast<std::size_t>(l.sub_plane()));
+    std::vector<float> scratch(static_cast<std::size_t>(l.size()), 0.0f);
+    std::vector<float> flat(with_flat ? static_cast<std::size_t>(l.sub_plane()) : 0);
     StackTable table{std::vector<float>(static_cast<std::size_t>(l.planes * kTaps)),
                      std::vector<float>(static_cast<std::size_t>(l.planes), 0.0f)};
     for (std::int64_t first = begin; first < end; first += l.planes)
-      body(first, std::min(l.planes, end - first), scratch.data(), flat.data(), table);
+      body(first, std::min(l.planes, end - first), scratch.data(), with_flat ? flat.data() : nullptr, table);
   });
 }
 
@@ -269,9 +277,7 @@ inline __attribute__((always_inline)) void sum_taps_rows_of(const float* src, co
       const float* s = src + p * plane_stride + oh * row;
       float* o = out + p * out_plane + oh * out_width;
       for (std::int64_t ow = 0; ow < out_width; ++ow) {
-        float total = s[offset[0] + ow] * w[0];
-        for (int t = 1; t < kTaps; ++t) total += s[offset[t] + ow] * w[t];
-        const float value = total + bias[p];
+        const float value = tap_chain<kTaps>(s, offset, w, ow) + bias[p];
         o[ow] = kRelu6 ? clamp_relu6(value) : value;
       }
     }
@@ -580,7 +586,7 @@ void depthwise_3x3_forward(const ConvGeometry& g, std::int64_t batch, std::int64
   const Layout l = layout_of(g.height, g.width, g.stride_h, total);
   std::int64_t offset[kTaps];
   tap_offsets(l, offset);
-  for_each_stack(total, l, total * multiplier * kTaps * g.out_plane(),
+  for_each_stack(total, l, total * multiplier * kTaps * g.out_plane(), !rows_straight_out(g.out_width),
                  [&](std::int64_t first, std::int64_t count, float* scratch, float* flat, StackTable& table) {
                    pad_planes(l, x + first * g.plane(), count, g.height, g.width, scratch);
                    // Input plane q feeds output planes q * multiplier + k: one flat loop per k.
@@ -620,7 +626,7 @@ void depthwise_3x3_backward_input(const ConvGeometry& g, std::int64_t batch, con
   const Layout l = layout_of(g.out_height, g.out_width, 1, total);  // the output gradient, padded
   std::int64_t offset[kTaps];
   tap_offsets(l, offset);
-  for_each_stack(total, l, total * kTaps * g.out_plane(),
+  for_each_stack(total, l, total * kTaps * g.out_plane(), g.stride_h == 2 || !rows_straight_out(g.width),
                  [&](std::int64_t first, std::int64_t count, float* scratch, float* flat, StackTable& table) {
                    pad_planes(l, grad_y + first * g.out_plane(), count, g.out_height, g.out_width, scratch);
                    if (g.stride_h == 2)
@@ -661,7 +667,7 @@ void depthwise_3x3_backward_weight(const ConvGeometry& g, std::int64_t batch, st
   // Each plane's output gradient in the flat layout of its outputs (j = oh * row + ow): zero in the
   // thrown-away columns and up to n, a multiple of kLanes, so those j add nothing.
   const std::int64_t n = ceil_div(g.out_height * l.row, kLanes) * kLanes, block = kTermsPerLane * kLanes;
-  // Note [A job's channels in memory order]: a job is `stacks` consecutive stacks of channels.
+  // Note [A job's channels in memory order]: a job is `per_job` consecutive stacks of channels.
   const std::int64_t stacks = ceil_div(g.channels, l.planes);
   const std::int64_t per_job = ceil_div(stacks, std::min(stacks, kWeightGradJobs));
   const std::int64_t jobs = ceil_div(stacks, per_job);
@@ -677,7 +683,7 @@ void depthwise_3x3_backward_weight(const ConvGeometry& g, std::int64_t batch, st
     std::vector<double> totals(static_cast<std::size_t>(channels * kTaps), 0.0);
     std::int64_t pending = 0;  // terms per lane since the last flush, the same for every channel
     for (std::int64_t s = 0; s < batch; ++s) {  // samples in order: each channel's sum order is fixed
-      std::int64_t added = 0;  // terms per lane this sample adds, the same for every stack
+      std::int64_t since_flush = 0;  // every stack's the same: the last one's carries to the next sample
       for (std::int64_t stack = c0; stack < c0 + channels; stack += l.planes) {
         const std::int64_t count = std::min(l.planes, c0 + channels - stack), first = s * g.channels + stack;
         float* stack_lanes = lanes.data() + (stack - c0) * kTaps * kLanes;
@@ -685,16 +691,15 @@ void depthwise_3x3_backward_weight(const ConvGeometry& g, std::int64_t batch, st
         pad_planes(l, x + first * g.plane(), count, g.height, g.width, scratch.data());
         copy_rows(count, g.out_height, g.out_width, grad_y + (first * multiplier + k) * g.out_plane(),
                   multiplier * g.out_plane(), g.out_width, grad.data(), l.plane_stride, l.row);
-        std::int64_t since_flush = pending;
+        since_flush = pending;
         for (std::int64_t j = 0; j < n; j += block) {  // big planes flush within the plane
           const std::int64_t length = std::min(n - j, block);
           tap_dots(scratch.data() + j, offset, grad.data() + j, count, l.plane_stride, length, stack_lanes);
           since_flush += length / kLanes;
           if (since_flush >= kTermsPerLane) flush_lanes(count, stack_lanes, stack_totals), since_flush = 0;
         }
-        added = since_flush;
       }
-      pending = added;
+      pending = since_flush;
     }
     flush_lanes(channels, lanes.data(), totals.data());
     for (std::int64_t p = 0; p < channels; ++p)
