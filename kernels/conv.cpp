@@ -18,6 +18,7 @@
 #include "core/dispatch.h"
 #include "kernels/conv_backends.h"
 #include "kernels/cpu/direct_gemm.h"
+#include "kernels/cpu/octets.h"
 #include "kernels/cpu/pointwise_weight_grad.h"
 #include "kernels/cpu/row_copies.h"
 #include "kernels/elementwise.h"
@@ -331,6 +332,49 @@ void apply_epilogue(float* data, std::int64_t rows, std::int64_t columns, const 
 // of the channel side at a time, whose lines stay in L1 while the sample side is walked.
 constexpr std::int64_t kTransposeTile = 64;  // 64 lines of 64 bytes: 4 KiB of L1
 
+// Note [Short runs]
+// With `plane` known only at run time GCC vectorises a run's copy for long runs and leaves short ones
+// to its scalar tail, a load and a store per float: on the standard stem's 2x2 and 1x1 maps that was
+// 10% of an eval forward on one thread (perf, 2026-12-07). A run of 4 (2x2 maps) is a constant, one
+// 16-byte move; runs of 1 (1x1 maps: the copy is a plain matrix transpose, one side's floats
+// contiguous along a and the other's along b) go by 4x4 blocks transposed in registers
+// (transpose_4x4, kernels/cpu/octets.h). Values only move: the same bits.
+
+// transpose_runs with runs of kPlane floats when kPlane > 0, of `plane` floats otherwise.
+template <std::int64_t kPlane>
+[[gnu::always_inline]] inline void transpose_runs_of(const float* src, std::int64_t src_a, std::int64_t src_b,
+                                                     float* dst, std::int64_t dst_a, std::int64_t dst_b,
+                                                     std::int64_t count, std::int64_t plane, std::int64_t begin,
+                                                     std::int64_t end) {
+  const std::int64_t run = kPlane > 0 ? kPlane : plane;
+  for (std::int64_t tile = begin; tile < end; tile += kTransposeTile)
+    for (std::int64_t b = 0; b < count; ++b)
+      for (std::int64_t a = tile; a < std::min(end, tile + kTransposeTile); ++a) {
+        const float* from = src + a * src_a + b * src_b;
+        float* to = dst + a * dst_a + b * dst_b;
+        for (std::int64_t i = 0; i < run; ++i) to[i] = from[i];
+      }
+}
+
+// transpose_runs with runs of one float (Note [Short runs]): 4x4 blocks where the gathering's or the
+// scattering's strides make each block's rows contiguous (src_a and dst_b 1, or src_b and dst_a 1),
+// the edges float by float.
+[[gnu::always_inline]] inline void transpose_floats(const float* src, std::int64_t src_a, std::int64_t src_b,
+                                                    float* dst, std::int64_t dst_a, std::int64_t dst_b,
+                                                    std::int64_t count, std::int64_t begin, std::int64_t end) {
+  const bool a_rows = src_a == 1 && dst_b == 1, b_rows = src_b == 1 && dst_a == 1;
+  const std::int64_t a_blocks = a_rows || b_rows ? begin + (end - begin) / 4 * 4 : begin;
+  const std::int64_t b_blocks = a_rows || b_rows ? count / 4 * 4 : 0;
+  for (std::int64_t a = begin; a < a_blocks; a += 4)
+    for (std::int64_t b = 0; b < b_blocks; b += 4) {
+      if (a_rows) cpu::transpose_4x4(src + a + b * src_b, src_b, dst + a * dst_a + b, dst_a);
+      else cpu::transpose_4x4(src + a * src_a + b, src_a, dst + a + b * dst_b, dst_b);
+    }
+  for (std::int64_t a = begin; a < end; ++a)
+    for (std::int64_t b = a < a_blocks ? b_blocks : 0; b < count; ++b)
+      dst[a * dst_a + b * dst_b] = src[a * src_a + b * src_b];
+}
+
 // dst(a, b) = src(a, b) for a in [begin, end) and b < count, each a run of `plane` floats at
 // a * src_a + b * src_b in src and a * dst_a + b * dst_b in dst: the gathering (a = channel, b = sample)
 // and the scattering (a = product row, b = sample) below, both a transpose of plane-sized runs.
@@ -338,13 +382,9 @@ __attribute__((target_clones("avx512f", "avx2", "default")))
 FRUGAL_NO_MEMCPY_CALLS void transpose_runs(const float* src, std::int64_t src_a, std::int64_t src_b, float* dst,
                                            std::int64_t dst_a, std::int64_t dst_b, std::int64_t count,
                                            std::int64_t plane, std::int64_t begin, std::int64_t end) {
-  for (std::int64_t tile = begin; tile < end; tile += kTransposeTile)
-    for (std::int64_t b = 0; b < count; ++b)
-      for (std::int64_t a = tile; a < std::min(end, tile + kTransposeTile); ++a) {
-        const float* from = src + a * src_a + b * src_b;
-        float* to = dst + a * dst_a + b * dst_b;
-        for (std::int64_t i = 0; i < plane; ++i) to[i] = from[i];
-      }
+  if (plane == 4) return transpose_runs_of<4>(src, src_a, src_b, dst, dst_a, dst_b, count, plane, begin, end);
+  if (plane == 1) return transpose_floats(src, src_a, src_b, dst, dst_a, dst_b, count, begin, end);
+  transpose_runs_of<0>(src, src_a, src_b, dst, dst_a, dst_b, count, plane, begin, end);
 }
 
 // Channels [begin, end) of `count` samples [count, channels, plane] into operand [channels, count, plane].

@@ -373,8 +373,8 @@ void backward_weight_one_pixel(const ConvGeometry& g, std::int64_t batch, std::i
 // its valid taps in tap order, one vector multiply-add per tap over the channels, then the bias
 // (the taps on the border are skipped, as the reference loops skip them; the flat loop multiplies
 // them by its zero border, which adds nothing to a finite sum but makes a NaN of an infinite weight),
-// and the result is transposed back (both transposes a gather or scatter per pixel, so each vector is
-// stored and loaded whole). Each channel block's weights are transposed once for the batch.
+// and the result is transposed back (both transposes in 4x4 blocks where they can: Note [Small-plane
+// tiles in vectors]). Each channel block's weights are transposed once for the batch.
 // Measured 2026-12-05 (docs/benchmarks.md), eval forwards of batch 64 alternating in one process with
 // the flat loops: standard stem 16% faster on 1 and on 2 threads (2x2 planes alone: 15%), CIFAR stem
 // (4x4 planes only) 2%; on 8x8 planes (tried: outputs up to 64 pixels) no faster than the flat loops.
@@ -392,28 +392,48 @@ constexpr std::int64_t kSmallInPlane = 64;   // input pixels: 8x8 (stride 2 into
 
 bool small_planes(const ConvGeometry& g) { return g.out_plane() <= kSmallOutPlane && g.plane() <= kSmallInPlane; }
 
-// `lanes` consecutive planes of `plane` floats from `planes` into the tile [pixel][kTileChannels]
-// (a gather per pixel, so each vector is stored whole); lanes past `lanes` zero (computed, never stored).
+// Note [Small-plane tiles in vectors]
+// Written per float, the tile kernels' loops over a tile's 16 lanes were not what they look like:
+// GCC compiled forward_channel_tile's lanes loop (total[l] += v[l] * w[l]) in the AVX-512 clone as
+// 16 scalar multiply-adds per tap, and each copy into or out of a tile as a scalar load and store
+// per float (one side of the copy is strided). So the lanes go as two Octets, as
+// weight_grad_channel_tile's always did, and where a plane is a whole number of 4-pixel runs
+// (MobileNetV2's small maps: 2x2, 4x4, 8x8) the copies go by 4x4 blocks transposed in registers
+// (transpose_4x4, kernels/cpu/octets.h); a one-pixel plane is a plain copy. Measured 2026-12-07
+// (docs/benchmarks.md), each kernel alone, batch 64, one thread: forward [960, 2x2] 0.59 -> 0.51 ms
+// with the block copies alone, 0.23 ms with both; input gradient 0.66 -> 0.22; [576, 4x4 -> 2x2]
+// forward 0.48 -> 0.19. Bits: the copies only move values; the Octet arithmetic is a multiply, then
+// an add, per tap on every instruction set (GCC does not contract these vector expressions), where
+// the AVX-512 clone's scalar loops fused the two: on an AVX-512 machine the forward's and the input
+// gradient's bits on these planes are now the ones an AVX2 machine gave before. The weight
+// gradient's are unchanged, and every result is the same for any thread count, as before.
+// Whether a full tile's copies of planes of `plane` pixels go by blocks (Note [Small-plane tiles in vectors]).
+[[gnu::always_inline]] inline bool blocks_of_four(std::int64_t plane) { return plane == 1 || plane % 4 == 0; }
+
+// `lanes` consecutive planes of `plane` floats from `planes` into the tile [pixel][kTileChannels];
+// lanes past `lanes` zero (computed, never stored).
 [[gnu::always_inline]] inline void to_channel_tile(const float* __restrict planes, std::int64_t plane,
                                                    std::int64_t lanes, float* __restrict tile) {
   constexpr std::int64_t L = kTileChannels;
-  if (lanes == L) {
-    for (std::int64_t i = 0; i < plane; ++i)
-      for (std::int64_t l = 0; l < L; ++l) tile[i * L + l] = planes[l * plane + i];
+  if (lanes == L && blocks_of_four(plane)) {
+    if (plane == 1) return (void)std::memcpy(tile, planes, L * sizeof(float));
+    for (std::int64_t l = 0; l < L; l += 4)
+      for (std::int64_t i = 0; i < plane; i += 4) transpose_4x4(planes + l * plane + i, plane, tile + i * L + l, L);
     return;
   }
-  std::fill(tile, tile + plane * L, 0.0f);
+  if (lanes < L) std::fill(tile, tile + plane * L, 0.0f);
   for (std::int64_t i = 0; i < plane; ++i)
     for (std::int64_t l = 0; l < lanes; ++l) tile[i * L + l] = planes[l * plane + i];
 }
 
-// The tile's first `lanes` lanes back into `lanes` planes of `plane` floats (a scatter per pixel).
+// The tile's first `lanes` lanes back into `lanes` planes of `plane` floats.
 [[gnu::always_inline]] inline void from_channel_tile(const float* __restrict tile, std::int64_t plane,
                                                      std::int64_t lanes, float* __restrict planes) {
   constexpr std::int64_t L = kTileChannels;
-  if (lanes == L) {
-    for (std::int64_t i = 0; i < plane; ++i)
-      for (std::int64_t l = 0; l < L; ++l) planes[l * plane + i] = tile[i * L + l];
+  if (lanes == L && blocks_of_four(plane)) {
+    if (plane == 1) return (void)std::memcpy(planes, tile, L * sizeof(float));
+    for (std::int64_t i = 0; i < plane; i += 4)
+      for (std::int64_t l = 0; l < L; l += 4) transpose_4x4(tile + i * L + l, L, planes + l * plane + i, plane);
     return;
   }
   for (std::int64_t l = 0; l < lanes; ++l)
@@ -435,18 +455,22 @@ void forward_channel_tile(const ConvGeometry& g, std::int64_t c0, std::int64_t l
   float in[kSmallInPlane * L], out[kSmallOutPlane * L];
   to_channel_tile(x + c0 * g.plane(), g.plane(), lanes, in);
   for (std::int64_t oh = 0; oh < g.out_height; ++oh)
-    for (std::int64_t ow = 0; ow < g.out_width; ++ow) {
-      float total[L] = {};  // 0 + the first product is that product
-      for (int t = 0; t < kTaps; ++t) {
-        const std::int64_t source = tap_source(g, oh, ow, t);
-        if (source < 0) continue;
-        const float* v = in + source * L;
-        const float* w = weights + t * L;
-        for (std::int64_t l = 0; l < L; ++l) total[l] += v[l] * w[l];
+    for (std::int64_t ow = 0; ow < g.out_width; ++ow)
+      for (int h = 0; h < 2; ++h) {  // the lanes as two octets (Note [Small-plane tiles in vectors])
+        Octet total = {};  // 0 + the first product is that product
+        for (int t = 0; t < kTaps; ++t) {
+          const std::int64_t source = tap_source(g, oh, ow, t);
+          if (source < 0) continue;
+          Octet v, w;
+          load(v, in + source * L + h * kOctet);
+          load(w, weights + t * L + h * kOctet);
+          total += v * w;
+        }
+        Octet b;
+        load(b, bias + h * kOctet);
+        total += b;
+        std::memcpy(out + (oh * g.out_width + ow) * L + h * kOctet, &total, sizeof(Octet));
       }
-      float* o = out + (oh * g.out_width + ow) * L;
-      for (std::int64_t l = 0; l < L; ++l) o[l] = total[l] + bias[l];
-    }
   if (relu6) clamp_flat(out, g.out_plane() * L);  // a loop of its own vectorises: no branches
   from_channel_tile(out, g.out_plane(), lanes, y + c0 * g.out_plane());
 }
@@ -494,16 +518,21 @@ void backward_input_channel_tile(const ConvGeometry& g, std::int64_t c0, std::in
   to_channel_tile(dy + c0 * g.out_plane(), g.out_plane(), lanes, gy);
   std::fill(gx, gx + g.plane() * L, 0.0f);  // 0 + the first product is that product
   for (std::int64_t oh = 0; oh < g.out_height; ++oh)
-    for (std::int64_t ow = 0; ow < g.out_width; ++ow) {
-      const float* d = gy + (oh * g.out_width + ow) * L;
-      for (int t = 0; t < kTaps; ++t) {
-        const std::int64_t source = tap_source(g, oh, ow, t);
-        if (source < 0) continue;
-        float* v = gx + source * L;
-        const float* w = weights + t * L;
-        for (std::int64_t l = 0; l < L; ++l) v[l] += d[l] * w[l];
+    for (std::int64_t ow = 0; ow < g.out_width; ++ow)
+      for (int h = 0; h < 2; ++h) {  // the lanes as two octets (Note [Small-plane tiles in vectors])
+        Octet d;
+        load(d, gy + (oh * g.out_width + ow) * L + h * kOctet);
+        for (int t = 0; t < kTaps; ++t) {
+          const std::int64_t source = tap_source(g, oh, ow, t);
+          if (source < 0) continue;
+          float* at = gx + source * L + h * kOctet;
+          Octet v, w;
+          load(v, at);
+          load(w, weights + t * L + h * kOctet);
+          v += d * w;
+          std::memcpy(at, &v, sizeof(Octet));
+        }
       }
-    }
   from_channel_tile(gx, g.plane(), lanes, dx + c0 * g.plane());
 }
 

@@ -4,7 +4,8 @@
 // so GCC keeps it on the stack (the comment on Lanes, kernels/cpu/batch_norm_fast.cpp). The helpers
 // are always inlined, so each clone gets them in its own instruction set: an out-of-line copy would
 // be one instruction set's, and a file built with -mavx2 could give the linker an AVX2 copy for
-// every caller. Host code only; not a SIMD library: only what those loops use.
+// every caller. Also a 4x4 transpose of floats (Quad), for copies between layouts. Host code only;
+// not a SIMD library: only what those loops use.
 #pragma once
 
 #include <cstdint>
@@ -46,6 +47,24 @@ typedef std::int32_t QuadWords __attribute__((vector_size(4 * sizeof(std::int32_
   const QuadWords four = __builtin_shufflevector(bits, bits, 0, 1, 2, 3) | __builtin_shufflevector(bits, bits, 4, 5, 6, 7);
   const QuadWords two = four | __builtin_shufflevector(four, four, 2, 3, 0, 1);
   return static_cast<std::uint8_t>(two[0] | two[1]);
+}
+
+// Four floats (an SSE register: every x86-64 clone has it) for transposes in 4x4 blocks.
+typedef float Quad __attribute__((vector_size(4 * sizeof(float))));
+
+// to[r * to_row + k] = from[k * from_row + r] for r, k < 4: four 4-float loads, the transpose in
+// registers, four 4-float stores (where a copy between a row-major and a column-major layout would
+// otherwise move each float on its own). Values only move.
+[[gnu::always_inline]] inline void transpose_4x4(const float* __restrict from, std::int64_t from_row,
+                                                 float* __restrict to, std::int64_t to_row) {
+  Quad r[4];
+  for (int k = 0; k < 4; ++k) std::memcpy(&r[k], from + k * from_row, sizeof(Quad));
+  const Quad low01 = __builtin_shufflevector(r[0], r[1], 0, 4, 1, 5), high01 = __builtin_shufflevector(r[0], r[1], 2, 6, 3, 7);
+  const Quad low23 = __builtin_shufflevector(r[2], r[3], 0, 4, 1, 5), high23 = __builtin_shufflevector(r[2], r[3], 2, 6, 3, 7);
+  const Quad columns[4] = {__builtin_shufflevector(low01, low23, 0, 1, 4, 5), __builtin_shufflevector(low01, low23, 2, 3, 6, 7),
+                           __builtin_shufflevector(high01, high23, 0, 1, 4, 5),
+                           __builtin_shufflevector(high01, high23, 2, 3, 6, 7)};
+  for (int k = 0; k < 4; ++k) std::memcpy(to + k * to_row, &columns[k], sizeof(Quad));
 }
 
 }  // namespace frugal::cpu
