@@ -327,9 +327,10 @@ void apply_epilogue(float* data, std::int64_t rows, std::int64_t columns, const 
 // are these plain loops. The epilogue runs on the product before the scatter, along its rows of
 // count * plane floats: in the scatter's short rows its clamp compiled to branches, mispredicted on
 // half the values (the scatter took 19% of an eval forward that way). Both
-// transpose [a, b] blocks of rows to [b, a]; with small planes (1 pixel: a plain transpose) walking
-// one side in order would touch a new cache line per row on the other, so they go kTransposeTile rows
-// of the channel side at a time, whose lines stay in L1 while the sample side is walked.
+// transpose [a, b] blocks of rows to [b, a]; with small planes walking one side in order would touch
+// a new cache line per row on the other, so they go kTransposeTile rows of the channel side at a
+// time, whose lines stay in L1 while the sample side is walked (1-pixel planes, a plain transpose,
+// go by 4x4 blocks across the whole sample side instead: Note [Short runs]).
 constexpr std::int64_t kTransposeTile = 64;  // 64 lines of 64 bytes: 4 KiB of L1
 
 // Note [Short runs]

@@ -400,14 +400,17 @@ bool small_planes(const ConvGeometry& g) { return g.out_plane() <= kSmallOutPlan
 // weight_grad_channel_tile's always did, and where a plane is a whole number of 4-pixel runs
 // (MobileNetV2's small maps: 2x2, 4x4, 8x8) the copies go by 4x4 blocks transposed in registers
 // (transpose_4x4, kernels/cpu/octets.h); a one-pixel plane is a plain copy. Measured 2026-12-07
-// (docs/benchmarks.md), each kernel alone, batch 64, one thread: forward [960, 2x2] 0.59 -> 0.51 ms
-// with the block copies alone, 0.23 ms with both; input gradient 0.66 -> 0.22; [576, 4x4 -> 2x2]
-// forward 0.48 -> 0.19. Bits: the copies only move values; the Octet arithmetic is a multiply, then
-// an add, per tap on every instruction set (GCC does not contract these vector expressions), where
-// the AVX-512 clone's scalar loops fused the two: on an AVX-512 machine the forward's and the input
-// gradient's bits on these planes are now the ones an AVX2 machine gave before. The weight
-// gradient's are unchanged, and every result is the same for any thread count, as before.
-// Whether a full tile's copies of planes of `plane` pixels go by blocks (Note [Small-plane tiles in vectors]).
+// (docs/benchmarks.md), each kernel alone, batch 64, one thread: forward on 960 channels of 2x2
+// 0.59 -> 0.51 ms with the block copies alone, 0.23 ms with both; input gradient 0.66 -> 0.22; 576
+// channels of 4x4 at stride 2, forward 0.48 -> 0.19. Bits: the copies only move values; the Octet
+// arithmetic is a multiply, then an add, per tap on every instruction set, where the AVX-512 clone's
+// scalar loops fused the two: on an AVX-512 machine the forward's and the input gradient's bits on
+// these planes are now the ones an AVX2 machine gave before. (GCC contracts what it can: an 8-float
+// multiply-add needs FMA or AVX-512VL, which neither clone's target enables; a clone for such a
+// target would change these bits, and tap_dots' and the weight gradient's.) The weight gradient's
+// bits are unchanged, and every result is the same for any thread count, as before.
+
+// Whether a full tile's copies of planes of `plane` pixels go by blocks.
 [[gnu::always_inline]] inline bool blocks_of_four(std::int64_t plane) { return plane == 1 || plane % 4 == 0; }
 
 // `lanes` consecutive planes of `plane` floats from `planes` into the tile [pixel][kTileChannels];

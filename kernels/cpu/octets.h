@@ -59,9 +59,13 @@ typedef float Quad __attribute__((vector_size(4 * sizeof(float))));
                                                  float* __restrict to, std::int64_t to_row) {
   Quad r[4];
   for (int k = 0; k < 4; ++k) std::memcpy(&r[k], from + k * from_row, sizeof(Quad));
-  const Quad low01 = __builtin_shufflevector(r[0], r[1], 0, 4, 1, 5), high01 = __builtin_shufflevector(r[0], r[1], 2, 6, 3, 7);
-  const Quad low23 = __builtin_shufflevector(r[2], r[3], 0, 4, 1, 5), high23 = __builtin_shufflevector(r[2], r[3], 2, 6, 3, 7);
-  const Quad columns[4] = {__builtin_shufflevector(low01, low23, 0, 1, 4, 5), __builtin_shufflevector(low01, low23, 2, 3, 6, 7),
+  // Interleave rows 0 and 1, and rows 2 and 3, then take each column's halves from the two.
+  const Quad low01 = __builtin_shufflevector(r[0], r[1], 0, 4, 1, 5);
+  const Quad high01 = __builtin_shufflevector(r[0], r[1], 2, 6, 3, 7);
+  const Quad low23 = __builtin_shufflevector(r[2], r[3], 0, 4, 1, 5);
+  const Quad high23 = __builtin_shufflevector(r[2], r[3], 2, 6, 3, 7);
+  const Quad columns[4] = {__builtin_shufflevector(low01, low23, 0, 1, 4, 5),
+                           __builtin_shufflevector(low01, low23, 2, 3, 6, 7),
                            __builtin_shufflevector(high01, high23, 0, 1, 4, 5),
                            __builtin_shufflevector(high01, high23, 2, 3, 6, 7)};
   for (int k = 0; k < 4; ++k) std::memcpy(to + k * to_row, &columns[k], sizeof(Quad));

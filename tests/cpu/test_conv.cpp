@@ -218,8 +218,10 @@ TEST_CASE("conv2d 1x1 over the batch: gathered chunks, waves and weight groups e
   // into chunks, more chunks than a wave holds (9 x 8 = 72 samples of 64 pixels: 18 chunks), a last
   // weight group shorter than the others (18 samples: 5 chunks in groups of 2, 2 and 1), and a weight gradient over the small-weight limit (summed
   // chunk by chunk). Runs of 1 and 4 pixels have copies of their own (Note [Short runs] in
-  // kernels/conv.cpp): samples and channels that are not multiples of their 4x4 blocks test the edges.
-  // A batch of one is never gathered: it is the per-sample definition. Small
+  // kernels/conv.cpp): on 1x1 maps the forward's copies go by 4x4 blocks, so 7 samples of 10
+  // channels (6 out) leave edges on both sides, and 150 output rows over 70 samples scatter in tiles
+  // that start past 0 (at 64 and 128); the 2x2 maps' runs of 4 are single moves at any count. A batch
+  // of one is never gathered: it is the per-sample definition. Small
   // integers keep every sum exact, so the comparison is bit for bit whatever the summation order.
   struct PointwiseCase {
     Shape x, w;
@@ -228,7 +230,9 @@ TEST_CASE("conv2d 1x1 over the batch: gathered chunks, waves and weight groups e
                                  PointwiseCase{{72, 3, 8, 8}, {5, 3, 1, 1}},
                                  PointwiseCase{{19, 4, 4, 4}, {6, 4, 1, 1}}, PointwiseCase{{64, 8, 1, 1}, {9, 8, 1, 1}},
                                  PointwiseCase{{6, 300, 2, 2}, {260, 300, 1, 1}}, PointwiseCase{{3, 5, 20, 20}, {4, 5, 1, 1}},
-                                 PointwiseCase{{7, 10, 1, 1}, {6, 10, 1, 1}}, PointwiseCase{{13, 5, 2, 2}, {3, 5, 1, 1}}}) {
+                                 PointwiseCase{{7, 10, 1, 1}, {6, 10, 1, 1}},
+                                 PointwiseCase{{13, 5, 2, 2}, {3, 5, 1, 1}},
+                                 PointwiseCase{{70, 16, 1, 1}, {150, 16, 1, 1}}}) {
     CAPTURE(shape_str(c.x));
     CAPTURE(shape_str(c.w));
     const Tensor x = small_ints(c.x), w = small_ints(c.w), bias = small_ints({c.w[0]});

@@ -96,18 +96,19 @@ TEST_CASE("depthwise 3x3 fast path: the reference loops' results up to f32 round
     for (const auto& size : sizes)
       for (std::int64_t batch : {1, 3, 7})
         for (std::int64_t multiplier : {1, 3})  // 3: the forward and weight gradient's multiplier
-          for (bool with_bias : {false, true}) {
-            const ConvGeometry g = geometry_3x3(with_bias ? 5 : 20, size[0], size[1], stride);
-            CAPTURE(stride);
-            CAPTURE(size[0]);
-            CAPTURE(size[1]);
-            CAPTURE(batch);
-            CAPTURE(multiplier);
-            CAPTURE(with_bias);
-            CAPTURE(g.channels);
-            REQUIRE(cpu::depthwise_3x3_applies(DType::f32, g));
-            check_against_reference(make_operands(g, batch, with_bias, multiplier));
-          }
+          for (std::int64_t channels : {5, 20})
+            for (bool with_bias : {false, true}) {  // a full tile's second octet of biases with 20
+              const ConvGeometry g = geometry_3x3(channels, size[0], size[1], stride);
+              CAPTURE(stride);
+              CAPTURE(size[0]);
+              CAPTURE(size[1]);
+              CAPTURE(batch);
+              CAPTURE(multiplier);
+              CAPTURE(with_bias);
+              CAPTURE(g.channels);
+              REQUIRE(cpu::depthwise_3x3_applies(DType::f32, g));
+              check_against_reference(make_operands(g, batch, with_bias, multiplier));
+            }
 }
 
 TEST_CASE("depthwise 3x3 fast path: a weight gradient job of several stacks, the last job short") {

@@ -1,15 +1,18 @@
 // Fused optimizer steps: SGD and AdamW against values worked out by hand from torch.optim's rules,
-// lists longer than one launch, bad input, and the CUDA kernels in the emulator against the CPU;
-// AdamW8bit's codes (exact round trips, nearest rounding), its steps against AdamW's, and its kernel.
+// the CPU's f32 SGD loop against the shared per-element update bit for bit, lists longer than one
+// launch, bad input, and the CUDA kernels in the emulator against the CPU; AdamW8bit's codes (exact
+// round trips, nearest rounding), its steps against AdamW's, and its kernel.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "emu/emulator.h"
 #include "core/random.h"
 #include "kernels/optimizer.h"
 #include "kernels/optimizer_backends.h"
+#include "kernels/optimizer_ops.h"
 #include "core/cpu/parallel.h"
 
 using namespace frugal;
@@ -40,6 +43,44 @@ TEST_CASE("SGD: weight decay, momentum (first step and after), dampening, nester
   const Tensor r = f64({1.0});
   sgd_step({&r, 1}, {&g, 1}, {}, {.lr = 0.1});
   CHECK(first(r) == doctest::Approx(0.95));
+}
+
+TEST_CASE("SGD in f32: every setting gives optimizer::sgd's bits, element by element") {
+  // The CPU's f32 loop is its own, vectorised per instruction set (Note [An SGD step in vectors] in
+  // kernels/cpu/optimizer.cpp); each setting's parameters and buffers must be the bits of the shared
+  // per-element update applied one element at a time. Sizes around a vector's width and its tail.
+  const SgdConfig configs[] = {{.lr = 0.1},
+                               {.lr = 0.1, .weight_decay = 0.05},
+                               {.lr = 0.1, .momentum = 0.9, .first_step = true},
+                               {.lr = 0.1, .momentum = 0.9, .weight_decay = 0.05},
+                               {.lr = 0.1, .momentum = 0.9, .dampening = 0.3},
+                               {.lr = 0.1, .momentum = 0.8, .dampening = 0.1, .weight_decay = 0.01, .nesterov = true}};
+  const auto bits = [](const Tensor& t) {
+    std::vector<std::uint32_t> words(static_cast<std::size_t>(t.numel()));
+    const std::vector<float> values = t.to_vector<float>();
+    std::memcpy(words.data(), values.data(), values.size() * sizeof(float));
+    return words;
+  };
+  Generator generator(11);
+  for (const SgdConfig& config : configs)
+    for (std::int64_t n : {1, 5, 17, 300}) {
+      CAPTURE(n);
+      CAPTURE(config.momentum);
+      CAPTURE(config.nesterov);
+      const Tensor p = normal({n}, 0.0, 1.0, {}, &generator), g = normal({n}, 0.0, 1.0, {}, &generator);
+      const Tensor buffer = normal({n}, 0.0, 1.0, {}, &generator);
+      const bool with_buffer = config.momentum != 0.0;
+      std::vector<float> want_p = p.to_vector<float>(), want_b = buffer.to_vector<float>();
+      const std::vector<float> grad = g.to_vector<float>();
+      for (std::int64_t i = 0; i < n; ++i) {
+        float dropped = 0.0f;
+        optimizer::sgd<float>(want_p[i], grad[i], with_buffer ? want_b[i] : dropped, config);
+      }
+      if (with_buffer) sgd_step({&p, 1}, {&g, 1}, {&buffer, 1}, config);
+      else sgd_step({&p, 1}, {&g, 1}, {}, config);
+      CHECK(bits(p) == bits(from_vector(want_p)));
+      if (with_buffer) CHECK(bits(buffer) == bits(from_vector(want_b)));
+    }
 }
 
 TEST_CASE("AdamW: decoupled weight decay and bias correction") {
