@@ -618,7 +618,8 @@ void depthwise_3x3_forward(const ConvGeometry& g, std::int64_t batch, std::int64
   const Layout l = layout_of(g.height, g.width, g.stride_h, total);
   std::int64_t offset[kTaps];
   tap_offsets(l, offset);
-  for_each_stack(total, l, total * multiplier * kTaps * g.out_plane(), !rows_straight_out(g.out_width),
+  const bool through_flat = !rows_straight_out(g.out_width);
+  for_each_stack(total, l, total * multiplier * kTaps * g.out_plane(), through_flat,
                  [&](std::int64_t first, std::int64_t count, float* scratch, float* flat, StackTable& table) {
                    pad_planes(l, x + first * g.plane(), count, g.height, g.width, scratch);
                    // Input plane q feeds output planes q * multiplier + k: one flat loop per k.
@@ -629,7 +630,7 @@ void depthwise_3x3_forward(const ConvGeometry& g, std::int64_t batch, std::int64
                        table.bias[p] = bias ? bias[oc] : 0.0f;
                      }
                      float* out = y + (first * multiplier + k) * g.out_plane();
-                     if (rows_straight_out(g.out_width)) {
+                     if (!through_flat) {
                        sum_taps_into_rows(scratch, offset, table.weight.data(), table.bias.data(), count,
                                           l.plane_stride, l.row, g.out_height, g.out_width,
                                           multiplier * g.out_plane(), relu6, out);
@@ -658,17 +659,20 @@ void depthwise_3x3_backward_input(const ConvGeometry& g, std::int64_t batch, con
   const Layout l = layout_of(g.out_height, g.out_width, 1, total);  // the output gradient, padded
   std::int64_t offset[kTaps];
   tap_offsets(l, offset);
-  for_each_stack(total, l, total * kTaps * g.out_plane(), g.stride_h == 2 || !rows_straight_out(g.width),
+  // Stride 2 scatters through the flat layout; stride 1 needs it only where rows cannot go straight out.
+  const bool stride_2 = g.stride_h == 2;
+  const bool through_flat = stride_2 || !rows_straight_out(g.width);
+  for_each_stack(total, l, total * kTaps * g.out_plane(), through_flat,
                  [&](std::int64_t first, std::int64_t count, float* scratch, float* flat, StackTable& table) {
                    pad_planes(l, grad_y + first * g.out_plane(), count, g.out_height, g.out_width, scratch);
-                   if (g.stride_h == 2)
+                   if (stride_2)
                      return backward_input_stride_2(g, l, weight, first, count, scratch, flat, table, grad_x);
                    // Each filter turned 180 degrees: tap t reads where tap 8 - t wrote.
                    for (std::int64_t p = 0; p < count; ++p) {
                      const float* filter = weight + (first + p) % g.channels * kTaps;
                      for (int t = 0; t < kTaps; ++t) table.weight[p * kTaps + t] = filter[kTaps - 1 - t];
                    }
-                   if (rows_straight_out(g.width))
+                   if (!through_flat)
                      return sum_taps_into_rows(scratch, offset, table.weight.data(), table.bias.data(), count,
                                                l.plane_stride, l.row, g.height, g.width, g.plane(), false,
                                                grad_x + first * g.plane());
