@@ -75,8 +75,10 @@ std::vector<double> alternating_median_seconds(const std::vector<std::function<d
 struct AlternatingTimes {
   std::vector<std::vector<double>> seconds;
   std::vector<double> medians() const;
-  // Run i's time over run `baseline`'s in the same round, the median over rounds: a drift of the
+  // Run `run`'s time over run `baseline`'s in the same round, the median over rounds: a drift of the
   // machine's speed that lasts longer than a round cancels in each ratio, unlike in a ratio of medians.
+  double median_ratio(std::size_t run, std::size_t baseline) const;
+  // median_ratio of every run over `baseline`.
   std::vector<double> median_ratios(std::size_t baseline) const;
 };
 AlternatingTimes alternating_seconds(const std::vector<std::function<double()>>& runs, int min_runs, double min_seconds,

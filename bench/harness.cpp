@@ -133,14 +133,17 @@ std::vector<double> AlternatingTimes::medians() const {
   return result;
 }
 
+double AlternatingTimes::median_ratio(std::size_t run, std::size_t baseline) const {
+  FRUGAL_CHECK(run < seconds.size() && baseline < seconds.size(), "median_ratio: runs ", run, " and ", baseline,
+               " among ", seconds.size());
+  std::vector<double> ratios;
+  for (std::size_t r = 0; r < seconds[run].size(); ++r) ratios.push_back(seconds[run][r] / seconds[baseline][r]);
+  return median(std::move(ratios));
+}
+
 std::vector<double> AlternatingTimes::median_ratios(std::size_t baseline) const {
-  FRUGAL_CHECK(baseline < seconds.size(), "median_ratios: no run ", baseline, " among ", seconds.size());
   std::vector<double> result;
-  for (const auto& t : seconds) {
-    std::vector<double> ratios;
-    for (std::size_t r = 0; r < t.size(); ++r) ratios.push_back(t[r] / seconds[baseline][r]);
-    result.push_back(median(std::move(ratios)));
-  }
+  for (std::size_t run = 0; run < seconds.size(); ++run) result.push_back(median_ratio(run, baseline));
   return result;
 }
 

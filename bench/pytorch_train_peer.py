@@ -16,6 +16,8 @@
 #                                                    backward, SGD step (momentum 0.9), zero_grad to none
 #   eval KEY                           -> SECONDS    one forward in eval mode under torch.no_grad()
 #   saved KEY                          -> BYTES      what a training forward saves for backward
+#   threads N                          -> "ok"       torch.set_num_threads(N) for the steps that follow
+#                                                    (the benchmark's 1 -> N thread scaling rows)
 #   anything that fails                -> "error MESSAGE"
 # SECONDS are measured here with time.perf_counter, so the pipe is not part of them.
 # Sample 06's pytorch_saved.py imports build_model and saved_bytes.
@@ -123,6 +125,9 @@ def answer(cases, words):
     if words[0] == "load":
         key, cifar, weights, batch, layout, compile_eval = words[1:]
         cases[key] = Case(cifar == "1", weights, batch, layout, compile_eval == "1")
+        return "ok"
+    if words[0] == "threads":
+        torch.set_num_threads(int(words[1]))
         return "ok"
     case = cases[words[1]]
     if words[0] == "train":

@@ -10,11 +10,12 @@
 //   mobilenet_v2[_cifar]_b64_eval_peak  frugal           MiB         the most bytes alive during one
 //   activation_bytes_per_sample[_cifar] frugal, pytorch  MiB/sample  what a training forward keeps for
 //                                                                    backward, per sample
-//   mobilenet_v2[_cifar]_b64_scaling    frugal,          x           with N > 1 threads on the CPU: a
+//   mobilenet_v2[_cifar]_b64_scaling    frugal, pytorch, x           with N > 1 threads on the CPU: a
 //                                       openblas_gemm_1024,          step's (a GEMM's, a triad's) time
 //                                       triad_64mib                  on 1 thread over its time on N,
 //                                                                    alternating in one run (Note
-//                                                                    [Scaling in one run])
+//                                                                    [Scaling in one run]); pytorch:
+//                                                                    the newest torch, eager
 //   mobilenet_v2[_cifar]_b64_eval_scaling  the same      x           the same for an eval forward
 //   mobilenet_v2[_cifar]_b64[_eval]_round_trip  host     ns          with N > 1 threads on the CPU: a
 //                                                                    cache line's round trip between
@@ -362,7 +363,12 @@ std::vector<PeerSetting> load_peers(const std::vector<PeerSetting>& settings, co
 // arrays larger than any cache, memory-bound (a[i] = b[i] + 1.5 c[i], shared by parallel_for like
 // frugal's own loops). Their ratios are what this machine gave each kind of work in the same
 // minutes: a model step, which is partly each, gains at most the first and where the caches stop
-// holding its layers, nearer the second. Each timed run follows an untimed one of its own (Note [A
+// holding its layers, nearer the second. The newest PyTorch's step, eager and channels_last, takes its
+// turns too (its thread count set before each step): what today's library gains here in the same
+// minutes. Each ratio is a round's 1-thread time over the same round's N-thread time, the median over
+// the rounds: a minute in which the machine is slower for both cancels in the round's ratio, where a
+// ratio of the two medians mixes minutes (the standard stem's training read 1.53-1.63 that way in
+// three runs, 2026-12-07). Each timed run follows an untimed one of its own (Note [A
 // timed run follows one of its own], bench/harness.cpp): after a 1-thread step the team's second
 // thread has slept for tens of milliseconds and may wake beside the first on one core (the standard
 // stem's training read 1.09-1.13x in seven of nine runs without these runs; with them 1.51-1.68x in
@@ -388,11 +394,23 @@ struct TriadArrays {
   }
 };
 
+// A peer's timed step ("train" or "eval", `verb`) of this stem on `threads` threads: the thread count
+// set first, in the same request stream, so the step runs with it.
+std::function<double()> peer_step_on(const PeerSetting& setting, const std::string& verb, const Stem& stem, int threads) {
+  return [&setting, verb, key = stem.name + "/" + setting.impl, threads] {
+    setting.peer->ask("threads " + std::to_string(threads));
+    return std::stod(setting.peer->ask(verb + " " + key));
+  };
+}
+
 // The `case_name` rows: `step`'s, a GEMM's and a triad's time on 1 thread over their time on
-// `threads`. The GEMM's operands are tensors, made here and freed at the end, so that the speed cases'
-// peaks (every byte alive counted) never hold them.
+// `threads`, and with `peer` (the newest torch, eager) its `verb` step's the same way. Each ratio is
+// a round's 1-thread time over the same round's N-thread time, the median over rounds
+// (AlternatingTimes::median_ratio). The GEMM's operands are tensors, made here and freed at the end,
+// so that the speed cases' peaks (every byte alive counted) never hold them.
 void scaling_case(const std::string& case_name, const Sizes& sizes, int threads, const std::function<void()>& step,
-                  TriadArrays& triad, std::vector<Result>& results) {
+                  TriadArrays& triad, const PeerSetting* peer, const std::string& verb, const Stem& stem,
+                  std::vector<Result>& results) {
   Generator generator(kSeed);
   const Tensor a = normal({kGemmSide, kGemmSide}, 0.0, 1.0, {}, &generator);
   const Tensor b = normal({kGemmSide, kGemmSide}, 0.0, 1.0, {}, &generator);
@@ -406,13 +424,26 @@ void scaling_case(const std::string& case_name, const Sizes& sizes, int threads,
       return seconds_since(start);
     });
   };
-  const std::vector<double> s = alternating_median_seconds(
-      {on(1, step), on(threads, step), on(1, gemm), on(threads, gemm), on(1, memory), on(threads, memory)},
-      sizes.min_runs, sizes.min_seconds, Warm::every_run);
+  std::vector<std::function<double()>> runs = {on(1, step),   on(threads, step),   on(1, gemm),
+                                               on(threads, gemm), on(1, memory), on(threads, memory)};
+  std::vector<std::string> impls = {"frugal", "openblas_gemm_1024", "triad_64mib"};
+  if (peer) {
+    runs.push_back(peer_step_on(*peer, verb, stem, 1));
+    runs.push_back(peer_step_on(*peer, verb, stem, threads));
+    impls.push_back(peer->impl);
+  }
+  const AlternatingTimes times = alternating_seconds(runs, sizes.min_runs, sizes.min_seconds, Warm::every_run);
   omp_set_num_threads(threads);
-  results.push_back({case_name, "frugal", s[0] / s[1], "x", true});
-  results.push_back({case_name, "openblas_gemm_1024", s[2] / s[3], "x", true});
-  results.push_back({case_name, "triad_64mib", s[4] / s[5], "x", true});
+  if (peer) peer->peer->ask("threads " + std::to_string(threads));  // the speed cases after this one
+  for (std::size_t i = 0; i < impls.size(); ++i)
+    results.push_back({case_name, impls[i], times.median_ratio(2 * i, 2 * i + 1), "x", true});
+}
+
+// The newest torch's eager setting among a stem's loaded peers (impl `pytorch`), or null.
+const PeerSetting* newest_eager_peer(const std::vector<PeerSetting>& peers) {
+  for (const PeerSetting& setting : peers)
+    if (setting.impl == "pytorch") return &setting;
+  return nullptr;
 }
 
 // Every case of one stem: frugal's model, batch and optimizer, and the same in the peer; the
@@ -454,7 +485,8 @@ void stem_cases(const Stem& stem, const Options& options, const Sizes& sizes, co
   results.push_back({stem.name + "_b64_peak", "frugal", static_cast<double>(step.peak_bytes) / kMiB, "MiB", false});
   if (triad)
     scaling_case(stem.name + "_b64_scaling", sizes, options.threads,
-                 [&] { train::training_step(*model, optimizer, x, y); }, *triad, results);
+                 [&] { train::training_step(*model, optimizer, x, y); }, *triad, newest_eager_peer(peers), "train",
+                 stem, results);
 
   model->eval();
   const auto forward = [&] {
@@ -473,7 +505,9 @@ void stem_cases(const Stem& stem, const Options& options, const Sizes& sizes, co
     return seconds_since(start);
   }, peers, "eval", stem, round_trip, results);
   results.push_back({stem.name + "_b64_eval_peak", "frugal", static_cast<double>(eval_peak) / kMiB, "MiB", false});
-  if (triad) scaling_case(stem.name + "_b64_eval_scaling", sizes, options.threads, forward, *triad, results);
+  if (triad)
+    scaling_case(stem.name + "_b64_eval_scaling", sizes, options.threads, forward, *triad, newest_eager_peer(peers),
+                 "eval", stem, results);
 
   // The saved bytes of the last training step above; PyTorch's from one more forward of its own.
   const std::string saved_case = stem.cifar ? "activation_bytes_per_sample_cifar" : "activation_bytes_per_sample";

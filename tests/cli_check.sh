@@ -219,15 +219,17 @@ assert set(cases["mobilenet_v2_b64"]) == {"frugal", "pytorch", "pytorch_nchw", "
 assert set(cases["activation_bytes_per_sample"]) == {"frugal", "pytorch"}, cases["activation_bytes_per_sample"]
 PY
     fi
-    # With two threads: each stem's 1-thread over 2-thread ratio, training and eval, and the GEMM's
-    # and the triad's from the same rounds; each speed case's round trip between the two threads' cores.
+    # With two threads: each stem's 1-thread over 2-thread ratio, training and eval, and the GEMM's,
+    # the triad's and (with torch) PyTorch's from the same rounds; each speed case's round trip
+    # between the two threads' cores.
     expect_exit 0 "$frugal" bench train --json --quick --device cpu --threads 2 --peer-python /usr/bin/python3
     check_bench_report train <<PY
 assert report["threads"] == 2, report
+scaling_impls = {"frugal", "openblas_gemm_1024", "triad_64mib"} | ({"pytorch"} if $torch == 1 else set())
 for stem in ("mobilenet_v2", "mobilenet_v2_cifar"):
     for case in (stem + "_b64_scaling", stem + "_b64_eval_scaling"):
         scaling = cases[case]
-        assert set(scaling) == {"frugal", "openblas_gemm_1024", "triad_64mib"}, scaling
+        assert set(scaling) == scaling_impls, scaling
         assert all(r["unit"] == "x" and r["higher_is_better"] for r in scaling.values()), scaling
     for case in (stem + "_b64_round_trip", stem + "_b64_eval_round_trip"):  # where the two threads' cores sit
         (row,) = cases[case].values()
