@@ -86,8 +86,8 @@ struct Sizes {
   int min_runs;        // timed rounds of each case, frugal and PyTorch in turn
   double min_seconds;  // and rounds until this long has passed, for the cases of short steps
 };
-// Full: at least 7 rounds and 3 s of each case keep the whole run near 2 minutes on 2 cores (the
-// CIFAR stem's training steps take most of it). Quick: a batch of 4 (BatchNorm needs more than one
+// Full: at least 7 rounds and 3 s of each case keep the whole run near 2 minutes on 1 core and 2.5
+// on 2, where the scaling cases run too (the CIFAR stem's training steps take most of it). Quick: a batch of 4 (BatchNorm needs more than one
 // value per channel at the 1x1 last feature map) and one round.
 constexpr Sizes kFullSizes{64, 7, 3.0};
 constexpr Sizes kQuickSizes{4, 1, 0.0};
@@ -312,6 +312,9 @@ double core_round_trip_seconds() {
   return seconds;
 }
 
+// The name a peer process knows this stem's model by in `setting` (its `load` request's KEY).
+std::string peer_key(const Stem& stem, const PeerSetting& setting) { return stem.name + "/" + setting.impl; }
+
 // Timed rounds of `frugal_run` and of each peer setting's `verb` ("train" or "eval") on this stem's
 // model, in turn; the rows of `case_name`, and with `round_trip` the row `case_name`_round_trip
 // (Note [Where the two cores sit]).
@@ -322,7 +325,7 @@ void speed_case(const std::string& case_name, const Sizes& sizes, const std::fun
   std::vector<std::string> impls = {"frugal"};
   for (const PeerSetting& setting : peers) {
     if (setting.compile && verb == "train") continue;
-    const std::string request = verb + " " + stem.name + "/" + setting.impl;
+    const std::string request = verb + " " + peer_key(stem, setting);
     runs.push_back([peer = setting.peer, request] { return std::stod(peer->ask(request)); });
     impls.push_back(setting.impl);
   }
@@ -342,7 +345,7 @@ std::vector<PeerSetting> load_peers(const std::vector<PeerSetting>& settings, co
   std::vector<PeerSetting> loaded;
   for (const PeerSetting& setting : settings) {
     try {
-      setting.peer->ask("load " + stem.name + "/" + setting.impl + (stem.cifar ? " 1 " : " 0 ") + weights + " " +
+      setting.peer->ask("load " + peer_key(stem, setting) + (stem.cifar ? " 1 " : " 0 ") + weights + " " +
                         batch + " " + setting.layout + (setting.compile ? " 1" : " 0"));
       loaded.push_back(setting);
     } catch (const Error& e) {
@@ -367,8 +370,7 @@ std::vector<PeerSetting> load_peers(const std::vector<PeerSetting>& settings, co
 // turns too (its thread count set before each step): what today's library gains here in the same
 // minutes. Each ratio is a round's 1-thread time over the same round's N-thread time, the median over
 // the rounds: a minute in which the machine is slower for both cancels in the round's ratio, where a
-// ratio of the two medians mixes minutes (the standard stem's training read 1.53-1.63 that way in
-// three runs, 2026-12-07). Each timed run follows an untimed one of its own (Note [A
+// ratio of the two medians mixes minutes. Each timed run follows an untimed one of its own (Note [A
 // timed run follows one of its own], bench/harness.cpp): after a 1-thread step the team's second
 // thread has slept for tens of milliseconds and may wake beside the first on one core (the standard
 // stem's training read 1.09-1.13x in seven of nine runs without these runs; with them 1.51-1.68x in
@@ -394,12 +396,15 @@ struct TriadArrays {
   }
 };
 
+// The peer's thread count (torch.set_num_threads) for the steps that follow.
+void set_peer_threads(Peer& peer, int threads) { peer.ask("threads " + std::to_string(threads)); }
+
 // A peer's timed step ("train" or "eval", `verb`) of this stem on `threads` threads: the thread count
 // set first, in the same request stream, so the step runs with it.
 std::function<double()> peer_step_on(const PeerSetting& setting, const std::string& verb, const Stem& stem, int threads) {
-  return [&setting, verb, key = stem.name + "/" + setting.impl, threads] {
-    setting.peer->ask("threads " + std::to_string(threads));
-    return std::stod(setting.peer->ask(verb + " " + key));
+  return [peer = setting.peer, request = verb + " " + peer_key(stem, setting), threads] {
+    set_peer_threads(*peer, threads);
+    return std::stod(peer->ask(request));
   };
 }
 
@@ -424,17 +429,21 @@ void scaling_case(const std::string& case_name, const Sizes& sizes, int threads,
       return seconds_since(start);
     });
   };
-  std::vector<std::function<double()>> runs = {on(1, step),   on(threads, step),   on(1, gemm),
-                                               on(threads, gemm), on(1, memory), on(threads, memory)};
-  std::vector<std::string> impls = {"frugal", "openblas_gemm_1024", "triad_64mib"};
-  if (peer) {
-    runs.push_back(peer_step_on(*peer, verb, stem, 1));
-    runs.push_back(peer_step_on(*peer, verb, stem, threads));
-    impls.push_back(peer->impl);
-  }
+  // Each impl's two runs side by side: runs[2 i] on 1 thread, runs[2 i + 1] on `threads`.
+  std::vector<std::function<double()>> runs;
+  std::vector<std::string> impls;
+  const auto add = [&](const std::string& impl, std::function<double()> one, std::function<double()> many) {
+    impls.push_back(impl);
+    runs.push_back(std::move(one));
+    runs.push_back(std::move(many));
+  };
+  add("frugal", on(1, step), on(threads, step));
+  add("openblas_gemm_1024", on(1, gemm), on(threads, gemm));
+  add("triad_64mib", on(1, memory), on(threads, memory));
+  if (peer) add(peer->impl, peer_step_on(*peer, verb, stem, 1), peer_step_on(*peer, verb, stem, threads));
   const AlternatingTimes times = alternating_seconds(runs, sizes.min_runs, sizes.min_seconds, Warm::every_run);
   omp_set_num_threads(threads);
-  if (peer) peer->peer->ask("threads " + std::to_string(threads));  // the speed cases after this one
+  if (peer) set_peer_threads(*peer->peer, threads);  // the speed cases after this one
   for (std::size_t i = 0; i < impls.size(); ++i)
     results.push_back({case_name, impls[i], times.median_ratio(2 * i, 2 * i + 1), "x", true});
 }
@@ -516,7 +525,7 @@ void stem_cases(const Stem& stem, const Options& options, const Sizes& sizes, co
   for (const PeerSetting& setting : peers)
     if (setting.saved_bytes)
       results.push_back({saved_case, setting.impl,
-                         per_sample(std::stod(setting.peer->ask("saved " + stem.name + "/" + setting.impl))),
+                         per_sample(std::stod(setting.peer->ask("saved " + peer_key(stem, setting)))),
                          "MiB/sample", false});
 }
 
