@@ -87,8 +87,9 @@ struct Sizes {
   double min_seconds;  // and rounds until this long has passed, for the cases of short steps
 };
 // Full: at least 7 rounds and 3 s of each case keep the whole run near 2 minutes on 1 core and 2.5
-// on 2, where the scaling cases run too (the CIFAR stem's training steps take most of it). Quick: a batch of 4 (BatchNorm needs more than one
-// value per channel at the 1x1 last feature map) and one round.
+// on 2, where the scaling cases run too (the CIFAR stem's training steps take most of it). Quick: a
+// batch of 4 (BatchNorm needs more than one value per channel at the 1x1 last feature map) and one
+// round.
 constexpr Sizes kFullSizes{64, 7, 3.0};
 constexpr Sizes kQuickSizes{4, 1, 0.0};
 
@@ -200,6 +201,10 @@ class Peer {
 
 // ---- which peers, in which settings
 
+// The newest torch's eager channels_last row: the peer the targets name, and the one that takes
+// turns in the scaling cases.
+constexpr const char* kNewestEagerImpl = "pytorch";
+
 // One PyTorch row: a peer process, the setting its model runs in, the impl name it reports.
 struct PeerSetting {
   Peer* peer;
@@ -252,7 +257,7 @@ Peers start_peers(const Options& options, std::vector<std::string>& notes) {
     return version_numbers(a->version()) > version_numbers(b->version());
   });
   Peer* newest = peers.processes.front().get();
-  peers.settings.push_back({newest, "pytorch", "channels_last", false, true});
+  peers.settings.push_back({newest, kNewestEagerImpl, "channels_last", false, true});
   peers.settings.push_back({newest, "pytorch_nchw", "nchw", false, false});
   if (!options.quick)  // compiling takes a minute or more; --quick only checks the harness
     peers.settings.push_back({newest, "pytorch_compile", "channels_last", true, false});
@@ -451,7 +456,7 @@ void scaling_case(const std::string& case_name, const Sizes& sizes, int threads,
 // The newest torch's eager setting among a stem's loaded peers (impl `pytorch`), or null.
 const PeerSetting* newest_eager_peer(const std::vector<PeerSetting>& peers) {
   for (const PeerSetting& setting : peers)
-    if (setting.impl == "pytorch") return &setting;
+    if (setting.impl == kNewestEagerImpl) return &setting;
   return nullptr;
 }
 
@@ -474,6 +479,7 @@ void stem_cases(const Stem& stem, const Options& options, const Sizes& sizes, co
     nn::write_safetensors(batch, {{"images", images}, {"labels", labels}});
     peers = load_peers(all_peers.settings, stem, weights, batch, report.notes);
   }
+  const PeerSetting* newest_eager = newest_eager_peer(peers);  // takes turns in the scaling cases
   model->to(device);
   const Tensor x = images.to(device), y = labels.to(device);
   const auto sync = [&] {
@@ -494,7 +500,7 @@ void stem_cases(const Stem& stem, const Options& options, const Sizes& sizes, co
   results.push_back({stem.name + "_b64_peak", "frugal", static_cast<double>(step.peak_bytes) / kMiB, "MiB", false});
   if (triad)
     scaling_case(stem.name + "_b64_scaling", sizes, options.threads,
-                 [&] { train::training_step(*model, optimizer, x, y); }, *triad, newest_eager_peer(peers), "train",
+                 [&] { train::training_step(*model, optimizer, x, y); }, *triad, newest_eager, "train",
                  stem, results);
 
   model->eval();
@@ -515,7 +521,7 @@ void stem_cases(const Stem& stem, const Options& options, const Sizes& sizes, co
   }, peers, "eval", stem, round_trip, results);
   results.push_back({stem.name + "_b64_eval_peak", "frugal", static_cast<double>(eval_peak) / kMiB, "MiB", false});
   if (triad)
-    scaling_case(stem.name + "_b64_eval_scaling", sizes, options.threads, forward, *triad, newest_eager_peer(peers),
+    scaling_case(stem.name + "_b64_eval_scaling", sizes, options.threads, forward, *triad, newest_eager,
                  "eval", stem, results);
 
   // The saved bytes of the last training step above; PyTorch's from one more forward of its own.
