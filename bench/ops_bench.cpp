@@ -8,15 +8,21 @@
 //   max_pool_3x3s2   max pool 3x3 stride 2 of [32, 64, 112, 112] f32, GB/s read + written
 //   conv3x3_64ch_56x56, depthwise3x3_144ch_56x56   convolutions, GFLOP/s and GB/s   CPU: native;
 //               GPU: native vs cudnn, and the depthwise kernel's fraction of DRAM bandwidth
+//   dropout_64x1280   dropout (p 0.2) of MobileNetV2's classifier input, f32, GB/s read + written
+//               CPU: frugal (Philox in vector lanes where the CPU has AVX-512) vs one_block (the
+//               reference loop, a block of four elements at a time); GPU: frugal
 //   batch_norm   training forward of [32, 96, 56, 56] f32, GB/s of x read twice + y written   CPU: frugal;
 //               GPU: native vs cudnn
 // Targets (docs/benchmarks.md): blocked >= 0.5x openblas on 2 threads; the best hand-written CUDA
 // kernel (register_blocked) >= 0.6x cublas.
 #include "bench/bench.h"
+#include "core/cpu/parallel.h"
 #include "core/cuda_status.h"
 #include "core/random.h"
 #include "kernels/batch_norm.h"
 #include "kernels/conv.h"
+#include "kernels/dropout.h"
+#include "kernels/dropout_backends.h"
 #include "kernels/elementwise.h"
 #include "kernels/gemm.h"
 #include "kernels/loss.h"
@@ -142,6 +148,32 @@ void pool_cases(const Options& options, const Sizes& sizes, std::vector<Result>&
   results.push_back({"max_pool_3x3s2", "frugal", bytes / s / 1e9, "GB/s", true});
 }
 
+// Dropout as MobileNetV2's classifier runs it (p 0.2 on [64, 1280] f32), forward only (the backward is
+// the same kernel on the gradient): GB/s of input read + output written. On the CPU beside it the
+// reference loop, one Philox block of four elements at a time through dropout_block (Note [Philox in
+// vector lanes], kernels/cpu/dropout.cpp), shared among the threads as the kernel shares its groups.
+void dropout_cases(const Options& options, const Sizes& sizes, std::vector<Result>& results) {
+  const Shape shape = options.quick ? Shape{4, 80} : Shape{64, 1280};
+  const std::string name = "dropout_" + std::to_string(shape[0]) + "x" + std::to_string(shape[1]);
+  constexpr double kP = 0.2;  // torchvision's MobileNetV2 classifier
+  Generator generator(3);
+  const Tensor x = uniform(shape, -1.0, 1.0, {.device = options.device});
+  const double bytes = 2.0 * static_cast<double>(x.nbytes());
+  const double s = seconds(options, sizes, [&] { dropout(x, kP, true, &generator); });
+  results.push_back({name, "frugal", bytes / s / 1e9, "GB/s", true});
+  if (!options.device.is_cpu()) return;
+  const DropoutSpec spec{.keep = {.distribution = Distribution::bernoulli, .a = 1.0 - kP, .seed = 3, .offset = 0},
+                         .scale = 1.0 / (1.0 - kP)};
+  const float* in = static_cast<const float*>(x.data_ptr());
+  const Tensor out = empty(shape);
+  float* to = static_cast<float*>(out.data_ptr());
+  const std::int64_t numel = x.numel();
+  const double reference = seconds(options, sizes, [&] {
+    cpu::parallel_for((numel + 3) / 4, numel, [&](std::int64_t block) { dropout_block<float, float>(in, to, numel, spec, block); });
+  });
+  results.push_back({name, "one_block", bytes / reference / 1e9, "GB/s", true});
+}
+
 // Batch norm's training forward, as a MobileNetV2 block runs it (f32, running statistics tracked):
 // GB/s counting x read twice (statistics, then normalisation) and y written once, by each
 // implementation of the device.
@@ -174,6 +206,7 @@ std::vector<Result> ops_benchmark(const Options& options) {
   softmax_cases(options, sizes, results);
   conv_cases(options, sizes, results);
   pool_cases(options, sizes, results);
+  dropout_cases(options, sizes, results);
   batch_norm_cases(options, sizes, results);
   return results;
 }

@@ -1,9 +1,14 @@
 // Dropout: the scaling, the keep rate, the mask equal to bernoulli's for the same draw,
 // reproducibility from the generator state, evaluation mode, the backward recomputing the forward's
-// mask, and the activation bytes it holds for backward (none but its output).
+// mask, the activation bytes it holds for backward (none but its output), and the CPU's f32 loop in
+// vector lanes against its one-block-at-a-time reference.
 #include <doctest/doctest.h>
 
+#include <cstring>
+
+#include "kernels/cpu/philox_lanes.h"
 #include "kernels/dropout.h"
+#include "kernels/dropout_backends.h"
 #include "kernels/reduce.h"
 #include "nn/autograd.h"
 #include "nn/functional.h"
@@ -113,4 +118,53 @@ TEST_CASE("dropout holds only its output as activation memory: it saves nothing 
   }
   CHECK(activation_stat().current == before.current);
   CHECK(autograd::grad(x).defined());
+}
+
+// Note [Philox in vector lanes] (kernels/cpu/dropout.cpp): the lanes against core/philox.h's
+// philox_block, and f32 dropout against dropout_block, its reference, bit for bit.
+TEST_CASE("sixteen Philox blocks in lanes are philox_block's words, across the 2^32 and 2^64 wraps") {
+  const std::uint64_t firsts[] = {0, 1, 12345, (std::uint64_t{1} << 32) - 7, ~std::uint64_t{0} - 9};
+  for (const std::uint64_t seed : {std::uint64_t{0}, std::uint64_t{42}, std::uint64_t{0xDEADBEEFCAFEF00D}})
+    for (const std::uint64_t offset : {std::uint64_t{0}, std::uint64_t{7} << 33})
+      for (const std::uint64_t first : firsts) {
+        std::uint32_t words[4][cpu::kPhiloxLanes];
+        cpu::philox_sixteen_blocks(seed, offset, first, words);
+        for (std::int64_t j = 0; j < cpu::kPhiloxLanes; ++j) {
+          const PhiloxWords expected = philox_block(seed, offset, first + static_cast<std::uint64_t>(j));
+          for (int w = 0; w < 4; ++w) REQUIRE(words[w][j] == expected.w[w]);
+        }
+      }
+}
+
+TEST_CASE("bernoulli's keep test on integers agrees with uniform_from_word's at the threshold") {
+  const double keeps[] = {-0.5, 0.0, 1e-9, 0.3, 0.5, 0.7, 0.9, 1.0 - 1.0 / 16777216.0, 1.0, 1.5};
+  for (const double a : keeps) {
+    const std::uint32_t threshold = cpu::bernoulli_keep_threshold(a);
+    for (const std::uint32_t u : {threshold - 2, threshold - 1, threshold, threshold + 1, 0u, 16777215u}) {
+      if (u > 16777215u) continue;  // a word's top 24 bits
+      const std::uint32_t word = u << 8 | 0xABu;
+      INFO("a " << a << ", word >> 8 = " << u);
+      CHECK((u < threshold) == (uniform_from_word(word) < a));
+    }
+  }
+}
+
+TEST_CASE("f32 dropout gives dropout_block's bits for every size, keep rate and draw") {
+  INFO("Philox in vector lanes: " << cpu::philox_in_lanes());
+  // 0.5: a * 2^24 whole (the keep test's boundary); 1 - 2^-24: all but the last grid step kept.
+  const double keeps[] = {0.0, 0.5, 0.7, 0.9, 1.0 - 1.0 / 16777216.0, 1.0};
+  const std::int64_t sizes[] = {1, 3, 4, 63, 64, 65, 127, 128, 200, 4096 + 7, 81920};
+  Generator generator(5);
+  for (const double keep : keeps)
+    for (const std::int64_t numel : sizes) {
+      const std::vector<float> in = normal({numel}, 0.0, 1.0, {}, &generator).to_vector<float>();
+      const DropoutSpec spec{{.distribution = Distribution::bernoulli, .a = keep, .seed = 99, .offset = 1234},
+                             keep > 0.0 ? 1.0 / keep : 0.0};
+      std::vector<float> out(in.size(), -1.0f), expected(in.size(), -2.0f);
+      cpu::dropout_apply(DType::f32, in.data(), out.data(), numel, spec);
+      for (std::int64_t block = 0; block < (numel + 3) / 4; ++block)
+        dropout_block<float, float>(in.data(), expected.data(), numel, spec, block);
+      INFO("keep " << keep << ", " << numel << " elements");
+      REQUIRE(std::memcmp(out.data(), expected.data(), in.size() * sizeof(float)) == 0);
+    }
 }
