@@ -149,27 +149,32 @@ void pool_cases(const Options& options, const Sizes& sizes, std::vector<Result>&
 }
 
 // Dropout as MobileNetV2's classifier runs it (p 0.2 on [64, 1280] f32), forward only (the backward is
-// the same kernel on the gradient): GB/s of input read + output written. On the CPU beside it the
-// reference loop, one Philox block of four elements at a time through dropout_block (Note [Philox in
-// vector lanes], kernels/cpu/dropout.cpp), shared among the threads as the kernel shares its groups.
+// the same kernel on the gradient): GB/s of input read + output written. On the CPU the kernel into
+// a preallocated output, and beside it the reference loop, one Philox block of four elements at a
+// time through dropout_block (Note [Philox in vector lanes], kernels/cpu/dropout.cpp), shared among
+// the threads as the kernel shares its groups; on a GPU the op, dropout().
 void dropout_cases(const Options& options, const Sizes& sizes, std::vector<Result>& results) {
   const Shape shape = options.quick ? Shape{4, 80} : Shape{64, 1280};
   const std::string name = "dropout_" + std::to_string(shape[0]) + "x" + std::to_string(shape[1]);
   constexpr double kP = 0.2;  // torchvision's MobileNetV2 classifier
-  Generator generator(3);
   const Tensor x = uniform(shape, -1.0, 1.0, {.device = options.device});
   const double bytes = 2.0 * static_cast<double>(x.nbytes());
-  const double s = seconds(options, sizes, [&] { dropout(x, kP, true, &generator); });
-  results.push_back({name, "frugal", bytes / s / 1e9, "GB/s", true});
-  if (!options.device.is_cpu()) return;
+  if (!options.device.is_cpu()) {
+    Generator generator(3);
+    const double s = seconds(options, sizes, [&] { dropout(x, kP, true, &generator); });
+    return results.push_back({name, "frugal", bytes / s / 1e9, "GB/s", true});
+  }
   const DropoutSpec spec{.keep = {.distribution = Distribution::bernoulli, .a = 1.0 - kP, .seed = 3, .offset = 0},
                          .scale = 1.0 / (1.0 - kP)};
   const float* in = static_cast<const float*>(x.data_ptr());
   const Tensor out = empty(shape);
   float* to = static_cast<float*>(out.data_ptr());
   const std::int64_t numel = x.numel();
+  const double kernel = seconds(options, sizes, [&] { cpu::dropout_apply(DType::f32, in, to, numel, spec); });
+  results.push_back({name, "frugal", bytes / kernel / 1e9, "GB/s", true});
   const double reference = seconds(options, sizes, [&] {
-    cpu::parallel_for((numel + 3) / 4, numel, [&](std::int64_t block) { dropout_block<float, float>(in, to, numel, spec, block); });
+    cpu::parallel_for((numel + 3) / 4, numel,
+                      [&](std::int64_t block) { dropout_block<float, float>(in, to, numel, spec, block); });
   });
   results.push_back({name, "one_block", bytes / reference / 1e9, "GB/s", true});
 }

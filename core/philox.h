@@ -57,10 +57,14 @@ FRUGAL_HOST_DEVICE inline PhiloxWords philox_block(std::uint64_t seed, std::uint
 
 // ---- distributions: one random word (or a pair) to one value, shared by CPU and GPU
 
-constexpr double kTwoPow24Inverse = 1.0 / 16777216.0;  // floats have 24 bits of precision
+constexpr int kUniformShift = 8;                   // a word's top 24 bits: floats have 24 bits of precision
+constexpr double kTwoPow24 = 16777216.0;           // the grid's steps in [0, 1)
+constexpr double kTwoPow24Inverse = 1.0 / kTwoPow24;
 
 // Uniform in [0, 1) on the 2^24 grid that a float represents exactly.
-FRUGAL_HOST_DEVICE inline double uniform_from_word(std::uint32_t word) { return (word >> 8) * kTwoPow24Inverse; }
+FRUGAL_HOST_DEVICE inline double uniform_from_word(std::uint32_t word) {
+  return (word >> kUniformShift) * kTwoPow24Inverse;
+}
 
 // Standard normal by Box-Muller from two words; `second` selects the sine branch. Computed in double
 // so that CPU and GPU results agree after rounding to the output type.

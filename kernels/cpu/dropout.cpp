@@ -1,7 +1,8 @@
 // CPU dropout (kernels/dropout_backends.h): one parallel_for iteration per sixteen Philox blocks of
 // four elements. In f32 on a CPU with AVX-512 the sixteen blocks run in vector lanes (Note [Philox
 // in vector lanes]); every other dtype, CPU and the last blocks go one block at a time through
-// dropout_block (kernels/dropout_ops.h), the readable reference the lanes are tested against bit for bit.
+// dropout_block (kernels/dropout_ops.h), the readable reference the lanes are tested against bit
+// for bit.
 // Not here: the draw's seed and offset (kernels/dropout.cpp), the CUDA kernel.
 #include <immintrin.h>
 
@@ -20,33 +21,31 @@ namespace frugal::cpu {
 // Note [Philox in vector lanes]
 // A Philox 4x32-10 block (core/philox.h) is ten rounds of two 32x32 -> 64-bit multiplies and a few
 // xors, a dependent chain that GCC leaves scalar. In the classifier's dropout of a MobileNetV2
-// training step ([64, 1280], forward and backward) that loop was 1.6% of the step on one thread (perf,
-// 2026-12-07). Here sixteen consecutive blocks go through the rounds side by side, block first + j in
-// lane j of four vectors (one per counter word): _mm512_mul_epu32 multiplies the even lanes' words
-// into 64-bit products and, with the odd lanes shifted down, the odd ones; each product's halves are
-// blended back into lanes. The keep test is bernoulli's, uniform_from_word(w) < a, done on integers:
-// (w >> 8) * 2^-24 < a exactly when (w >> 8) < ceil(a * 2^24) (w >> 8 is a whole number, and a * 2^24
-// is exact in double). Element 4 (first + j) + w is word w of lane j, so each 16-element slice of the
-// output takes its mask bits from four lanes of each word's mask (interleave_masks).
+// training step ([64, 1280], forward and backward) that loop was 1.6% of the step on one thread, and
+// these lanes 0.3% (perf, 2026-12-07; docs/benchmarks.md). Here sixteen consecutive blocks go
+// through the rounds side by side, block first + j in lane j of four vectors (one per counter word):
+// _mm512_mul_epu32 multiplies the even lanes' words into 64-bit products and, with the odd lanes
+// shifted down, the odd ones; each product's halves are blended back into lanes. The keep test is
+// bernoulli's, uniform_from_word(w) < a, done on integers: (w >> 8) * 2^-24 < a exactly when
+// (w >> 8) < ceil(a * 2^24) (w >> 8 is a whole number, and a * 2^24 is exact in double;
+// bernoulli_keep_threshold). Element 4 (first + j) + w is word w of lane j, so each 16-element slice
+// of the output takes its mask bits from four lanes of each word's mask (interleave_masks).
 namespace {
 
-// The high and low 32 bits of each lane's a * m. Shifts and multiplies are written with GCC's vector
-// types rather than intrinsics: GCC 12's _mm512_mul_epu32 and immediate shifts pass an undefined
-// vector that -Wuninitialized reports; a multiply of operands whose high halves are zero compiles to
-// the same vpmuludq.
-typedef std::uint64_t Quads __attribute__((vector_size(64)));  // eight 64-bit lanes
-typedef std::uint32_t Words __attribute__((vector_size(64)));  // sixteen 32-bit lanes
+// The high and low 32 bits of each lane's a * multiplier. The zero-masked forms of the multiply and
+// the shifts (every lane selected): GCC 12's plain _mm512_mul_epu32 and immediate shifts pass an
+// undefined vector that -Wuninitialized reports.
 struct Halves {
   __m512i high, low;
 };
-__attribute__((target("avx512f"))) inline Halves multiply_wide(__m512i a, __m512i m) {
-  constexpr std::uint64_t kLow = 0xFFFFFFFFu;
-  const Quads low_of_m = reinterpret_cast<Quads>(m) & kLow;
-  const Quads even = (reinterpret_cast<Quads>(a) & kLow) * low_of_m;  // lanes 0, 2, ...: 64-bit products
-  const Quads odd = (reinterpret_cast<Quads>(a) >> 32) * low_of_m;     // lanes 1, 3, ...
-  constexpr __mmask16 kOddLanes = 0xAAAA;
-  return {_mm512_mask_blend_epi32(kOddLanes, reinterpret_cast<__m512i>(even >> 32), reinterpret_cast<__m512i>(odd)),
-          _mm512_mask_blend_epi32(kOddLanes, reinterpret_cast<__m512i>(even), reinterpret_cast<__m512i>(odd << 32))};
+__attribute__((target("avx512f"))) inline Halves multiply_wide(__m512i a, std::uint32_t multiplier) {
+  constexpr __mmask8 kAllQuads = 0xFF;      // eight 64-bit lanes
+  constexpr __mmask16 kOddLanes = 0xAAAA;   // the high halves of the 64-bit lanes
+  const __m512i m = _mm512_set1_epi32(static_cast<int>(multiplier));
+  const __m512i even = _mm512_maskz_mul_epu32(kAllQuads, a, m);  // lanes 0, 2, ...: 64-bit products
+  const __m512i odd = _mm512_maskz_mul_epu32(kAllQuads, _mm512_maskz_srli_epi64(kAllQuads, a, 32), m);  // 1, 3, ...
+  return {_mm512_mask_blend_epi32(kOddLanes, _mm512_maskz_srli_epi64(kAllQuads, even, 32), odd),
+          _mm512_mask_blend_epi32(kOddLanes, even, _mm512_maskz_slli_epi64(kAllQuads, odd, 32))};
 }
 
 // philox_block(seed, offset, first + j).w[w] in lane j of words[w].
@@ -61,13 +60,12 @@ __attribute__((target("avx512f"))) inline void philox_lanes(std::uint64_t seed, 
   __m512i c2 = _mm512_set1_epi32(static_cast<int>(static_cast<std::uint32_t>(offset)));
   __m512i c3 = _mm512_set1_epi32(static_cast<int>(static_cast<std::uint32_t>(offset >> 32)));
   std::uint32_t k0 = static_cast<std::uint32_t>(seed), k1 = static_cast<std::uint32_t>(seed >> 32);
-  const __m512i m0 = _mm512_set1_epi32(static_cast<int>(kMultiplier0)), m1 = _mm512_set1_epi32(static_cast<int>(kMultiplier1));
   for (int r = 0; r < kRounds; ++r) {  // philox_detail::round, lane by lane
     if (r > 0) {
       k0 += kKeyBump0;
       k1 += kKeyBump1;
     }
-    const Halves p0 = multiply_wide(c0, m0), p1 = multiply_wide(c2, m1);
+    const Halves p0 = multiply_wide(c0, kMultiplier0), p1 = multiply_wide(c2, kMultiplier1);
     c0 = _mm512_xor_si512(_mm512_xor_si512(p1.high, c1), _mm512_set1_epi32(static_cast<int>(k0)));
     c1 = p1.low;
     c2 = _mm512_xor_si512(_mm512_xor_si512(p0.high, c3), _mm512_set1_epi32(static_cast<int>(k1)));
@@ -98,7 +96,9 @@ __attribute__((target("avx512f"))) void dropout_sixteen_blocks(const float* in, 
   philox_lanes(spec.keep.seed, spec.keep.offset, first, words);
   const __m512i limit = _mm512_set1_epi32(static_cast<int>(threshold));
   __mmask16 kept[4];
-  for (int w = 0; w < 4; ++w) kept[w] = _mm512_cmplt_epu32_mask(reinterpret_cast<__m512i>(reinterpret_cast<Words>(words[w]) >> 8), limit);
+  constexpr __mmask16 kAllLanes = 0xFFFF;
+  for (int w = 0; w < 4; ++w)
+    kept[w] = _mm512_cmplt_epu32_mask(_mm512_maskz_srli_epi32(kAllLanes, words[w], kUniformShift), limit);
   const __m512 scale = _mm512_set1_ps(static_cast<float>(spec.scale));
   const std::int64_t base = 4 * static_cast<std::int64_t>(first);
   for (int q = 0; q < 4; ++q) {
@@ -118,9 +118,9 @@ __attribute__((target("avx512f"))) void philox_sixteen_blocks_avx512(std::uint64
 }  // namespace
 
 std::uint32_t bernoulli_keep_threshold(double a) {
-  constexpr double kTwoPow24 = 16777216.0;  // uniform_from_word's grid: the word's top 24 bits
   const double t = std::ceil(a * kTwoPow24);
-  return t <= 0.0 ? 0u : t >= kTwoPow24 ? static_cast<std::uint32_t>(kTwoPow24) : static_cast<std::uint32_t>(t);
+  if (!(t > 0.0)) return 0u;  // NaN too: uniform_from_word(w) < NaN keeps nothing
+  return static_cast<std::uint32_t>(std::min(t, kTwoPow24));
 }
 
 bool philox_in_lanes() {
@@ -145,7 +145,8 @@ void dropout_apply(DType dtype, const void* in, void* out, std::int64_t numel, c
   visit_floating(dtype, "dropout", [&]<typename T, typename C>() {
     const T* src = static_cast<const T*>(in);
     T* dst = static_cast<T*>(out);
-    const bool lanes = std::is_same_v<T, float> && spec.keep.distribution == Distribution::bernoulli && philox_in_lanes();
+    const bool lanes =
+        std::is_same_v<T, float> && spec.keep.distribution == Distribution::bernoulli && philox_in_lanes();
     const std::uint32_t threshold = bernoulli_keep_threshold(spec.keep.a);
     parallel_for(groups, numel, [&](std::int64_t group) {
       const std::int64_t first = group * kPhiloxLanes, last = std::min(blocks, first + kPhiloxLanes);

@@ -1,6 +1,7 @@
 // Sixteen Philox blocks at once (kernels/cpu/dropout.cpp): the words core/philox.h's philox_block
 // gives blocks first .. first + 15, computed in AVX-512's sixteen 32-bit lanes where the CPU has it,
-// one block at a time otherwise. For the CPU's f32 dropout loop and its tests.
+// one block at a time otherwise; and bernoulli's keep test on those words as an integer compare. For
+// the CPU's f32 dropout loop and its tests.
 // Not here: the distributions (core/random_spec.h), or a lane version of random_fill.
 #pragma once
 

@@ -4,6 +4,7 @@
 // vector lanes against its one-block-at-a-time reference.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "kernels/cpu/philox_lanes.h"
@@ -121,8 +122,25 @@ TEST_CASE("dropout holds only its output as activation memory: it saves nothing 
 }
 
 // Note [Philox in vector lanes] (kernels/cpu/dropout.cpp): the lanes against core/philox.h's
-// philox_block, and f32 dropout against dropout_block, its reference, bit for bit.
+// philox_block, and f32 dropout against dropout_block, its reference, bit for bit. On a CPU without
+// AVX-512 the lanes are philox_block itself and the f32 loop dropout_block: the comparisons then
+// hold trivially, and the first case says so.
+namespace {
+constexpr std::uint32_t kLastGridStep = (1u << (32 - kUniformShift)) - 1;  // the largest word >> 8
+
+// One f32 dropout of `in` against dropout_block's, bit for bit.
+void check_against_one_block(const std::vector<float>& in, const DropoutSpec& spec) {
+  const auto numel = static_cast<std::int64_t>(in.size());
+  std::vector<float> out(in.size(), -1.0f), expected(in.size(), -2.0f);
+  cpu::dropout_apply(DType::f32, in.data(), out.data(), numel, spec);
+  for (std::int64_t block = 0; block < (numel + 3) / 4; ++block)
+    dropout_block<float, float>(in.data(), expected.data(), numel, spec, block);
+  REQUIRE(std::memcmp(out.data(), expected.data(), in.size() * sizeof(float)) == 0);
+}
+}  // namespace
+
 TEST_CASE("sixteen Philox blocks in lanes are philox_block's words, across the 2^32 and 2^64 wraps") {
+  if (!cpu::philox_in_lanes()) MESSAGE("no AVX-512 here: the lanes are philox_block itself, compared with itself");
   const std::uint64_t firsts[] = {0, 1, 12345, (std::uint64_t{1} << 32) - 7, ~std::uint64_t{0} - 9};
   for (const std::uint64_t seed : {std::uint64_t{0}, std::uint64_t{42}, std::uint64_t{0xDEADBEEFCAFEF00D}})
     for (const std::uint64_t offset : {std::uint64_t{0}, std::uint64_t{7} << 33})
@@ -137,12 +155,12 @@ TEST_CASE("sixteen Philox blocks in lanes are philox_block's words, across the 2
 }
 
 TEST_CASE("bernoulli's keep test on integers agrees with uniform_from_word's at the threshold") {
-  const double keeps[] = {-0.5, 0.0, 1e-9, 0.3, 0.5, 0.7, 0.9, 1.0 - 1.0 / 16777216.0, 1.0, 1.5};
+  const double keeps[] = {-0.5, 0.0, 1e-9, 0.3, 0.5, 0.7, 0.9, 1.0 - kTwoPow24Inverse, 1.0, 1.5, std::nan("")};
   for (const double a : keeps) {
     const std::uint32_t threshold = cpu::bernoulli_keep_threshold(a);
-    for (const std::uint32_t u : {threshold - 2, threshold - 1, threshold, threshold + 1, 0u, 16777215u}) {
-      if (u > 16777215u) continue;  // a word's top 24 bits
-      const std::uint32_t word = u << 8 | 0xABu;
+    for (const std::uint32_t u : {threshold - 2, threshold - 1, threshold, threshold + 1, 0u, kLastGridStep}) {
+      if (u > kLastGridStep) continue;  // not a word's top 24 bits (and the wraps below 0)
+      const std::uint32_t word = u << kUniformShift | 0xABu;
       INFO("a " << a << ", word >> 8 = " << u);
       CHECK((u < threshold) == (uniform_from_word(word) < a));
     }
@@ -150,21 +168,33 @@ TEST_CASE("bernoulli's keep test on integers agrees with uniform_from_word's at 
 }
 
 TEST_CASE("f32 dropout gives dropout_block's bits for every size, keep rate and draw") {
-  INFO("Philox in vector lanes: " << cpu::philox_in_lanes());
   // 0.5: a * 2^24 whole (the keep test's boundary); 1 - 2^-24: all but the last grid step kept.
-  const double keeps[] = {0.0, 0.5, 0.7, 0.9, 1.0 - 1.0 / 16777216.0, 1.0};
+  const double keeps[] = {0.0, 0.5, 0.7, 0.9, 1.0 - kTwoPow24Inverse, 1.0};
   const std::int64_t sizes[] = {1, 3, 4, 63, 64, 65, 127, 128, 200, 4096 + 7, 81920};
   Generator generator(5);
   for (const double keep : keeps)
     for (const std::int64_t numel : sizes) {
-      const std::vector<float> in = normal({numel}, 0.0, 1.0, {}, &generator).to_vector<float>();
-      const DropoutSpec spec{{.distribution = Distribution::bernoulli, .a = keep, .seed = 99, .offset = 1234},
-                             keep > 0.0 ? 1.0 / keep : 0.0};
-      std::vector<float> out(in.size(), -1.0f), expected(in.size(), -2.0f);
-      cpu::dropout_apply(DType::f32, in.data(), out.data(), numel, spec);
-      for (std::int64_t block = 0; block < (numel + 3) / 4; ++block)
-        dropout_block<float, float>(in.data(), expected.data(), numel, spec, block);
       INFO("keep " << keep << ", " << numel << " elements");
-      REQUIRE(std::memcmp(out.data(), expected.data(), in.size() * sizeof(float)) == 0);
+      check_against_one_block(normal({numel}, 0.0, 1.0, {}, &generator).to_vector<float>(),
+                              {{.distribution = Distribution::bernoulli, .a = keep, .seed = 99, .offset = 1234},
+                               keep > 0.0 ? 1.0 / keep : 0.0});
     }
+}
+
+TEST_CASE("f32 dropout drops an element whose uniform equals the keep rate, and keeps it one step above") {
+  // Element 4 * 5 + 2 = 22 reads word 2 of block 5: a keep rate equal to that word's uniform puts it
+  // exactly on the test's boundary (uniform < a fails), one grid step more keeps it.
+  constexpr std::uint64_t kSeed = 99, kOffset = 1234;
+  constexpr std::int64_t kElement = 22, kNumel = 64;  // 64: sixteen whole blocks, the lanes' path
+  const double on_boundary = uniform_from_word(philox_block(kSeed, kOffset, kElement / 4).w[kElement % 4]);
+  const std::vector<float> in(kNumel, 1.0f);
+  for (const double keep : {on_boundary, on_boundary + kTwoPow24Inverse}) {
+    INFO("keep " << keep);
+    const DropoutSpec spec{{.distribution = Distribution::bernoulli, .a = keep, .seed = kSeed, .offset = kOffset},
+                           1.0 / keep};
+    std::vector<float> out(kNumel);
+    cpu::dropout_apply(DType::f32, in.data(), out.data(), kNumel, spec);
+    CHECK((out[kElement] != 0.0f) == (keep > on_boundary));
+    check_against_one_block(in, spec);
+  }
 }
