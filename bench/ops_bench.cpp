@@ -11,7 +11,7 @@
 //   pointwise_weight_grad_144to24_32x32   the weight gradient of a 1x1 convolution, the CIFAR-stem
 //               MobileNetV2's 144 -> 24 projection at batch 64 on 32x32 maps, GFLOP/s
 //               CPU: native (dot products along the pixels) vs openblas_gathered (one GEMM over
-//               operands already laid out as matrices, their copies not timed); GPU: native
+//               operands already laid out as matrices, their copies not timed); GPU: native, cudnn
 //   dropout_64x1280   dropout (p 0.2) of MobileNetV2's classifier input, f32, GB/s read + written
 //               CPU: frugal (Philox in vector lanes where the CPU has AVX-512) vs one_block (the
 //               reference loop, a block of four elements at a time); GPU: frugal
@@ -153,32 +153,41 @@ void pool_cases(const Options& options, const Sizes& sizes, std::vector<Result>&
 }
 
 // The weight gradient of a 1x1 convolution where MobileNetV2's CIFAR stem spends most on it: the
-// 144 -> 24 projection on 32x32 maps, batch 64 (X 37.7 MiB), dW = sum over samples of dY[n] X[n]^T.
-// GFLOP/s of conv2d_backward_weight (on the CPU the dot products along the pixels, Note [The 1x1
-// weight gradient as dot products] in kernels/cpu/pointwise_weight_grad.cpp) and, on the CPU, of the
-// one GEMM a library would need, dY [24, N * P] x X [N * P, 144]^T, on operands gathered into those
-// matrices beforehand: the GEMM's time alone, without the copies that gather them.
+// 144 -> 24 projection on 32x32 maps, batch 64 (X 36 MiB), dW = sum over samples of dY[n] X[n]^T.
+// GFLOP/s of conv2d_backward_weight by each implementation of the device (on the CPU the dot
+// products along the pixels, Note [The 1x1 weight gradient as dot products] in
+// kernels/cpu/pointwise_weight_grad.cpp) and, on the CPU, of the one GEMM a library would need, dY
+// [24, N * P] times X^T [N * P, 144] (a transposed view of X gathered as [144, N * P]), on operands
+// gathered beforehand: the GEMM's time alone, without the copies that gather them. Quick: 8x8 maps,
+// the smallest that take the dot products (kDotPlane in kernels/conv.cpp).
 void pointwise_weight_grad_cases(const Options& options, const Sizes& sizes, std::vector<Result>& results) {
-  const std::int64_t batch = options.quick ? 2 : 64, side = options.quick ? 4 : 32;
+  const std::int64_t batch = options.quick ? 2 : 64, side = options.quick ? 8 : 32;
   const std::int64_t in_channels = options.quick ? 24 : 144, out_channels = options.quick ? 16 : 24;
-  const std::string name = "pointwise_weight_grad_" + std::to_string(in_channels) + "to" + std::to_string(out_channels) +
-                           "_" + std::to_string(side) + "x" + std::to_string(side);
+  const std::string name = "pointwise_weight_grad_" + std::to_string(in_channels) + "to" +
+                           std::to_string(out_channels) + "_" + std::to_string(side) + "x" + std::to_string(side);
   const TensorOptions on{.device = options.device};
   const Tensor x = uniform({batch, in_channels, side, side}, -1.0, 1.0, on);
   const Tensor grad_y = uniform({batch, out_channels, side, side}, -1.0, 1.0, on);
   const Shape weight_shape{out_channels, in_channels, 1, 1};
   const double flops = 2.0 * static_cast<double>(batch * side * side * in_channels * out_channels);
-  const double native = seconds(options, sizes, [&] { conv2d_backward_weight(grad_y, x, weight_shape); });
-  results.push_back({name, "native", flops / native / 1e9, "GFLOP/s", true});
-  if (!options.device.is_cpu()) return;
+  const DeviceType type = options.device.type();
+  const ConvImpl previous_conv = conv_impl(type);
+  for (ConvImpl impl : type == DeviceType::CPU ? std::vector<ConvImpl>{ConvImpl::native}
+                                               : std::vector<ConvImpl>{ConvImpl::native, ConvImpl::cudnn}) {
+    set_conv_impl(type, impl);
+    const double s = seconds(options, sizes, [&] { conv2d_backward_weight(grad_y, x, weight_shape); });
+    results.push_back({name, std::string(conv_impl_name(impl)), flops / s / 1e9, "GFLOP/s", true});
+  }
+  set_conv_impl(type, previous_conv);
+  if (type != DeviceType::CPU) return;
   const auto as_matrix = [&](const Tensor& t, std::int64_t channels) {  // [N, C, P] -> [C, N * P]
     return t.view({batch, channels, side * side}).permute({1, 0, 2}).contiguous().view({channels, batch * side * side});
   };
   const Tensor dy_matrix = as_matrix(grad_y, out_channels), x_matrix = as_matrix(x, in_channels);
-  const GemmImpl previous = gemm_impl(DeviceType::CPU);
+  const GemmImpl previous_gemm = gemm_impl(DeviceType::CPU);
   set_gemm_impl(DeviceType::CPU, GemmImpl::library);
   const double gemm = seconds(options, sizes, [&] { matmul(dy_matrix, x_matrix.t()); });
-  set_gemm_impl(DeviceType::CPU, previous);
+  set_gemm_impl(DeviceType::CPU, previous_gemm);
   results.push_back({name, "openblas_gathered", flops / gemm / 1e9, "GFLOP/s", true});
 }
 

@@ -57,8 +57,8 @@ FRUGAL_HOST_DEVICE inline PhiloxWords philox_block(std::uint64_t seed, std::uint
 
 // ---- distributions: one random word (or a pair) to one value, shared by CPU and GPU
 
-constexpr int kUniformShift = 8;                   // a word's top 24 bits: floats have 24 bits of precision
-constexpr double kTwoPow24 = 16777216.0;           // the grid's steps in [0, 1)
+constexpr int kUniformShift = 8;  // a word's top 24 bits: floats have 24 bits of precision
+constexpr double kTwoPow24 = static_cast<double>(1u << (32 - kUniformShift));  // the grid's steps in [0, 1)
 constexpr double kTwoPow24Inverse = 1.0 / kTwoPow24;
 
 // Uniform in [0, 1) on the 2^24 grid that a float represents exactly.
@@ -69,8 +69,8 @@ FRUGAL_HOST_DEVICE inline double uniform_from_word(std::uint32_t word) {
 // Standard normal by Box-Muller from two words; `second` selects the sine branch. Computed in double
 // so that CPU and GPU results agree after rounding to the output type.
 FRUGAL_HOST_DEVICE inline double normal_from_words(std::uint32_t w0, std::uint32_t w1, bool second) {
-  const double u1 = ((w0 >> 8) + 1) * kTwoPow24Inverse;  // (0, 1]: log(0) must not happen
-  const double u2 = (w1 >> 8) * kTwoPow24Inverse;
+  const double u1 = ((w0 >> kUniformShift) + 1) * kTwoPow24Inverse;  // (0, 1]: log(0) must not happen
+  const double u2 = (w1 >> kUniformShift) * kTwoPow24Inverse;
   constexpr double kTwoPi = 6.283185307179586476925286766559;
   const double radius = ::sqrt(-2.0 * ::log(u1));
   return radius * (second ? ::sin(kTwoPi * u2) : ::cos(kTwoPi * u2));

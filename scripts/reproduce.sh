@@ -190,8 +190,9 @@ done
 # Benchmarks (docs/allocator.md, docs/benchmarks.md): `frugal bench NAME --json`.
 stdout_json bench-alloc "$frugal" bench alloc
 stdout_json bench-tensor "$frugal" bench tensor
-stdout_json bench-ops "$frugal" bench ops
-stdout_json bench-ops-threads1 "$frugal" bench ops --device cpu --threads 1  # the 1-thread dropout and 1x1 weight-gradient figures
+stdout_json bench-ops "$frugal" bench ops --device cpu --threads 2
+# On one thread too: the 1-thread dropout and 1x1 weight-gradient figures.
+stdout_json bench-ops-threads1 "$frugal" bench ops --device cpu --threads 1
 # `frugal bench train --json`: MobileNetV2's training beside PyTorch (docs/benchmarks.md, README.md),
 # on 2 threads and on 1. The peers: scripts/peers.sh's today's PyTorch (installed once beforehand;
 # this script downloads nothing) and Debian's python3-torch, those present; the JSON's notes say which.

@@ -137,6 +137,8 @@ assert impls["gemm"] == {"blocked", "openblas"}, impls
 for family in ("relu", "sum", "conv3x3", "depthwise3x3", "cross", "max", "batch"):
     assert family in impls, (family, impls)
 assert impls["conv3x3"] == {"native"} and impls["depthwise3x3"] == {"native"}, impls
+assert impls["pointwise"] == {"native", "openblas_gathered"}, impls
+assert impls["dropout"] == {"frugal", "one_block"}, impls
 PY
     # The CUDA convolution choice for a run: a bad value is a one-line error, not a silent default.
     expect_exit 2 env FRUGAL_CONV_IMPL=winograd "$frugal" bench ops --quick --device cpu

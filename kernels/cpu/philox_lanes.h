@@ -15,8 +15,9 @@ inline constexpr std::int64_t kPhiloxLanes = 16;  // 32-bit lanes of an AVX-512 
 void philox_sixteen_blocks(std::uint64_t seed, std::uint64_t offset, std::uint64_t first,
                            std::uint32_t (&words)[4][kPhiloxLanes]);
 
-// bernoulli's keep test on integers: uniform_from_word(w) < a (core/random_spec.h) exactly when
-// (w >> 8) < bernoulli_keep_threshold(a), that is ceil(a * 2^24) within [0, 2^24].
+// bernoulli's keep test on integers: uniform_from_word(w) < a (core/philox.h; bernoulli's in
+// core/random_spec.h) exactly when (w >> 8) < bernoulli_keep_threshold(a), that is ceil(a * 2^24)
+// within [0, 2^24].
 std::uint32_t bernoulli_keep_threshold(double a);
 
 // Whether philox_sixteen_blocks and dropout's f32 loop run in vector lanes on this CPU (AVX-512F).
