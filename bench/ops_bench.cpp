@@ -216,7 +216,7 @@ void dropout_cases(const Options& options, const Sizes& sizes, std::vector<Resul
   const double kernel = seconds(options, sizes, [&] { cpu::dropout_apply(DType::f32, in, to, numel, spec); });
   results.push_back({name, "frugal", bytes / kernel / 1e9, "GB/s", true});
   const double reference = seconds(options, sizes, [&] {
-    cpu::parallel_for((numel + 3) / 4, numel,
+    cpu::parallel_for(philox_blocks_for(numel), numel,
                       [&](std::int64_t block) { dropout_block<float, float>(in, to, numel, spec, block); });
   });
   results.push_back({name, "one_block", bytes / reference / 1e9, "GB/s", true});

@@ -12,9 +12,16 @@
 
 namespace frugal {
 
+inline constexpr int kPhiloxWordsPerBlock = 4;  // Philox4x32: one call, four 32-bit words
+
 struct PhiloxWords {
-  std::uint32_t w[4];
+  std::uint32_t w[kPhiloxWordsPerBlock];
 };
+
+// Philox calls that cover numel elements at one word each (the last block may be partial).
+FRUGAL_HOST_DEVICE constexpr std::int64_t philox_blocks_for(std::int64_t numel) {
+  return (numel + kPhiloxWordsPerBlock - 1) / kPhiloxWordsPerBlock;
+}
 
 namespace philox_detail {
 constexpr std::uint32_t kMultiplier0 = 0xD2511F53u;  // round multipliers and Weyl key increments

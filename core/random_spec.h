@@ -77,8 +77,8 @@ FRUGAL_HOST_DEVICE inline T store_random(double value, const RandomSpec& spec) {
 template <typename T>
 FRUGAL_HOST_DEVICE inline void random_fill_block(T* out, std::int64_t numel, const RandomSpec& spec, std::int64_t block) {
   const PhiloxWords words = philox_block(spec.seed, spec.offset, static_cast<std::uint64_t>(block));
-  for (int lane = 0; lane < 4 && block * 4 + lane < numel; ++lane)
-    out[block * 4 + lane] = store_random<T>(random_value(spec, words, lane), spec);
+  for (int lane = 0; lane < kPhiloxWordsPerBlock && block * kPhiloxWordsPerBlock + lane < numel; ++lane)
+    out[block * kPhiloxWordsPerBlock + lane] = store_random<T>(random_value(spec, words, lane), spec);
 }
 
 }  // namespace frugal

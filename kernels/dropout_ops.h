@@ -23,8 +23,8 @@ template <typename T, typename C>
 FRUGAL_HOST_DEVICE inline void dropout_block(const T* in, T* out, std::int64_t numel, const DropoutSpec& spec,
                                              std::int64_t block) {
   const PhiloxWords words = philox_block(spec.keep.seed, spec.keep.offset, static_cast<std::uint64_t>(block));
-  for (int lane = 0; lane < 4 && block * 4 + lane < numel; ++lane) {
-    const std::int64_t i = block * 4 + lane;
+  for (int lane = 0; lane < kPhiloxWordsPerBlock && block * kPhiloxWordsPerBlock + lane < numel; ++lane) {
+    const std::int64_t i = block * kPhiloxWordsPerBlock + lane;
     const bool kept = random_value(spec.keep, words, lane) != 0.0;
     out[i] = convert<T>(kept ? convert<C>(in[i]) * static_cast<C>(spec.scale) : C(0));
   }

@@ -145,7 +145,7 @@ void fill_strided(void* dst, DType dtype, const StridedLayout& layout, double va
 void random_fill(void* dst, DType dtype, std::int64_t numel, const RandomSpec& spec) {
   visit_dtype(dtype, [&]<typename T>() {
     T* out = static_cast<T*>(dst);
-    const std::int64_t blocks = (numel + 3) / 4;  // each Philox call yields four 32-bit words
+    const std::int64_t blocks = philox_blocks_for(numel);
     parallel_for(blocks, numel, [&](std::int64_t block) { random_fill_block(out, numel, spec, block); });
   });
 }

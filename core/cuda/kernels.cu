@@ -55,7 +55,7 @@ void fill_strided(void* dst, DType dtype, const StridedLayout& layout, double va
 }
 
 void random_fill(void* dst, DType dtype, std::int64_t numel, const RandomSpec& spec) {
-  const std::int64_t blocks = (numel + 3) / 4;  // one thread per Philox call of four words
+  const std::int64_t blocks = philox_blocks_for(numel);  // one thread per Philox call
   visit_dtype(dtype, [&]<typename T>() {
     FRUGAL_LAUNCH(grid_for(blocks), kGridBlockThreads, 0, nullptr, random_fill_kernel<T>)(static_cast<T*>(dst), numel,
                                                                                           spec, blocks);

@@ -100,7 +100,7 @@ __attribute__((target("avx512f"))) void dropout_sixteen_blocks(const float* in, 
   for (int w = 0; w < 4; ++w)
     kept[w] = _mm512_cmplt_epu32_mask(_mm512_maskz_srli_epi32(kAllLanes, words[w], kUniformShift), limit);
   const __m512 scale = _mm512_set1_ps(static_cast<float>(spec.scale));
-  const std::int64_t base = 4 * static_cast<std::int64_t>(first);
+  const std::int64_t base = kPhiloxWordsPerBlock * static_cast<std::int64_t>(first);
   for (int q = 0; q < 4; ++q) {
     const std::int64_t at = base + kPhiloxLanes * q;
     _mm512_storeu_ps(out + at, _mm512_maskz_mul_ps(interleave_masks(kept, q), _mm512_loadu_ps(in + at), scale));
@@ -141,17 +141,16 @@ void philox_sixteen_blocks(std::uint64_t seed, std::uint64_t offset, std::uint64
 }
 
 void dropout_apply(DType dtype, const void* in, void* out, std::int64_t numel, const DropoutSpec& spec) {
-  const std::int64_t blocks = (numel + 3) / 4, groups = (blocks + kPhiloxLanes - 1) / kPhiloxLanes;
+  const std::int64_t blocks = philox_blocks_for(numel), groups = (blocks + kPhiloxLanes - 1) / kPhiloxLanes;
   visit_floating(dtype, "dropout", [&]<typename T, typename C>() {
     const T* src = static_cast<const T*>(in);
     T* dst = static_cast<T*>(out);
-    const bool lanes =
-        std::is_same_v<T, float> && spec.keep.distribution == Distribution::bernoulli && philox_in_lanes();
+    const bool lanes = spec.keep.distribution == Distribution::bernoulli && philox_in_lanes();  // for f32
     const std::uint32_t threshold = bernoulli_keep_threshold(spec.keep.a);
     parallel_for(groups, numel, [&](std::int64_t group) {
       const std::int64_t first = group * kPhiloxLanes, last = std::min(blocks, first + kPhiloxLanes);
       if constexpr (std::is_same_v<T, float>) {
-        if (lanes && 4 * (first + kPhiloxLanes) <= numel)  // sixteen whole blocks
+        if (lanes && kPhiloxWordsPerBlock * (first + kPhiloxLanes) <= numel)  // sixteen whole blocks
           return dropout_sixteen_blocks(src, dst, spec, threshold, static_cast<std::uint64_t>(first));
       }
       for (std::int64_t block = first; block < last; ++block) dropout_block<T, C>(src, dst, numel, spec, block);

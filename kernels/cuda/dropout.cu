@@ -17,7 +17,7 @@ __global__ void dropout_kernel(const T* in, T* out, std::int64_t numel, DropoutS
 }  // namespace
 
 void dropout_apply(DType dtype, const void* in, void* out, std::int64_t numel, const DropoutSpec& spec) {
-  const std::int64_t blocks = (numel + 3) / 4;
+  const std::int64_t blocks = philox_blocks_for(numel);
   visit_floating(dtype, "dropout", [&]<typename T, typename C>() {
     FRUGAL_LAUNCH(grid_for(blocks), kGridBlockThreads, 0, nullptr, dropout_kernel<T, C>)(
         static_cast<const T*>(in), static_cast<T*>(out), numel, spec, blocks);

@@ -133,7 +133,7 @@ void check_against_one_block(const std::vector<float>& in, const DropoutSpec& sp
   const auto numel = static_cast<std::int64_t>(in.size());
   std::vector<float> out(in.size(), -1.0f), expected(in.size(), -2.0f);
   cpu::dropout_apply(DType::f32, in.data(), out.data(), numel, spec);
-  for (std::int64_t block = 0; block < (numel + 3) / 4; ++block)
+  for (std::int64_t block = 0; block < philox_blocks_for(numel); ++block)
     dropout_block<float, float>(in.data(), expected.data(), numel, spec, block);
   REQUIRE(std::memcmp(out.data(), expected.data(), in.size() * sizeof(float)) == 0);
 }
