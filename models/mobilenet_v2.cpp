@@ -240,6 +240,7 @@ Tensor MobileNetV2::forward(const Tensor& x) {
                      options_.in_channels, ", H, W], got ", shape_str(x.shape()));
   // The stem, the blocks (the chosen ones checkpointed), the head, and the average of each map.
   const InferenceSlices slices = inference_slices(x);
+  last_sliced_units_ = {};
   const Tensor features = slices.claimed > 0 ? pooled_features_on_slices(x, slices) : pooled((*features_)(x));
   return (*classifier_)(features);
 }
@@ -347,10 +348,13 @@ MobileNetV2::SlicedRun MobileNetV2::units_on_slices(const Tensor& x, std::size_t
 
 Tensor MobileNetV2::pooled_features_on_slices(const Tensor& x, const InferenceSlices& slices) {
   SlicedRun run = units_on_slices(x, 0, slices.claimed, false);
+  last_sliced_units_.claimed_end = last_sliced_units_.per_thread_end = run.next_unit;
   const auto done = [&] { return run.next_unit == features_->size(); };
   if (!done() && slices.per_thread > 0 &&
-      unit_runs_on_slice(run.next_unit, run.y.narrow(0, 0, slices.per_thread), slices.per_thread, true))
+      unit_runs_on_slice(run.next_unit, run.y.narrow(0, 0, slices.per_thread), slices.per_thread, true)) {
     run = units_on_slices(run.y, run.next_unit, slices.per_thread, true);
+    last_sliced_units_.per_thread_end = run.next_unit;
+  }
   if (done()) return run.y;
   Tensor y = run.y;  // the units that run on the whole batch
   for (std::size_t unit = run.next_unit; unit < features_->size(); ++unit) y = (*(*features_)[unit])(y);

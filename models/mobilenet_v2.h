@@ -21,6 +21,7 @@
 // Not here: training (the CLI and samples), the registry by name (models/registry.h).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -128,6 +129,15 @@ class MobileNetV2 : public nn::Module {
     std::int64_t per_thread = 0;  // then one slice per thread, for the units after the claimed round
   };
   InferenceSlices inference_slices(const Tensor& x) const;
+  // Where the last forward's rounds stopped, as indices into features_ (the stem 0, the blocks 1-17,
+  // the last convolution 18): units [0, claimed_end) ran on the claimed slices, [claimed_end,
+  // per_thread_end) on one slice per thread, the rest on the whole batch layer by layer. Both 0 when
+  // the last forward ran whole. So tests can see which units a round took and which it refused.
+  struct SlicedUnits {
+    std::size_t claimed_end = 0;
+    std::size_t per_thread_end = 0;
+  };
+  SlicedUnits last_sliced_units() const { return last_sliced_units_; }
 
  private:
   struct SlicedRun;
@@ -140,6 +150,7 @@ class MobileNetV2 : public nn::Module {
   std::int64_t last_channel_;
   std::shared_ptr<nn::CheckpointedSequential> features_;  // the chosen blocks checkpointed
   std::shared_ptr<nn::Sequential> classifier_;
+  SlicedUnits last_sliced_units_;  // written by forward on the calling thread
 };
 
 }  // namespace frugal::models

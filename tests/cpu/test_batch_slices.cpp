@@ -7,8 +7,9 @@
 // the model that uses it: MobileNetV2's eval forward on slices gives the bits of the whole batch on
 // one thread, with a short last slice, slices that stop before the 2x2 maps' 64-sample GEMMs and
 // one slice per thread from there, slices through every unit, and a round left out when its slices
-// would leave threads idle (tests/cpu/test_thread_determinism.cpp holds the training step to the
-// same).
+// would leave threads idle, with the units each round ran (last_sliced_units), and the per-thread
+// round refusing units whose GEMMs' bits would depend on the samples (the blocked GEMM)
+// (tests/cpu/test_thread_determinism.cpp holds the training step to the same).
 #include <doctest/doctest.h>
 #include <omp.h>
 
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "core/random.h"
+#include "kernels/gemm.h"
 #include "models/mobilenet_v2.h"
 #include "nn/batch_slices.h"
 #include "nn/module.h"
@@ -172,6 +174,7 @@ TEST_CASE("MobileNetV2's eval forward on slices: the bits of the whole batch on 
     std::int64_t in_channels, batch;
     int threads;
     models::MobileNetV2::InferenceSlices slices;  // what inference_slices chooses; 0: the round does not run
+    std::size_t claimed_end = 0, per_thread_end = 0;  // where the rounds stopped (last_sliced_units)
   };
   // Two slices per thread, then one. Standard stem: slices of 3 and 2 stop at the 8x8 maps' 4-sample
   // GEMMs (the third unit), slices of 4 at the 4x4 maps' 16-sample ones (the fifth), slices of 16 at
@@ -181,10 +184,14 @@ TEST_CASE("MobileNetV2's eval forward on slices: the bits of the whole batch on 
   // GEMMs, of 2 at the 8x8 maps'. 15 on 2 threads: a short last slice (4, 4, 4, 3; then 8, 7); 5 on
   // 4 threads: one slice per thread would leave a thread idle (slices of 2: 3 of them), so the second
   // round does not run; 3 on 4 threads: fewer slices than threads, so the batch runs whole.
-  const Case cases[] = {{false, 1, 12, 2, {3, 6}},  {false, 1, 12, 3, {2, 4}},  {false, 1, 12, 4, {2, 3}},
-                        {false, 1, 15, 2, {4, 8}},  {false, 3, 15, 2, {4, 8}},  {false, 1, 64, 2, {16, 32}},
-                        {false, 1, 5, 4, {1, 0}},   {false, 1, 3, 4, {0, 0}},   {true, 1, 15, 2, {4, 8}},
-                        {true, 1, 32, 2, {8, 16}},  {true, 1, 64, 2, {16, 32}}, {true, 3, 12, 3, {2, 4}}};
+  // Units (features_'s indices; 19 of them): the standard stem's 8x8 maps start at unit 2, its 4x4
+  // at 4, its 2x2 at 7; the CIFAR stem's 8x8 at 7, its 4x4 at 14.
+  const Case cases[] = {{false, 1, 12, 2, {3, 6}, 2, 19},   {false, 1, 12, 3, {2, 4}, 2, 19},
+                        {false, 1, 12, 4, {2, 3}, 2, 19},   {false, 1, 15, 2, {4, 8}, 4, 19},
+                        {false, 3, 15, 2, {4, 8}, 4, 19},   {false, 1, 64, 2, {16, 32}, 7, 19},
+                        {false, 1, 5, 4, {1, 0}, 2, 2},     {false, 1, 3, 4, {0, 0}, 0, 0},
+                        {true, 1, 15, 2, {4, 8}, 14, 19},   {true, 1, 32, 2, {8, 16}, 14, 19},
+                        {true, 1, 64, 2, {16, 32}, 19, 19}, {true, 3, 12, 3, {2, 4}, 7, 19}};
   for (const Case& c : cases) {
     CAPTURE(c.cifar);
     CAPTURE(c.in_channels);
@@ -206,8 +213,42 @@ TEST_CASE("MobileNetV2's eval forward on slices: the bits of the whole batch on 
       CHECK(slices.claimed == c.slices.claimed);
       CHECK(slices.per_thread == c.slices.per_thread);
       CHECK(model(x).to_vector<float>() == whole);
+      CHECK(model.last_sliced_units().claimed_end == c.claimed_end);
+      CHECK(model.last_sliced_units().per_thread_end == c.per_thread_end);
     });
     model.train();  // BatchNorm on batch statistics: never on slices
     with_threads(2, [&] { CHECK(model.inference_slices(x).claimed == 0); });
+  }
+}
+
+TEST_CASE("MobileNetV2's eval forward on slices: the per-thread round refuses units whose GEMMs' bits depend on the samples") {
+  // With the hand-written blocked GEMM a 1x1 convolution's bits depend on the columns a GEMM covers
+  // (pointwise_bits_independent_of_samples is false), so one slice per thread may only run units
+  // whose GEMMs it holds whole. Standard stem, 12 samples on 2 threads: the claimed slices of 3 stop
+  // at unit 2 (the 8x8 maps' 4-sample GEMMs), and the per-thread slices of 6 cannot hold those
+  // either, so from unit 2 on the batch runs whole. With the library GEMM the same round runs to the
+  // end. Either way the bits of the whole batch on one thread.
+  const test::BlasThreadsScope one_blas_thread(1);
+  Generator generator(5);
+  models::MobileNetV2 model({.num_classes = 10, .width_mult = 0.5, .in_channels = 1, .generator = &generator});
+  model.eval();
+  const Tensor x = uniform({12, 1, 32, 32}, -1.0, 1.0, {}, &generator);
+  const autograd::NoGradGuard no_grad;
+  struct GemmScope {  // the CPU's GEMM for this scope, the previous one back after
+    GemmImpl previous = gemm_impl(DeviceType::CPU);
+    explicit GemmScope(GemmImpl impl) { set_gemm_impl(DeviceType::CPU, impl); }
+    ~GemmScope() { set_gemm_impl(DeviceType::CPU, previous); }
+  };
+  for (const auto& [impl, per_thread_end] : {std::pair{GemmImpl::blocked, std::size_t{2}}, std::pair{GemmImpl::library, std::size_t{19}}}) {
+    CAPTURE(static_cast<int>(impl));
+    const GemmScope gemm(impl);
+    std::vector<float> whole;
+    with_threads(1, [&] { whole = model(x).to_vector<float>(); });
+    with_threads(2, [&] {
+      CHECK(model.inference_slices(x).per_thread == 6);  // offered either way
+      CHECK(model(x).to_vector<float>() == whole);
+      CHECK(model.last_sliced_units().claimed_end == 2);
+      CHECK(model.last_sliced_units().per_thread_end == per_thread_end);
+    });
   }
 }
