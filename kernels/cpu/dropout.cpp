@@ -32,6 +32,10 @@ namespace frugal::cpu {
 // of the output takes its mask bits from four lanes of each word's mask (interleave_masks).
 namespace {
 
+// The rounds below name Philox's four counter words, and the masks interleave four words of sixteen
+// lanes into four 16-element slices of nibbles.
+static_assert(kPhiloxWordsPerBlock == 4 && kPhiloxLanes == 16, "the lanes are written for Philox4x32 in AVX-512");
+
 // The high and low 32 bits of each lane's a * multiplier. The zero-masked forms of the multiply and
 // the shifts (every lane selected): GCC 12's plain _mm512_mul_epu32 and immediate shifts pass an
 // undefined vector that -Wuninitialized reports.
@@ -50,7 +54,8 @@ __attribute__((target("avx512f"))) inline Halves multiply_wide(__m512i a, std::u
 
 // philox_block(seed, offset, first + j).w[w] in lane j of words[w].
 __attribute__((target("avx512f"))) inline void philox_lanes(std::uint64_t seed, std::uint64_t offset,
-                                                            std::uint64_t first, __m512i (&words)[4]) {
+                                                            std::uint64_t first,
+                                                            __m512i (&words)[kPhiloxWordsPerBlock]) {
   using namespace philox_detail;
   const __m512i low = _mm512_set1_epi32(static_cast<int>(static_cast<std::uint32_t>(first)));
   const __m512i high = _mm512_set1_epi32(static_cast<int>(static_cast<std::uint32_t>(first >> 32)));
@@ -82,9 +87,10 @@ inline std::uint32_t spread_nibble(std::uint32_t n) { return (n & 1u) | (n & 2u)
 
 // The mask of output slice q (elements 16 q .. 16 q + 15 of the sixteen blocks, blocks 4 q .. 4 q + 3):
 // bit 4 i + w is lane 4 q + i of word w's mask.
-inline __mmask16 interleave_masks(const __mmask16 (&kept)[4], int q) {
+inline __mmask16 interleave_masks(const __mmask16 (&kept)[kPhiloxWordsPerBlock], int q) {
   std::uint32_t mask = 0;
-  for (int w = 0; w < 4; ++w) mask |= spread_nibble((static_cast<std::uint32_t>(kept[w]) >> (4 * q)) & 0xFu) << w;
+  for (int w = 0; w < kPhiloxWordsPerBlock; ++w)
+    mask |= spread_nibble((static_cast<std::uint32_t>(kept[w]) >> (4 * q)) & 0xFu) << w;
   return static_cast<__mmask16>(mask);
 }
 
@@ -92,27 +98,28 @@ inline __mmask16 interleave_masks(const __mmask16 (&kept)[4], int q) {
 // and kept ? in * scale : 0 (dropout_block's arithmetic in float, so its bits).
 __attribute__((target("avx512f"))) void dropout_sixteen_blocks(const float* in, float* out, const DropoutSpec& spec,
                                                               std::uint32_t threshold, std::uint64_t first) {
-  __m512i words[4];
+  __m512i words[kPhiloxWordsPerBlock];
   philox_lanes(spec.keep.seed, spec.keep.offset, first, words);
   const __m512i limit = _mm512_set1_epi32(static_cast<int>(threshold));
-  __mmask16 kept[4];
+  __mmask16 kept[kPhiloxWordsPerBlock];
   constexpr __mmask16 kAllLanes = 0xFFFF;
-  for (int w = 0; w < 4; ++w)
+  for (int w = 0; w < kPhiloxWordsPerBlock; ++w)
     kept[w] = _mm512_cmplt_epu32_mask(_mm512_maskz_srli_epi32(kAllLanes, words[w], kUniformShift), limit);
   const __m512 scale = _mm512_set1_ps(static_cast<float>(spec.scale));
   const std::int64_t base = kPhiloxWordsPerBlock * static_cast<std::int64_t>(first);
-  for (int q = 0; q < 4; ++q) {
+  for (int q = 0; q < kPhiloxWordsPerBlock; ++q) {  // 64 elements: four slices of sixteen
     const std::int64_t at = base + kPhiloxLanes * q;
     _mm512_storeu_ps(out + at, _mm512_maskz_mul_ps(interleave_masks(kept, q), _mm512_loadu_ps(in + at), scale));
   }
 }
 
+using WordsInLanes = std::uint32_t[kPhiloxWordsPerBlock][kPhiloxLanes];
+
 __attribute__((target("avx512f"))) void philox_sixteen_blocks_avx512(std::uint64_t seed, std::uint64_t offset,
-                                                                    std::uint64_t first,
-                                                                    std::uint32_t (&words)[4][kPhiloxLanes]) {
-  __m512i lanes[4];
+                                                                    std::uint64_t first, WordsInLanes& words) {
+  __m512i lanes[kPhiloxWordsPerBlock];
   philox_lanes(seed, offset, first, lanes);
-  for (int w = 0; w < 4; ++w) _mm512_storeu_si512(words[w], lanes[w]);
+  for (int w = 0; w < kPhiloxWordsPerBlock; ++w) _mm512_storeu_si512(words[w], lanes[w]);
 }
 
 }  // namespace
@@ -132,11 +139,11 @@ bool philox_in_lanes() {
 }
 
 void philox_sixteen_blocks(std::uint64_t seed, std::uint64_t offset, std::uint64_t first,
-                           std::uint32_t (&words)[4][kPhiloxLanes]) {
+                           std::uint32_t (&words)[kPhiloxWordsPerBlock][kPhiloxLanes]) {
   if (philox_in_lanes()) return philox_sixteen_blocks_avx512(seed, offset, first, words);
   for (std::int64_t j = 0; j < kPhiloxLanes; ++j) {
     const PhiloxWords block = philox_block(seed, offset, first + static_cast<std::uint64_t>(j));
-    for (int w = 0; w < 4; ++w) words[w][j] = block.w[w];
+    for (int w = 0; w < kPhiloxWordsPerBlock; ++w) words[w][j] = block.w[w];
   }
 }
 

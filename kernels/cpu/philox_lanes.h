@@ -7,13 +7,15 @@
 
 #include <cstdint>
 
+#include "core/philox.h"
+
 namespace frugal::cpu {
 
 inline constexpr std::int64_t kPhiloxLanes = 16;  // 32-bit lanes of an AVX-512 register
 
 // words[w][j] = philox_block(seed, offset, first + j).w[w], bit for bit.
 void philox_sixteen_blocks(std::uint64_t seed, std::uint64_t offset, std::uint64_t first,
-                           std::uint32_t (&words)[4][kPhiloxLanes]);
+                           std::uint32_t (&words)[kPhiloxWordsPerBlock][kPhiloxLanes]);
 
 // bernoulli's keep test on integers: uniform_from_word(w) < a (core/philox.h; bernoulli's in
 // core/random_spec.h) exactly when (w >> 8) < bernoulli_keep_threshold(a), that is ceil(a * 2^24)

@@ -23,7 +23,6 @@
 #include <vector>
 
 #include "core/random.h"
-#include "kernels/gemm.h"
 #include "models/mobilenet_v2.h"
 #include "nn/batch_slices.h"
 #include "nn/module.h"
@@ -234,16 +233,16 @@ TEST_CASE("MobileNetV2's eval forward on slices: the per-thread round refuses un
   model.eval();
   const Tensor x = uniform({12, 1, 32, 32}, -1.0, 1.0, {}, &generator);
   const autograd::NoGradGuard no_grad;
-  struct GemmScope {  // the CPU's GEMM for this scope, the previous one back after
-    GemmImpl previous = gemm_impl(DeviceType::CPU);
-    explicit GemmScope(GemmImpl impl) { set_gemm_impl(DeviceType::CPU, impl); }
-    ~GemmScope() { set_gemm_impl(DeviceType::CPU, previous); }
-  };
-  for (const auto& [impl, per_thread_end] : {std::pair{GemmImpl::blocked, std::size_t{2}}, std::pair{GemmImpl::library, std::size_t{19}}}) {
-    CAPTURE(static_cast<int>(impl));
-    const GemmScope gemm(impl);
+  const std::pair<GemmImpl, std::size_t> cases[] = {{GemmImpl::blocked, 2}, {GemmImpl::library, 19}};
+  for (const auto& [impl, per_thread_end] : cases) {  // the GEMM, and where the per-thread round stops
+    CAPTURE(gemm_impl_name(impl));
+    const test::CpuGemmScope gemm(impl);
     std::vector<float> whole;
-    with_threads(1, [&] { whole = model(x).to_vector<float>(); });
+    with_threads(1, [&] {
+      whole = model(x).to_vector<float>();
+      CHECK(model.last_sliced_units().claimed_end == 0);  // on the whole batch, after a sliced forward too
+      CHECK(model.last_sliced_units().per_thread_end == 0);
+    });
     with_threads(2, [&] {
       CHECK(model.inference_slices(x).per_thread == 6);  // offered either way
       CHECK(model(x).to_vector<float>() == whole);

@@ -17,6 +17,7 @@
 #include "kernels/cpu/direct_gemm.h"
 #include "kernels/gemm.h"
 #include "tests/cpu/seeded_values.h"
+#include "tests/cpu/thread_scopes.h"
 
 using namespace frugal;
 
@@ -109,9 +110,10 @@ TEST_CASE("a 1x1 convolution through direct_gemm matches the blocked GEMM's, for
     };
     const auto [y, dx] = run();
     CHECK(last_conv2d_decision().algorithm == "1x1 gemm");
-    set_gemm_impl(DeviceType::CPU, GemmImpl::blocked);
-    const auto [y_blocked, dx_blocked] = run();
-    set_gemm_impl(DeviceType::CPU, GemmImpl::library);
+    const auto [y_blocked, dx_blocked] = [&] {
+      const test::CpuGemmScope blocked(GemmImpl::blocked);
+      return run();
+    }();
     CHECK(close(y, y_blocked));
     CHECK(close(dx, dx_blocked));
   }
@@ -124,9 +126,10 @@ TEST_CASE("a 1x1 convolution on the CPU in f32 gives each sample the same bits o
   // anywhere, the last slice short.
   CHECK(pointwise_bits_independent_of_samples(Device::cpu(), DType::f32));
   CHECK_FALSE(pointwise_bits_independent_of_samples(Device::cpu(), DType::f64));
-  set_gemm_impl(DeviceType::CPU, GemmImpl::blocked);
-  CHECK_FALSE(pointwise_bits_independent_of_samples(Device::cpu(), DType::f32));
-  set_gemm_impl(DeviceType::CPU, GemmImpl::library);
+  {
+    const test::CpuGemmScope blocked(GemmImpl::blocked);
+    CHECK_FALSE(pointwise_bits_independent_of_samples(Device::cpu(), DType::f32));
+  }
   for (const Shape& input : {Shape{24, 40, 2, 2}, Shape{24, 72, 1, 1}, Shape{24, 16, 4, 4}}) {
     CAPTURE(shape_str(input));
     Generator generator(11);
@@ -170,9 +173,10 @@ TEST_CASE("on 1x1 maps a 1x1 convolution's gradients read the tensors where they
     return r;
   };
   const Results direct = run(DType::f32), in_double = run(DType::f64);
-  set_gemm_impl(DeviceType::CPU, GemmImpl::blocked);
-  const Results blocked = run(DType::f32);
-  set_gemm_impl(DeviceType::CPU, GemmImpl::library);
+  const Results blocked = [&] {
+    const test::CpuGemmScope scope(GemmImpl::blocked);
+    return run(DType::f32);
+  }();
   CHECK(close(direct.dx, in_double.dx));
   CHECK(close(direct.dw, in_double.dw));
   CHECK(close(blocked.dx, in_double.dx));

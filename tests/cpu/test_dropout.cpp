@@ -145,11 +145,11 @@ TEST_CASE("sixteen Philox blocks in lanes are philox_block's words, across the 2
   for (const std::uint64_t seed : {std::uint64_t{0}, std::uint64_t{42}, std::uint64_t{0xDEADBEEFCAFEF00D}})
     for (const std::uint64_t offset : {std::uint64_t{0}, std::uint64_t{7} << 33})
       for (const std::uint64_t first : firsts) {
-        std::uint32_t words[4][cpu::kPhiloxLanes];
+        std::uint32_t words[kPhiloxWordsPerBlock][cpu::kPhiloxLanes];
         cpu::philox_sixteen_blocks(seed, offset, first, words);
         for (std::int64_t j = 0; j < cpu::kPhiloxLanes; ++j) {
           const PhiloxWords expected = philox_block(seed, offset, first + static_cast<std::uint64_t>(j));
-          for (int w = 0; w < 4; ++w) REQUIRE(words[w][j] == expected.w[w]);
+          for (int w = 0; w < kPhiloxWordsPerBlock; ++w) REQUIRE(words[w][j] == expected.w[w]);
         }
       }
 }
@@ -186,7 +186,8 @@ TEST_CASE("f32 dropout drops an element whose uniform equals the keep rate, and 
   // exactly on the test's boundary (uniform < a fails), one grid step more keeps it.
   constexpr std::uint64_t kSeed = 99, kOffset = 1234;
   constexpr std::int64_t kElement = 22, kNumel = 64;  // 64: sixteen whole blocks, the lanes' path
-  const double on_boundary = uniform_from_word(philox_block(kSeed, kOffset, kElement / 4).w[kElement % 4]);
+  const PhiloxWords block = philox_block(kSeed, kOffset, kElement / kPhiloxWordsPerBlock);
+  const double on_boundary = uniform_from_word(block.w[kElement % kPhiloxWordsPerBlock]);
   const std::vector<float> in(kNumel, 1.0f);
   for (const double keep : {on_boundary, on_boundary + kTwoPow24Inverse}) {
     INFO("keep " << keep);

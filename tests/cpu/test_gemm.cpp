@@ -14,6 +14,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/gemm.h"
 #include "kernels/reduce.h"
+#include "tests/cpu/thread_scopes.h"
 #include "tests/skip.h"
 
 using namespace frugal;
@@ -33,17 +34,11 @@ std::vector<double> reference(const Tensor& a, const Tensor& b) {
       for (std::int64_t p = 0; p < k; ++p) c[i * n + j] += av[i * k + p] * bv[p * n + j];
   return c;
 }
-
-struct ImplScope {
-  explicit ImplScope(GemmImpl impl) : previous(gemm_impl(DeviceType::CPU)) { set_gemm_impl(DeviceType::CPU, impl); }
-  ~ImplScope() { set_gemm_impl(DeviceType::CPU, previous); }
-  GemmImpl previous;
-};
 }  // namespace
 
 TEST_CASE("matmul: exact on small integers, every transpose, both CPU implementations") {
   for (GemmImpl impl : {GemmImpl::library, GemmImpl::blocked}) {
-    ImplScope scope(impl);
+    const test::CpuGemmScope scope(impl);
     CAPTURE(gemm_impl_name(impl));
     for (auto [m, k, n] : {std::array<std::int64_t, 3>{1, 1, 1}, {7, 13, 5}, {65, 300, 70}, {3, 0, 4}}) {
       const Tensor a = small_ints({m, k}), b = small_ints({k, n});

@@ -1,11 +1,13 @@
-// Scopes that set a thread count for one test case and restore the run's own after, however the
-// case ends: OpenMP's (omp_set_num_threads) and OpenBLAS's cap (set_blas_threads,
-// kernels/cpu_runtime.h). Not here: anything a test asserts; the suites' runner (tests/skip.h).
+// Scopes that set a process-wide choice for one test case and restore the run's own after, however
+// the case ends: OpenMP's thread count (omp_set_num_threads), OpenBLAS's cap (set_blas_threads,
+// kernels/cpu_runtime.h) and the CPU's GEMM (set_gemm_impl, kernels/gemm.h). Not here: anything a
+// test asserts; the suites' runner (tests/skip.h).
 #pragma once
 
 #include <omp.h>
 
 #include "kernels/cpu_runtime.h"
+#include "kernels/gemm.h"
 
 namespace frugal::test {
 
@@ -31,6 +33,18 @@ class BlasThreadsScope {
 
  private:
   int saved_ = blas_threads();
+};
+
+// set_gemm_impl(DeviceType::CPU, impl) for one case.
+class CpuGemmScope {
+ public:
+  explicit CpuGemmScope(GemmImpl impl) { set_gemm_impl(DeviceType::CPU, impl); }
+  ~CpuGemmScope() { set_gemm_impl(DeviceType::CPU, saved_); }
+  CpuGemmScope(const CpuGemmScope&) = delete;
+  CpuGemmScope& operator=(const CpuGemmScope&) = delete;
+
+ private:
+  GemmImpl saved_ = gemm_impl(DeviceType::CPU);
 };
 
 }  // namespace frugal::test
