@@ -4,6 +4,9 @@
 //   copy_transpose   dst.copy_(src.t()), f32       a naive double loop            cublasSgeam
 //   cast_f32_f16     f16 dst.copy_(f32 src)        a one-thread conversion loop   cudaMemcpy of the same bytes
 //   uniform_f32      uniform_(dst), Philox         std::mt19937 (one thread)      cuRAND Philox4_32_10
+//   fill_contiguous  dst.fill_(0), f32             std::fill_n (one thread)       (frugal alone)
+//   fill_1280        the same on [1280]: a         std::fill_n                    (frugal alone)
+//                    BatchNorm's per-channel sums
 //   pad_28x28        one [1, 28, 28] sample copied  a one-thread loop, and the      (CPU only)
 //                    into the middle of [1, 32, 32] same loop in an OpenMP region
 //                    (what data::Pad does)          (what every copy did before core/cpu/parallel.h)
@@ -11,6 +14,7 @@
 // timed region, so allocation cost is not measured here (that is `frugal bench alloc`'s job).
 #include <omp.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 
@@ -129,6 +133,31 @@ void random_cases(const Timer& timer, std::vector<Result>& results) {
   }
 }
 
+// Filling with a constant, what zeros, ones and full do after allocating: a whole 16M f32 tensor
+// (GB/s written), and a [1280] one (fills per second, kSmallFills per timed run, so that the clock's
+// own cost does not swamp a fill of tens of nanoseconds), the size of the largest per-channel sums a
+// MobileNetV2 BatchNorm backward zeroes.
+constexpr std::int64_t kSmallFill = 1280, kSmallFills = 1000;
+
+void fill_cases(const Timer& timer, std::vector<Result>& results) {
+  const TensorOptions on_device{.device = timer.options.device};
+  const std::int64_t n = timer.sizes.elements;
+  Tensor large = empty({n}, on_device), small = empty({kSmallFill}, on_device);
+  const double bytes = static_cast<double>(n) * sizeof(float);
+  const auto fills_per_second = [&](const std::function<void()>& fill) {
+    return static_cast<double>(kSmallFills) / timer.seconds([&] {
+      for (std::int64_t i = 0; i < kSmallFills; ++i) fill();
+    });
+  };
+  results.push_back(gbps("fill_contiguous", "frugal", bytes, timer.seconds([&] { large.fill_(0.0); })));
+  results.push_back({"fill_1280", "frugal", fills_per_second([&] { small.fill_(0.0); }), "fill/s", true});
+  if (!timer.options.device.is_cpu()) return;
+  results.push_back(gbps("fill_contiguous", "one-thread-fill", bytes,
+                         timer.seconds([&] { std::fill_n(large.data<float>(), n, 0.0f); })));
+  results.push_back({"fill_1280", "one-thread-fill",
+                     fills_per_second([&] { std::fill_n(small.data<float>(), kSmallFill, 0.0f); }), "fill/s", true});
+}
+
 // A small strided copy: its cost is all fixed costs, so it shows what a parallel region adds.
 // Samples per second, higher is better.
 void small_copy_cases(const Timer& timer, std::vector<Result>& results) {
@@ -163,6 +192,7 @@ std::vector<Result> tensor_benchmark(const Options& options) {
   copy_cases(timer, results);
   transpose_cases(timer, results);
   random_cases(timer, results);
+  fill_cases(timer, results);
   small_copy_cases(timer, results);
   return results;
 }

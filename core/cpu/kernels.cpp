@@ -1,6 +1,7 @@
 // CPU implementations of core's data-moving kernels (declared in core/copy.h): readable loops,
 // parallel over independent chunks of elements when they are big enough (core/cpu/parallel.h).
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <type_traits>
 
@@ -130,11 +131,29 @@ void copy_strided(void* dst, DType dst_dtype, const StridedLayout& dst_layout, c
   });
 }
 
+// A row-major destination is filled run by run: std::fill_n, or memset where the value's bytes are all
+// zero (+0.0 in every dtype: zeros(), the commonest fill), in one run per thread, because glibc's
+// memset streams a run of tens of MiB past the caches without reading the lines first (a 64 MiB
+// zero fill in 64 KiB runs, 20 GB/s on one thread, against one memset's 55). Through the cursor, one
+// element at a time as before, filling a [96] took 0.33 us, a [16384] 36 us and a [1048576] 633 us;
+// as runs 0.04, 0.85 and 44 us (2026-12-07, the development machine, 2 threads, a scratch loop;
+// `frugal bench tensor`'s fill cases measure the runs against std::fill_n).
 void fill_strided(void* dst, DType dtype, const StridedLayout& layout, double value) {
   visit_dtype(dtype, [&]<typename T>() {
     const T v = convert<T>(value);
     T* out = static_cast<T*>(dst);
     const std::int64_t n = layout_numel(layout);
+    if (is_row_major(layout)) {
+      const bool zero_bytes = value == 0.0 && !std::signbit(value);
+      const std::int64_t threads = omp_get_max_threads();
+      const std::int64_t run = zero_bytes ? std::max(kChunk, (n + threads - 1) / threads) : kChunk;
+      parallel_for_chunks(n, run, n, [&](std::int64_t begin, std::int64_t end) {
+        const auto count = static_cast<std::size_t>(end - begin);
+        if (zero_bytes) return static_cast<void>(std::memset(static_cast<void*>(out + begin), 0, count * sizeof(T)));
+        std::fill_n(out + begin, count, v);
+      });
+      return;
+    }
     parallel_for_chunks(n, kChunk, n, [&](std::int64_t begin, std::int64_t end) {
       StridedCursor cursor(layout, begin);
       for (std::int64_t i = begin; i < end; ++i, cursor.advance()) out[cursor.offset()] = v;

@@ -2,6 +2,7 @@
 // lifetime, memory tags, printing and error messages.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <memory>
@@ -201,6 +202,25 @@ TEST_CASE("fill_ writes through views only") {
   Tensor x = zeros({3, 3});
   x.slice(1, 0, 3, 2).fill_(1.0);
   CHECK(values(x) == std::vector<float>{1, 0, 1, 1, 0, 1, 1, 0, 1});
+}
+
+TEST_CASE("fill_ on a contiguous tensor: every dtype, +0 by memset, -0 and other values element by element") {
+  // 40000 elements: more than one chunk, and enough work for a parallel region. A fill of +0.0 is a
+  // memset (every dtype stores it as zero bytes); -0.0 must keep its sign in the floating dtypes.
+  for (const DType dtype : kAllDTypes) {
+    CAPTURE(dtype);
+    Tensor x = full({40000}, 7.0, {.dtype = dtype});
+    for (const double value : {0.0, -0.0, 3.0, 0.0}) {
+      CAPTURE(value);
+      x.fill_(value);
+      const std::vector<double> got = x.to(DType::f64).to_vector<double>();
+      const double expected = dtype == DType::boolean ? (value != 0.0 ? 1.0 : 0.0) : value;
+      const bool negative_zero = is_floating(dtype) && std::signbit(value);
+      CHECK(std::all_of(got.begin(), got.end(), [&](double v) {
+        return v == expected && std::signbit(v) == negative_zero;
+      }));
+    }
+  }
 }
 
 TEST_CASE("storage lifetime: freed when the last view goes, counted per tag") {
