@@ -113,10 +113,8 @@ __attribute__((target("avx512f"))) void dropout_sixteen_blocks(const float* in, 
   }
 }
 
-using WordsInLanes = std::uint32_t[kPhiloxWordsPerBlock][kPhiloxLanes];
-
 __attribute__((target("avx512f"))) void philox_sixteen_blocks_avx512(std::uint64_t seed, std::uint64_t offset,
-                                                                    std::uint64_t first, WordsInLanes& words) {
+                                                                    std::uint64_t first, PhiloxWordsInLanes& words) {
   __m512i lanes[kPhiloxWordsPerBlock];
   philox_lanes(seed, offset, first, lanes);
   for (int w = 0; w < kPhiloxWordsPerBlock; ++w) _mm512_storeu_si512(words[w], lanes[w]);
@@ -138,8 +136,7 @@ bool philox_in_lanes() {
   return available;
 }
 
-void philox_sixteen_blocks(std::uint64_t seed, std::uint64_t offset, std::uint64_t first,
-                           std::uint32_t (&words)[kPhiloxWordsPerBlock][kPhiloxLanes]) {
+void philox_sixteen_blocks(std::uint64_t seed, std::uint64_t offset, std::uint64_t first, PhiloxWordsInLanes& words) {
   if (philox_in_lanes()) return philox_sixteen_blocks_avx512(seed, offset, first, words);
   for (std::int64_t j = 0; j < kPhiloxLanes; ++j) {
     const PhiloxWords block = philox_block(seed, offset, first + static_cast<std::uint64_t>(j));

@@ -13,9 +13,11 @@ namespace frugal::cpu {
 
 inline constexpr std::int64_t kPhiloxLanes = 16;  // 32-bit lanes of an AVX-512 register
 
+// Sixteen blocks' words, word-major: words[w][j] is word w of block j.
+using PhiloxWordsInLanes = std::uint32_t[kPhiloxWordsPerBlock][kPhiloxLanes];
+
 // words[w][j] = philox_block(seed, offset, first + j).w[w], bit for bit.
-void philox_sixteen_blocks(std::uint64_t seed, std::uint64_t offset, std::uint64_t first,
-                           std::uint32_t (&words)[kPhiloxWordsPerBlock][kPhiloxLanes]);
+void philox_sixteen_blocks(std::uint64_t seed, std::uint64_t offset, std::uint64_t first, PhiloxWordsInLanes& words);
 
 // bernoulli's keep test on integers: uniform_from_word(w) < a (core/philox.h; bernoulli's in
 // core/random_spec.h) exactly when (w >> 8) < bernoulli_keep_threshold(a), that is ceil(a * 2^24)

@@ -145,7 +145,7 @@ TEST_CASE("sixteen Philox blocks in lanes are philox_block's words, across the 2
   for (const std::uint64_t seed : {std::uint64_t{0}, std::uint64_t{42}, std::uint64_t{0xDEADBEEFCAFEF00D}})
     for (const std::uint64_t offset : {std::uint64_t{0}, std::uint64_t{7} << 33})
       for (const std::uint64_t first : firsts) {
-        std::uint32_t words[kPhiloxWordsPerBlock][cpu::kPhiloxLanes];
+        cpu::PhiloxWordsInLanes words;
         cpu::philox_sixteen_blocks(seed, offset, first, words);
         for (std::int64_t j = 0; j < cpu::kPhiloxLanes; ++j) {
           const PhiloxWords expected = philox_block(seed, offset, first + static_cast<std::uint64_t>(j));
