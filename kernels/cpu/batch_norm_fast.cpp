@@ -18,11 +18,10 @@
 //     contraction (kernels/CMakeLists.txt), so every variant gives the same bits.
 // The elementwise passes keep kernels/batch_norm_ops.h's arithmetic, and so the reference's bits;
 // the sums agree with the reference to f32 rounding. Everything is bit-identical for any thread
-// count: work is split by channel (the sums), by plane or sample (the elementwise passes), or by
-// fixed groups of samples (small planes' sums), and each channel's blocks or groups are folded in order.
+// count: work is split by plane or sample (the elementwise passes), by channel (the sweeps from a
+// saved xhat), or by fixed groups of samples (the sums), and each channel's blocks or groups are
+// folded in order.
 // Not here: other dtypes' loops, the checks and the dispatch (kernels/batch_norm.cpp).
-#include <omp.h>
-
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -79,14 +78,43 @@ struct alignas(32) Lanes {  // of two octets (kernels/cpu/octets.h); aligned by 
 };
 static_assert(sizeof(Lanes) == kLanes * sizeof(float));
 
-// The lanes and the tail's lanes folded into double, in lane order. A row's remainder (its last
-// length % 16 elements) is added into plain arrays: indexing a vector by a variable lane goes
-// through memory every time.
+// The lanes and the tail's lanes folded into double: each lane and its tail added, then the 16
+// pairs halved in a tree (lane l + lane l + 8, then + 4, + 2, + 1), so that the adds do not wait on
+// each other 16 deep. A block's fold costs about what reading 256 of its elements does: on 4x4 maps,
+// where a block is 16 samples' planes (Note [Blocks within sample groups]), adding the lanes one
+// after another into one total made a [64, 192, 16] training forward 19% slower on one thread (a
+// scratch program, 2026-12-07). A row's remainder (its last length % 16 elements) is added into
+// plain arrays: indexing a vector by a variable lane goes through memory every time.
 double fold(const Lanes& lanes, const float (&tail)[kLanes]) {
-  double total = 0.0;
+  double pairs[kLanes];
   for (std::int64_t l = 0; l < kLanes; ++l)
-    total += static_cast<double>(lanes.half[l / kOctet][l % kOctet]) + static_cast<double>(tail[l]);
-  return total;
+    pairs[l] = static_cast<double>(lanes.half[l / kOctet][l % kOctet]) + static_cast<double>(tail[l]);
+  for (std::int64_t width = kLanes / 2; width >= 1; width /= 2)
+    for (std::int64_t l = 0; l < width; ++l) pairs[l] += pairs[l + width];
+  return pairs[0];
+}
+
+// kSampleGroups fixed groups of consecutive samples: the sums of small planes (Note [Normalising
+// small planes]) add a group into accumulators of its own, and the larger planes' blocks lie within
+// one group (Note [Blocks within sample groups]). Fixed by the shape, not the thread count: a
+// thread takes whole groups, and the groups are added in group order.
+constexpr std::int64_t kSampleGroups = 4;
+
+// Samples per group: kSampleGroups fixed groups of consecutive samples, the last possibly shorter,
+// never empty.
+std::int64_t samples_per_group(const BatchNormShape& shape) { return (shape.batch + kSampleGroups - 1) / kSampleGroups; }
+
+std::int64_t sample_groups(const BatchNormShape& shape) {
+  return (shape.batch + samples_per_group(shape) - 1) / samples_per_group(shape);
+}
+
+// Calls body(group, first sample, end sample) for each group, in parallel when worth it.
+template <typename Body>
+void for_sample_groups(const BatchNormShape& shape, Body&& body) {
+  const std::int64_t per_group = samples_per_group(shape);
+  parallel_for(sample_groups(shape), shape.batch * shape.channels * shape.spatial, [&](std::int64_t group) {
+    body(group, group * per_group, std::min(shape.batch, (group + 1) * per_group));
+  });
 }
 
 // One block of channel c: `planes` runs of `length` elements, the first at `first`, each next one
@@ -96,19 +124,64 @@ struct Block {
   double count() const { return static_cast<double>(planes * length); }
 };
 
-// Calls body(block) for channel c's blocks in order.
+// Note [Blocks within sample groups]
+// A channel's blocks never cross from one sample group to the next: within each group, a block is
+// up to kBlockElements / S consecutive samples' planes, or a piece of one plane when planes are
+// larger. The memory-order passes (Note [Sums in memory order]) then read the batch a group at a
+// time, all channels of a group's samples, and a thread takes whole groups, as the elementwise
+// passes and the convolutions before them take samples: the gradient and x a thread sums are mostly
+// those its own core wrote or read last (Note [Each thread starts on its own share] in
+// core/cpu/parallel.h). Each block's result is kept, and a channel's blocks are merged in order
+// after the groups, so the sums are those of the channel's walk (channel_statistics) whichever thread
+// ran a group. Split by channel ranges instead, each thread read, sample by sample, the half of the
+// channels it owned, about half of them written on the other core. Measured 2026-12-07 on the
+// 2-core host with `perf record` over 60 standard-stem training steps (batch 64) per run, thread
+// time per step of grad_sums_in_memory_order: 2.4-3.1 ms on one thread either way; on two, split by
+// channel ranges 3.85-4.47 ms (four runs), by sample groups 2.49-3.13 (four), where the elementwise
+// input pass after it, split by samples, took no more on two threads than on one.
+struct BlockGrid {
+  std::int64_t group_samples;   // samples of a full group (samples_per_group)
+  std::int64_t block_samples;   // samples of a full block: 1 when planes are cut into pieces
+  std::int64_t pieces;          // blocks per plane: pieces of kBlockElements when S is larger, else 1
+  std::int64_t group_blocks;    // blocks of a full group
+  std::int64_t channel_blocks;  // blocks of a channel, in all groups
+
+  // Index among its channel's blocks of the block holding sample n's piece p, in group g.
+  std::int64_t index(std::int64_t g, std::int64_t n, std::int64_t p) const {
+    return g * group_blocks + (n - g * group_samples) / block_samples * pieces + p;
+  }
+};
+
+BlockGrid block_grid(const BatchNormShape& shape) {
+  BlockGrid grid{.group_samples = samples_per_group(shape), .block_samples = 1, .pieces = 1, .group_blocks = 0,
+                 .channel_blocks = 0};
+  if (shape.spatial >= kBlockElements)
+    grid.pieces = (shape.spatial + kBlockElements - 1) / kBlockElements;
+  else
+    grid.block_samples = std::min(kBlockElements / shape.spatial, grid.group_samples);
+  grid.group_blocks = (grid.group_samples + grid.block_samples - 1) / grid.block_samples * grid.pieces;
+  const std::int64_t last_group = sample_groups(shape) - 1, last_samples = shape.batch - last_group * grid.group_samples;
+  grid.channel_blocks =
+      last_group * grid.group_blocks + (last_samples + grid.block_samples - 1) / grid.block_samples * grid.pieces;
+  return grid;
+}
+
+// Calls body(block) for channel c's blocks in order (Note [Blocks within sample groups]).
 template <typename Body>
 void for_each_block(const BatchNormShape& shape, std::int64_t c, Body&& body) {
   const std::int64_t stride = shape.channels * shape.spatial;
-  if (shape.spatial >= kBlockElements) {
-    for (std::int64_t n = 0; n < shape.batch; ++n)
+  const BlockGrid grid = block_grid(shape);
+  for (std::int64_t g = 0; g < sample_groups(shape); ++g) {
+    const std::int64_t end = std::min(shape.batch, (g + 1) * grid.group_samples);
+    for (std::int64_t n = g * grid.group_samples; n < end; n += grid.block_samples) {
+      if (grid.pieces == 1) {
+        body(Block{shape.offset(n, c, 0), stride, std::min(grid.block_samples, end - n), shape.spatial});
+        continue;
+      }
       for (std::int64_t s = 0; s < shape.spatial; s += kBlockElements)
         body(Block{shape.offset(n, c, s), stride, 1, std::min(kBlockElements, shape.spatial - s)});
-    return;
+    }
   }
-  const std::int64_t per_block = kBlockElements / shape.spatial;
-  for (std::int64_t n = 0; n < shape.batch; n += per_block)
-    body(Block{shape.offset(n, c, 0), stride, std::min(per_block, shape.batch - n), shape.spatial});
 }
 
 // Two sums in 16 lanes each (LaneSums) and their rows' remainders (LaneTails): a block's partial
@@ -332,84 +405,89 @@ Welford channel_statistics(const float* x, const BatchNormShape& shape, std::int
 
 // ---- Note [Sums in memory order]
 // A channel's statistics and its backward's sums are its blocks (for_each_block) merged in order.
-// Read a channel at a time, a block is up to 64 runs of S floats, one per sample, C * S floats apart.
+// Read a channel at a time, a block is up to a group's runs of S floats (16 in a batch of 64), one
+// per sample, C * S floats apart.
 // In MobileNetV2 those distances are multiples of 64 KiB: a channel's runs fall into the same sets
 // of L1 and L2 and evict each other, and the prefetchers start again at every run. Measured on one
 // thread (the AMD EPYC host, 2026-12-06), a [64, 96, 32, 32] tensor took 2.7 ms for its statistics
-// read so, where one pass that reads and writes it (normalize) took 1.8. So channels
-// [first, last) are read in memory order instead: for each sample, their planes one after another,
-// a single run of (last - first) * S floats. Each channel's open block keeps its lanes and tails
-// from one of its planes to the next and is finished where for_each_block ends it. Every lane adds
-// the same terms in the same order as the channel's walk, so the sums have its bits (tested), and the
-// threads split the channels, not the samples, so they do not depend on the thread count.
+// read so, where one pass that reads and writes it (normalize) took 1.8. So a sample group is read
+// in memory order instead: for each of its samples, every channel's plane one after another, a
+// single run of C * S floats. Each channel's open block keeps its lanes and tails from one of its
+// planes to the next and is finished where for_each_block ends it, its result stored by its index
+// (BlockGrid). Every lane adds the same terms in the same order as the channel's walk, so the sums
+// have its bits (tested), and the groups are fixed by the shape, so they do not depend on the
+// thread count (Note [Blocks within sample groups]).
 
-// Calls body(c, row, length, block, starts, ends) for the runs of channels [first, last) in memory
-// order: `length` floats of channel c's plane in one sample from `row`, the part of `block` (as
-// for_each_block cuts channel c) that is its first run (`starts`) and its last (`ends`).
+// Calls body(c, row, length, block, index, starts, ends) for the runs of sample group g in memory
+// order: `length` floats of channel c's plane in one sample from `row`, the `block` (as
+// for_each_block cuts channel c) they belong to, its `index` among the channel's blocks, and whether
+// this run is the block's first (`starts`) and its last (`ends`).
 template <typename Body>
-[[gnu::always_inline]] inline void for_each_run_in_memory_order(const BatchNormShape& shape, std::int64_t first,
-                                                                std::int64_t last, Body&& body) {
+[[gnu::always_inline]] inline void for_each_run_in_memory_order(const BatchNormShape& shape, const BlockGrid& grid,
+                                                                std::int64_t g, Body&& body) {
   const std::int64_t stride = shape.channels * shape.spatial;
-  const std::int64_t per_block = std::max<std::int64_t>(1, kBlockElements / shape.spatial);  // samples
-  for (std::int64_t n = 0; n < shape.batch; ++n) {
-    const std::int64_t block_sample = n - n % per_block, planes = std::min(per_block, shape.batch - block_sample);
+  const std::int64_t group_first = g * grid.group_samples;
+  const std::int64_t group_end = std::min(shape.batch, group_first + grid.group_samples);
+  for (std::int64_t n = group_first; n < group_end; ++n) {
+    const std::int64_t block_sample = n - (n - group_first) % grid.block_samples;
+    const std::int64_t planes = std::min(grid.block_samples, group_end - block_sample);
     const bool starts = n == block_sample, ends = n == block_sample + planes - 1;
-    for (std::int64_t c = first; c < last; ++c)
-      for (std::int64_t s = 0; s < shape.spatial; s += kBlockElements) {  // pieces of a plane larger than a block
+    const std::int64_t first_index = grid.index(g, block_sample, 0);
+    for (std::int64_t c = 0; c < shape.channels; ++c)
+      for (std::int64_t s = 0, p = 0; s < shape.spatial; s += kBlockElements, ++p) {  // pieces of a large plane
         const std::int64_t row = shape.offset(n, c, s), length = std::min(kBlockElements, shape.spatial - s);
-        const Block block = shape.spatial >= kBlockElements
-                                ? Block{row, stride, 1, length}
-                                : Block{shape.offset(block_sample, c, 0), stride, planes, shape.spatial};
-        body(c, row, length, block, starts, ends);
+        const Block block = grid.pieces > 1 ? Block{row, stride, 1, length}
+                                            : Block{shape.offset(block_sample, c, 0), stride, planes, shape.spatial};
+        body(c, row, length, block, first_index + p, starts, ends);
       }
   }
 }
 
-// The statistics of channels [first, last) into stats[c - first]; `open`, `tails` and `shifts` hold
-// each channel's unfinished block.
+// The statistics of sample group g's blocks into blocks[c * grid.channel_blocks + index]; `open`,
+// `tails` and `shifts` hold each channel's unfinished block.
 __attribute__((target_clones("avx512f", "avx2", "default")))
-void statistics_in_memory_order(const float* x, const BatchNormShape& shape, std::int64_t first, std::int64_t last,
-                                Welford* stats, LaneSums* open, LaneTails* tails, float* shifts) {
-  const auto add_run = [&](std::int64_t c, std::int64_t row, std::int64_t length, const Block& b, bool starts,
-                           bool ends) __attribute__((always_inline)) {
-    const std::int64_t i = c - first;
+void statistics_in_memory_order(const float* x, const BatchNormShape& shape, const BlockGrid& grid, std::int64_t g,
+                                Welford* blocks, LaneSums* open, LaneTails* tails, float* shifts) {
+  const auto add_run = [&](std::int64_t c, std::int64_t row, std::int64_t length, const Block& b, std::int64_t index,
+                           bool starts, bool ends) __attribute__((always_inline)) {
     if (starts) {
-      shifts[i] = x[b.first];
-      tails[i] = LaneTails{};
+      shifts[c] = x[b.first];
+      tails[c] = LaneTails{};
     }
-    LaneSums sums = starts ? LaneSums{} : open[i];
-    add_row_deviations(x + row, length, shifts[i], sums, tails[i]);
+    LaneSums sums = starts ? LaneSums{} : open[c];
+    add_row_deviations(x + row, length, shifts[c], sums, tails[c]);
     if (!ends) {
-      open[i] = sums;
+      open[c] = sums;
       return;
     }
-    stats[i].merge(block_result(x, b, shifts[i], fold(sums.first, tails[i].first), fold(sums.second, tails[i].second)));
+    blocks[c * grid.channel_blocks + index] =
+        block_result(x, b, shifts[c], fold(sums.first, tails[c].first), fold(sums.second, tails[c].second));
   };
-  for_each_run_in_memory_order(shape, first, last, add_run);
+  for_each_run_in_memory_order(shape, grid, g, add_run);
 }
 
-// sum(dy) and sum(dy * (x - mean)) of channels [first, last) into totals[c - first], dy gated by
-// the fused ReLU6's output, or by its output recomputed with affines[c - first] when they are given.
+// sum(dy) and sum(dy * (x - mean)) of sample group g's blocks into blocks[c * grid.channel_blocks +
+// index], dy gated by the fused ReLU6's output, or by its output recomputed with affines[c] when
+// they are given.
 __attribute__((target_clones("avx512f", "avx2", "default")))
 void grad_sums_in_memory_order(const float* grad, const float* x, const float* fused_output,
                                const batch_norm::ChannelAffine<float>* affines, const BatchNormShape& shape,
-                               std::int64_t first, std::int64_t last, const float* mean,
-                               batch_norm::GradSums* totals, LaneSums* open, LaneTails* tails) {
+                               const BlockGrid& grid, std::int64_t g, const float* mean, batch_norm::GradSums* blocks,
+                               LaneSums* open, LaneTails* tails) {
   float gated[kBlockElements];  // a run is at most a block long
-  const auto add_run = [&](std::int64_t c, std::int64_t row, std::int64_t length, const Block&, bool starts,
-                           bool ends) __attribute__((always_inline)) {
-    const std::int64_t i = c - first;
-    const Relu6Gate gate = affines ? Relu6Gate{.from_input = &affines[i]} : Relu6Gate{.output = fused_output};
-    if (starts) tails[i] = LaneTails{};
-    LaneSums sums = starts ? LaneSums{} : open[i];
-    add_row_grad_sums(gated_row(grad, x, gate, row, length, gated), x + row, length, mean[c], sums, tails[i]);
+  const auto add_run = [&](std::int64_t c, std::int64_t row, std::int64_t length, const Block&, std::int64_t index,
+                           bool starts, bool ends) __attribute__((always_inline)) {
+    const Relu6Gate gate = affines ? Relu6Gate{.from_input = &affines[c]} : Relu6Gate{.output = fused_output};
+    if (starts) tails[c] = LaneTails{};
+    LaneSums sums = starts ? LaneSums{} : open[c];
+    add_row_grad_sums(gated_row(grad, x, gate, row, length, gated), x + row, length, mean[c], sums, tails[c]);
     if (!ends) {
-      open[i] = sums;
+      open[c] = sums;
       return;
     }
-    totals[i].merge({fold(sums.first, tails[i].first), fold(sums.second, tails[i].second)});
+    blocks[c * grid.channel_blocks + index] = {fold(sums.first, tails[c].first), fold(sums.second, tails[c].second)};
   };
-  for_each_run_in_memory_order(shape, first, last, add_run);
+  for_each_run_in_memory_order(shape, grid, g, add_run);
 }
 
 // ---- The loops from a saved xhat (Note [One saved tensor per BN-ReLU6], kernels/batch_norm_ops.h)
@@ -839,52 +917,50 @@ bool runs_fast(DType dtype, const BatchNormShape& shape) { return dtype == DType
 const float* as_f32(const void* p) { return static_cast<const float*>(p); }
 float* as_f32(void* p) { return static_cast<float*>(p); }
 
-// Calls body(first, last) for ranges of channels, one per thread (Note [Sums in memory order]): the
-// ranges decide which thread sums a channel, not how.
-template <typename Body>
-void for_channel_ranges(const BatchNormShape& shape, Body&& body) {
-  const std::int64_t threads = omp_get_max_threads();
-  parallel_for_chunks(shape.channels, (shape.channels + threads - 1) / threads, shape.channels * shape.per_channel(),
-                      body);
+// Every channel's statistics: the sample groups read in memory order, in parallel, then each
+// channel's blocks merged in order.
+void statistics_by_sample_groups(const float* x, const BatchNormShape& shape, double momentum, double eps,
+                                 float* save_mean, float* save_invstd, float* running_mean, float* running_var) {
+  const BlockGrid grid = block_grid(shape);
+  const auto channels = static_cast<std::size_t>(shape.channels);
+  std::vector<Welford> blocks(channels * static_cast<std::size_t>(grid.channel_blocks));
+  for_sample_groups(shape, [&](std::int64_t g, std::int64_t, std::int64_t) {
+    std::vector<LaneSums> open(channels);
+    std::vector<LaneTails> tails(channels);
+    std::vector<float> shifts(channels);
+    statistics_in_memory_order(x, shape, grid, g, blocks.data(), open.data(), tails.data(), shifts.data());
+  });
+  for (std::int64_t c = 0; c < shape.channels; ++c) {
+    Welford stats;
+    for (std::int64_t i = 0; i < grid.channel_blocks; ++i) stats.merge(blocks[static_cast<std::size_t>(c * grid.channel_blocks + i)]);
+    batch_norm::finish_statistics(stats, c, momentum, eps, save_mean, save_invstd, running_mean, running_var);
+  }
 }
 
-// Every channel's statistics, read in memory order.
-void statistics_by_channel_ranges(const float* x, const BatchNormShape& shape, double momentum, double eps,
-                                  float* save_mean, float* save_invstd, float* running_mean, float* running_var) {
-  for_channel_ranges(shape, [&](std::int64_t first, std::int64_t last) {
-    const auto count = static_cast<std::size_t>(last - first);
-    std::vector<Welford> stats(count);
-    std::vector<LaneSums> open(count);
-    std::vector<LaneTails> tails(count);
-    std::vector<float> shifts(count);
-    statistics_in_memory_order(x, shape, first, last, stats.data(), open.data(), tails.data(), shifts.data());
-    for (std::int64_t c = first; c < last; ++c)
-      batch_norm::finish_statistics(stats[static_cast<std::size_t>(c - first)], c, momentum, eps, save_mean,
-                                    save_invstd, running_mean, running_var);
+// Every channel's sum(dy) and sum(dy * xhat), the sample groups read in memory order, dy gated by
+// fused_output or, when `recompute`, by the output recomputed from x with the forward's weight and
+// bias.
+void grad_sums_by_sample_groups(const float* grad, const float* x, const float* fused_output, bool recompute,
+                                const BatchNormShape& shape, const float* mean, const float* invstd,
+                                const float* weight, const float* bias, float* sum_dy, float* sum_dy_xhat) {
+  const BlockGrid grid = block_grid(shape);
+  const auto channels = static_cast<std::size_t>(shape.channels);
+  std::vector<batch_norm::GradSums> blocks(channels * static_cast<std::size_t>(grid.channel_blocks));
+  std::vector<batch_norm::ChannelAffine<float>> affines;
+  if (recompute)
+    for (std::int64_t c = 0; c < shape.channels; ++c) affines.push_back(batch_norm::channel_affine(mean, invstd, weight, bias, c));
+  for_sample_groups(shape, [&](std::int64_t g, std::int64_t, std::int64_t) {
+    std::vector<LaneSums> open(channels);
+    std::vector<LaneTails> tails(channels);
+    grad_sums_in_memory_order(grad, x, fused_output, recompute ? affines.data() : nullptr, shape, grid, g, mean,
+                              blocks.data(), open.data(), tails.data());
   });
-}
-
-// Every channel's sum(dy) and sum(dy * xhat), read in memory order, dy gated by fused_output or, when
-// `recompute`, by the output recomputed from x with the forward's weight and bias.
-void grad_sums_by_channel_ranges(const float* grad, const float* x, const float* fused_output, bool recompute,
-                                 const BatchNormShape& shape, const float* mean, const float* invstd,
-                                 const float* weight, const float* bias, float* sum_dy, float* sum_dy_xhat) {
-  for_channel_ranges(shape, [&](std::int64_t first, std::int64_t last) {
-    const auto count = static_cast<std::size_t>(last - first);
-    std::vector<batch_norm::GradSums> totals(count);
-    std::vector<LaneSums> open(count);
-    std::vector<LaneTails> tails(count);
-    std::vector<batch_norm::ChannelAffine<float>> affines;
-    if (recompute)
-      for (std::int64_t c = first; c < last; ++c) affines.push_back(batch_norm::channel_affine(mean, invstd, weight, bias, c));
-    grad_sums_in_memory_order(grad, x, fused_output, recompute ? affines.data() : nullptr, shape, first, last, mean,
-                              totals.data(), open.data(), tails.data());
-    for (std::int64_t c = first; c < last; ++c) {  // sum(dy * xhat) = invstd * sum(dy * (x - mean))
-      const batch_norm::GradSums& sums = totals[static_cast<std::size_t>(c - first)];
-      sum_dy[c] = static_cast<float>(sums.dy);
-      sum_dy_xhat[c] = static_cast<float>(sums.dy_xhat * static_cast<double>(invstd[c]));
-    }
-  });
+  for (std::int64_t c = 0; c < shape.channels; ++c) {  // sum(dy * xhat) = invstd * sum(dy * (x - mean))
+    batch_norm::GradSums sums;
+    for (std::int64_t i = 0; i < grid.channel_blocks; ++i) sums.merge(blocks[static_cast<std::size_t>(c * grid.channel_blocks + i)]);
+    sum_dy[c] = static_cast<float>(sums.dy);
+    sum_dy_xhat[c] = static_cast<float>(sums.dy_xhat * static_cast<double>(invstd[c]));
+  }
 }
 
 // The input gradient over every plane, in chunks of planes in memory order (grad_input_planes): the
@@ -940,7 +1016,6 @@ void normalize_small_planes(const float* x, const BatchNormShape& shape, const f
 // the groups are then added in group order and each channel's S elements in order. Fixed by the
 // shapes, so the same bits on any thread count; the reference sums a channel element by element
 // instead, so the two differ by rounding. The backward's sums are of dy and dy * (x - mean).
-constexpr std::int64_t kSampleGroups = 4;
 
 // The statistics on small planes, grouped the same way: each group adds d = x - K and d^2 element
 // by element in double, K the channel's first element (so a large common offset cancels before
@@ -954,23 +1029,6 @@ void add_sample_deviations(const float* x, std::int64_t length, const float* shi
     sums[i] += d;
     squares[i] += d * d;
   }
-}
-
-// Samples per group: kSampleGroups fixed groups of consecutive samples, the last possibly shorter,
-// never empty.
-std::int64_t samples_per_group(const BatchNormShape& shape) { return (shape.batch + kSampleGroups - 1) / kSampleGroups; }
-
-std::int64_t sample_groups(const BatchNormShape& shape) {
-  return (shape.batch + samples_per_group(shape) - 1) / samples_per_group(shape);
-}
-
-// Calls body(group, first sample, end sample) for each group, in parallel when worth it.
-template <typename Body>
-void for_sample_groups(const BatchNormShape& shape, Body&& body) {
-  const std::int64_t per_group = samples_per_group(shape);
-  parallel_for(sample_groups(shape), shape.batch * shape.channels * shape.spatial, [&](std::int64_t group) {
-    body(group, group * per_group, std::min(shape.batch, (group + 1) * per_group));
-  });
 }
 
 // A channel's total of per-element accumulators over the groups, in group order, then S order.
@@ -1175,7 +1233,7 @@ void batch_norm_statistics(DType dtype, const void* x, const BatchNormShape& sha
                                   as_f32(running_mean), as_f32(running_var));
   if (!runs_fast(dtype, shape))
     return cpu::batch_norm_statistics(dtype, x, shape, momentum, eps, save_mean, save_invstd, running_mean, running_var);
-  statistics_by_channel_ranges(as_f32(x), shape, momentum, eps, as_f32(save_mean), as_f32(save_invstd),
+  statistics_by_sample_groups(as_f32(x), shape, momentum, eps, as_f32(save_mean), as_f32(save_invstd),
                                as_f32(running_mean), as_f32(running_var));
 }
 
@@ -1199,7 +1257,7 @@ void batch_norm_backward_sums(DType dtype, const void* grad, const void* x, cons
                                  as_f32(sum_dy), as_f32(sum_dy_xhat));
   if (!runs_fast(dtype, shape))
     return cpu::batch_norm_backward_sums(dtype, grad, x, fused_output, shape, mean, invstd, sum_dy, sum_dy_xhat);
-  grad_sums_by_channel_ranges(as_f32(grad), as_f32(x), as_f32(fused_output), false, shape, as_f32(mean),
+  grad_sums_by_sample_groups(as_f32(grad), as_f32(x), as_f32(fused_output), false, shape, as_f32(mean),
                               as_f32(invstd), nullptr, nullptr, as_f32(sum_dy), as_f32(sum_dy_xhat));
 }
 
@@ -1238,7 +1296,7 @@ void batch_norm_backward(DType dtype, const void* grad, const void* x, const voi
   }
   const bool recompute = fused_output && mask_from_input;  // Note [The ReLU6 mask from the input]
   if (sum_dy)
-    grad_sums_by_channel_ranges(as_f32(grad), as_f32(x), as_f32(fused_output), recompute, shape, as_f32(mean),
+    grad_sums_by_sample_groups(as_f32(grad), as_f32(x), as_f32(fused_output), recompute, shape, as_f32(mean),
                                 as_f32(invstd), as_f32(weight), as_f32(bias), as_f32(sum_dy), as_f32(sum_dy_xhat));
   grad_input_by_plane_chunks(as_f32(grad), as_f32(x), as_f32(fused_output), recompute, shape, as_f32(mean),
                              as_f32(invstd), as_f32(weight), as_f32(bias), as_f32(sum_dy), as_f32(sum_dy_xhat), training,
