@@ -19,8 +19,8 @@
 // The elementwise passes keep kernels/batch_norm_ops.h's arithmetic, and so the reference's bits;
 // the sums agree with the reference to f32 rounding. Everything is bit-identical for any thread
 // count: work is split by plane or sample (the elementwise passes), by channel (the sweeps from a
-// saved xhat), or by fixed groups of samples (the sums), and each channel's blocks or groups are
-// folded in order.
+// saved xhat), or by fixed groups of samples (the statistics and backward sums from x), and each
+// channel's blocks or groups are merged in order.
 // Not here: other dtypes' loops, the checks and the dispatch (kernels/batch_norm.cpp).
 #include <algorithm>
 #include <cstring>
@@ -36,8 +36,9 @@
 namespace frugal::cpu::fast {
 
 // Note [Batch norm statistics in f32 lanes]
-// A channel's M = N * S elements are cut into blocks of whole planes (consecutive samples) of at
-// most kBlockElements elements, or pieces of one plane when a plane is larger. One pass over a block
+// A channel's M = N * S elements are cut into blocks of whole planes (consecutive samples of one
+// sample group, Note [Blocks within sample groups]) of at most kBlockElements elements, or pieces of
+// one plane when a plane is larger. One pass over a block
 // sums d = x - K and d^2 in 16 f32 lanes, K the block's first element, and folds the lanes into
 // double: the block's mean is K + sum(d) / n and its M2 = sum(d^2) - sum(d)^2 / n. The blocks are
 // merged in order with Chan's formula (Welford::merge), as the reference merges its planes. The
@@ -94,14 +95,16 @@ double fold(const Lanes& lanes, const float (&tail)[kLanes]) {
   return pairs[0];
 }
 
-// kSampleGroups fixed groups of consecutive samples: the sums of small planes (Note [Normalising
-// small planes]) add a group into accumulators of its own, and the larger planes' blocks lie within
-// one group (Note [Blocks within sample groups]). Fixed by the shape, not the thread count: a
-// thread takes whole groups, and the groups are added in group order.
+// At most kSampleGroups groups of consecutive samples, fixed by the shape, not the thread count: the
+// sums of small planes (Note [Normalising small planes]) add a group into accumulators of its own,
+// then the groups in group order; the larger planes' blocks lie within one group, and a channel's
+// blocks are merged in order (Note [Blocks within sample groups]). A thread takes whole groups, so
+// the sums use at most four threads: as many as a batch of 64 on this project's machines needs,
+// where more groups would cut the 4x4 maps' blocks smaller still.
 constexpr std::int64_t kSampleGroups = 4;
 
-// Samples per group: kSampleGroups fixed groups of consecutive samples, the last possibly shorter,
-// never empty.
+// Samples per group: the last group possibly shorter, never empty (the batch is at least 1: the
+// dispatcher runs no training pass on an empty tensor).
 std::int64_t samples_per_group(const BatchNormShape& shape) { return (shape.batch + kSampleGroups - 1) / kSampleGroups; }
 
 std::int64_t sample_groups(const BatchNormShape& shape) {
@@ -134,54 +137,77 @@ struct Block {
 // core/cpu/parallel.h). Each block's result is kept, and a channel's blocks are merged in order
 // after the groups, so the sums are those of the channel's walk (channel_statistics) whichever thread
 // ran a group. Split by channel ranges instead, each thread read, sample by sample, the half of the
-// channels it owned, about half of them written on the other core. Measured 2026-12-07 on the
-// 2-core host with `perf record` over 60 standard-stem training steps (batch 64) per run, thread
-// time per step of grad_sums_in_memory_order: 2.4-3.1 ms on one thread either way; on two, split by
-// channel ranges 3.85-4.47 ms (four runs), by sample groups 2.49-3.13 (four), where the elementwise
-// input pass after it, split by samples, took no more on two threads than on one.
+// channels it owned, about half of them written on the other core: measured with `perf record` of
+// 2-thread standard-stem training steps, the backward sums took 4.0-4.5 ms of thread time a step
+// against 2.4-3.0 on one thread, and 2.9-3.1 split by sample groups (docs/benchmarks.md, "The speed
+// of `frugal train` on the CPU"). The cost: four blocks per channel where a whole batch of 4x4 maps
+// was one, each folded and merged (their training forward 12% slower on one thread, measured there).
 struct BlockGrid {
+  BatchNormShape shape;
+  std::int64_t groups;          // sample_groups
   std::int64_t group_samples;   // samples of a full group (samples_per_group)
   std::int64_t block_samples;   // samples of a full block: 1 when planes are cut into pieces
   std::int64_t pieces;          // blocks per plane: pieces of kBlockElements when S is larger, else 1
   std::int64_t group_blocks;    // blocks of a full group
   std::int64_t channel_blocks;  // blocks of a channel, in all groups
 
-  // Index among its channel's blocks of the block holding sample n's piece p, in group g.
-  std::int64_t index(std::int64_t g, std::int64_t n, std::int64_t p) const {
-    return g * group_blocks + (n - g * group_samples) / block_samples * pieces + p;
+  std::int64_t group_end(std::int64_t g) const { return std::min(shape.batch, (g + 1) * group_samples); }
+  // The first sample of the block that holds sample n of group g, and that block's samples.
+  std::int64_t block_start(std::int64_t g, std::int64_t n) const { return n - (n - g * group_samples) % block_samples; }
+  std::int64_t block_planes(std::int64_t g, std::int64_t start) const { return std::min(block_samples, group_end(g) - start); }
+  // Channel c's block from sample `start` of group g (piece p of its plane when planes are cut).
+  Block block(std::int64_t c, std::int64_t g, std::int64_t start, std::int64_t p) const {
+    const std::int64_t stride = shape.channels * shape.spatial;
+    if (pieces > 1) {
+      const std::int64_t s = p * kBlockElements;
+      return Block{shape.offset(start, c, s), stride, 1, std::min(kBlockElements, shape.spatial - s)};
+    }
+    return Block{shape.offset(start, c, 0), stride, block_planes(g, start), shape.spatial};
+  }
+  // That block's index among its channel's blocks, in order.
+  std::int64_t index(std::int64_t g, std::int64_t start, std::int64_t p) const {
+    return g * group_blocks + (start - g * group_samples) / block_samples * pieces + p;
   }
 };
 
 BlockGrid block_grid(const BatchNormShape& shape) {
-  BlockGrid grid{.group_samples = samples_per_group(shape), .block_samples = 1, .pieces = 1, .group_blocks = 0,
-                 .channel_blocks = 0};
+  BlockGrid grid{.shape = shape, .groups = sample_groups(shape), .group_samples = samples_per_group(shape),
+                 .block_samples = 1, .pieces = 1, .group_blocks = 0, .channel_blocks = 0};
   if (shape.spatial >= kBlockElements)
     grid.pieces = (shape.spatial + kBlockElements - 1) / kBlockElements;
   else
     grid.block_samples = std::min(kBlockElements / shape.spatial, grid.group_samples);
-  grid.group_blocks = (grid.group_samples + grid.block_samples - 1) / grid.block_samples * grid.pieces;
-  const std::int64_t last_group = sample_groups(shape) - 1, last_samples = shape.batch - last_group * grid.group_samples;
-  grid.channel_blocks =
-      last_group * grid.group_blocks + (last_samples + grid.block_samples - 1) / grid.block_samples * grid.pieces;
+  const auto blocks_of = [&](std::int64_t samples) { return (samples + grid.block_samples - 1) / grid.block_samples * grid.pieces; };
+  grid.group_blocks = blocks_of(grid.group_samples);
+  const std::int64_t last = grid.groups - 1;
+  grid.channel_blocks = last * grid.group_blocks + blocks_of(shape.batch - last * grid.group_samples);
   return grid;
+}
+
+// Where block `index` of channel c keeps its result (a Welford or batch_norm::GradSums): block-major,
+// so that a group's results, which one thread writes, lie together. Channel-major, the two threads
+// wrote into the same cache lines at every block's end, and a training forward's statistics on 2
+// threads took up to 2.8x as long as split by channel ranges when the two cores did not share an L3
+// (a scratch program, 2026-12-07).
+std::size_t result_at(const BlockGrid& grid, std::int64_t c, std::int64_t index) {
+  return static_cast<std::size_t>(index * grid.shape.channels + c);
+}
+
+// Channel c's per-block results merged in block order.
+template <typename Result>
+Result merged_blocks(const std::vector<Result>& results, const BlockGrid& grid, std::int64_t c) {
+  Result total;
+  for (std::int64_t i = 0; i < grid.channel_blocks; ++i) total.merge(results[result_at(grid, c, i)]);
+  return total;
 }
 
 // Calls body(block) for channel c's blocks in order (Note [Blocks within sample groups]).
 template <typename Body>
 void for_each_block(const BatchNormShape& shape, std::int64_t c, Body&& body) {
-  const std::int64_t stride = shape.channels * shape.spatial;
   const BlockGrid grid = block_grid(shape);
-  for (std::int64_t g = 0; g < sample_groups(shape); ++g) {
-    const std::int64_t end = std::min(shape.batch, (g + 1) * grid.group_samples);
-    for (std::int64_t n = g * grid.group_samples; n < end; n += grid.block_samples) {
-      if (grid.pieces == 1) {
-        body(Block{shape.offset(n, c, 0), stride, std::min(grid.block_samples, end - n), shape.spatial});
-        continue;
-      }
-      for (std::int64_t s = 0; s < shape.spatial; s += kBlockElements)
-        body(Block{shape.offset(n, c, s), stride, 1, std::min(kBlockElements, shape.spatial - s)});
-    }
-  }
+  for (std::int64_t g = 0; g < grid.groups; ++g)
+    for (std::int64_t start = g * grid.group_samples; start < grid.group_end(g); start += grid.block_samples)
+      for (std::int64_t p = 0; p < grid.pieces; ++p) body(grid.block(c, g, start, p));
 }
 
 // Two sums in 16 lanes each (LaneSums) and their rows' remainders (LaneTails): a block's partial
@@ -394,7 +420,8 @@ void grad_input_planes(const float* grad, const float* x, const float* fused, bo
   }
 }
 
-// Channel c's statistics: its blocks merged in order (Note [Batch norm statistics in f32 lanes]).
+// Channel c's statistics: its blocks merged in order (Note [Batch norm statistics in f32 lanes],
+// Note [Blocks within sample groups]).
 // The per-channel sweeps from a saved xhat read a channel so; the plain statistics read in memory
 // order (below), with the same bits.
 Welford channel_statistics(const float* x, const BatchNormShape& shape, std::int64_t c) {
@@ -405,9 +432,9 @@ Welford channel_statistics(const float* x, const BatchNormShape& shape, std::int
 
 // ---- Note [Sums in memory order]
 // A channel's statistics and its backward's sums are its blocks (for_each_block) merged in order.
-// Read a channel at a time, a block is up to a group's runs of S floats (16 in a batch of 64), one
-// per sample, C * S floats apart.
-// In MobileNetV2 those distances are multiples of 64 KiB: a channel's runs fall into the same sets
+// Read a channel at a time, a block is up to min(kBlockElements / S, a group's samples) runs of S
+// floats (4 on 32x32 maps, 16 on 16x16 and smaller in a batch of 64), one per sample, C * S floats
+// apart. In MobileNetV2 those distances are multiples of 64 KiB: a channel's runs fall into the same sets
 // of L1 and L2 and evict each other, and the prefetchers start again at every run. Measured on one
 // thread (the AMD EPYC host, 2026-12-06), a [64, 96, 32, 32] tensor took 2.7 ms for its statistics
 // read so, where one pass that reads and writes it (normalize) took 1.8. So a sample group is read
@@ -423,31 +450,25 @@ Welford channel_statistics(const float* x, const BatchNormShape& shape, std::int
 // for_each_block cuts channel c) they belong to, its `index` among the channel's blocks, and whether
 // this run is the block's first (`starts`) and its last (`ends`).
 template <typename Body>
-[[gnu::always_inline]] inline void for_each_run_in_memory_order(const BatchNormShape& shape, const BlockGrid& grid,
-                                                                std::int64_t g, Body&& body) {
-  const std::int64_t stride = shape.channels * shape.spatial;
-  const std::int64_t group_first = g * grid.group_samples;
-  const std::int64_t group_end = std::min(shape.batch, group_first + grid.group_samples);
-  for (std::int64_t n = group_first; n < group_end; ++n) {
-    const std::int64_t block_sample = n - (n - group_first) % grid.block_samples;
-    const std::int64_t planes = std::min(grid.block_samples, group_end - block_sample);
-    const bool starts = n == block_sample, ends = n == block_sample + planes - 1;
-    const std::int64_t first_index = grid.index(g, block_sample, 0);
+[[gnu::always_inline]] inline void for_each_run_in_memory_order(const BlockGrid& grid, std::int64_t g, Body&& body) {
+  const BatchNormShape& shape = grid.shape;
+  for (std::int64_t n = g * grid.group_samples; n < grid.group_end(g); ++n) {
+    const std::int64_t start = grid.block_start(g, n), first_index = grid.index(g, start, 0);
+    const bool starts = n == start, ends = n == start + grid.block_planes(g, start) - 1;
     for (std::int64_t c = 0; c < shape.channels; ++c)
-      for (std::int64_t s = 0, p = 0; s < shape.spatial; s += kBlockElements, ++p) {  // pieces of a large plane
-        const std::int64_t row = shape.offset(n, c, s), length = std::min(kBlockElements, shape.spatial - s);
-        const Block block = grid.pieces > 1 ? Block{row, stride, 1, length}
-                                            : Block{shape.offset(block_sample, c, 0), stride, planes, shape.spatial};
-        body(c, row, length, block, first_index + p, starts, ends);
+      for (std::int64_t p = 0; p < grid.pieces; ++p) {  // pieces of a large plane
+        const Block block = grid.block(c, g, start, p);
+        const std::int64_t row = block.first + (n - start) * block.stride;
+        body(c, row, block.length, block, first_index + p, starts, ends);
       }
   }
 }
 
-// The statistics of sample group g's blocks into blocks[c * grid.channel_blocks + index]; `open`,
-// `tails` and `shifts` hold each channel's unfinished block.
+// The statistics of sample group g's blocks into block_stats (at result_at);
+// `open`, `tails` and `shifts` hold each channel's unfinished block.
 __attribute__((target_clones("avx512f", "avx2", "default")))
-void statistics_in_memory_order(const float* x, const BatchNormShape& shape, const BlockGrid& grid, std::int64_t g,
-                                Welford* blocks, LaneSums* open, LaneTails* tails, float* shifts) {
+void statistics_in_memory_order(const float* x, const BlockGrid& grid, std::int64_t g, Welford* block_stats,
+                                LaneSums* open, LaneTails* tails, float* shifts) {
   const auto add_run = [&](std::int64_t c, std::int64_t row, std::int64_t length, const Block& b, std::int64_t index,
                            bool starts, bool ends) __attribute__((always_inline)) {
     if (starts) {
@@ -460,20 +481,19 @@ void statistics_in_memory_order(const float* x, const BatchNormShape& shape, con
       open[c] = sums;
       return;
     }
-    blocks[c * grid.channel_blocks + index] =
+    block_stats[result_at(grid, c, index)] =
         block_result(x, b, shifts[c], fold(sums.first, tails[c].first), fold(sums.second, tails[c].second));
   };
-  for_each_run_in_memory_order(shape, grid, g, add_run);
+  for_each_run_in_memory_order(grid, g, add_run);
 }
 
-// sum(dy) and sum(dy * (x - mean)) of sample group g's blocks into blocks[c * grid.channel_blocks +
-// index], dy gated by the fused ReLU6's output, or by its output recomputed with affines[c] when
-// they are given.
+// sum(dy) and sum(dy * (x - mean)) of sample group g's blocks into block_sums (at result_at), dy
+// gated by the fused ReLU6's output, or by its output recomputed
+// with affines[c] when they are given.
 __attribute__((target_clones("avx512f", "avx2", "default")))
 void grad_sums_in_memory_order(const float* grad, const float* x, const float* fused_output,
-                               const batch_norm::ChannelAffine<float>* affines, const BatchNormShape& shape,
-                               const BlockGrid& grid, std::int64_t g, const float* mean, batch_norm::GradSums* blocks,
-                               LaneSums* open, LaneTails* tails) {
+                               const batch_norm::ChannelAffine<float>* affines, const BlockGrid& grid, std::int64_t g,
+                               const float* mean, batch_norm::GradSums* block_sums, LaneSums* open, LaneTails* tails) {
   float gated[kBlockElements];  // a run is at most a block long
   const auto add_run = [&](std::int64_t c, std::int64_t row, std::int64_t length, const Block&, std::int64_t index,
                            bool starts, bool ends) __attribute__((always_inline)) {
@@ -485,9 +505,9 @@ void grad_sums_in_memory_order(const float* grad, const float* x, const float* f
       open[c] = sums;
       return;
     }
-    blocks[c * grid.channel_blocks + index] = {fold(sums.first, tails[c].first), fold(sums.second, tails[c].second)};
+    block_sums[result_at(grid, c, index)] = {fold(sums.first, tails[c].first), fold(sums.second, tails[c].second)};
   };
-  for_each_run_in_memory_order(shape, grid, g, add_run);
+  for_each_run_in_memory_order(grid, g, add_run);
 }
 
 // ---- The loops from a saved xhat (Note [One saved tensor per BN-ReLU6], kernels/batch_norm_ops.h)
@@ -923,18 +943,16 @@ void statistics_by_sample_groups(const float* x, const BatchNormShape& shape, do
                                  float* save_mean, float* save_invstd, float* running_mean, float* running_var) {
   const BlockGrid grid = block_grid(shape);
   const auto channels = static_cast<std::size_t>(shape.channels);
-  std::vector<Welford> blocks(channels * static_cast<std::size_t>(grid.channel_blocks));
+  std::vector<Welford> block_stats(channels * static_cast<std::size_t>(grid.channel_blocks));
   for_sample_groups(shape, [&](std::int64_t g, std::int64_t, std::int64_t) {
     std::vector<LaneSums> open(channels);
     std::vector<LaneTails> tails(channels);
     std::vector<float> shifts(channels);
-    statistics_in_memory_order(x, shape, grid, g, blocks.data(), open.data(), tails.data(), shifts.data());
+    statistics_in_memory_order(x, grid, g, block_stats.data(), open.data(), tails.data(), shifts.data());
   });
-  for (std::int64_t c = 0; c < shape.channels; ++c) {
-    Welford stats;
-    for (std::int64_t i = 0; i < grid.channel_blocks; ++i) stats.merge(blocks[static_cast<std::size_t>(c * grid.channel_blocks + i)]);
-    batch_norm::finish_statistics(stats, c, momentum, eps, save_mean, save_invstd, running_mean, running_var);
-  }
+  for (std::int64_t c = 0; c < shape.channels; ++c)
+    batch_norm::finish_statistics(merged_blocks(block_stats, grid, c), c, momentum, eps, save_mean, save_invstd,
+                                  running_mean, running_var);
 }
 
 // Every channel's sum(dy) and sum(dy * xhat), the sample groups read in memory order, dy gated by
@@ -945,19 +963,18 @@ void grad_sums_by_sample_groups(const float* grad, const float* x, const float* 
                                 const float* weight, const float* bias, float* sum_dy, float* sum_dy_xhat) {
   const BlockGrid grid = block_grid(shape);
   const auto channels = static_cast<std::size_t>(shape.channels);
-  std::vector<batch_norm::GradSums> blocks(channels * static_cast<std::size_t>(grid.channel_blocks));
+  std::vector<batch_norm::GradSums> block_sums(channels * static_cast<std::size_t>(grid.channel_blocks));
   std::vector<batch_norm::ChannelAffine<float>> affines;
   if (recompute)
     for (std::int64_t c = 0; c < shape.channels; ++c) affines.push_back(batch_norm::channel_affine(mean, invstd, weight, bias, c));
   for_sample_groups(shape, [&](std::int64_t g, std::int64_t, std::int64_t) {
     std::vector<LaneSums> open(channels);
     std::vector<LaneTails> tails(channels);
-    grad_sums_in_memory_order(grad, x, fused_output, recompute ? affines.data() : nullptr, shape, grid, g, mean,
-                              blocks.data(), open.data(), tails.data());
+    grad_sums_in_memory_order(grad, x, fused_output, recompute ? affines.data() : nullptr, grid, g, mean,
+                              block_sums.data(), open.data(), tails.data());
   });
   for (std::int64_t c = 0; c < shape.channels; ++c) {  // sum(dy * xhat) = invstd * sum(dy * (x - mean))
-    batch_norm::GradSums sums;
-    for (std::int64_t i = 0; i < grid.channel_blocks; ++i) sums.merge(blocks[static_cast<std::size_t>(c * grid.channel_blocks + i)]);
+    const batch_norm::GradSums sums = merged_blocks(block_sums, grid, c);
     sum_dy[c] = static_cast<float>(sums.dy);
     sum_dy_xhat[c] = static_cast<float>(sums.dy_xhat * static_cast<double>(invstd[c]));
   }
@@ -1234,7 +1251,7 @@ void batch_norm_statistics(DType dtype, const void* x, const BatchNormShape& sha
   if (!runs_fast(dtype, shape))
     return cpu::batch_norm_statistics(dtype, x, shape, momentum, eps, save_mean, save_invstd, running_mean, running_var);
   statistics_by_sample_groups(as_f32(x), shape, momentum, eps, as_f32(save_mean), as_f32(save_invstd),
-                               as_f32(running_mean), as_f32(running_var));
+                              as_f32(running_mean), as_f32(running_var));
 }
 
 void batch_norm_normalize(DType dtype, const void* x, const BatchNormShape& shape, const void* mean, const void* invstd,
@@ -1258,7 +1275,7 @@ void batch_norm_backward_sums(DType dtype, const void* grad, const void* x, cons
   if (!runs_fast(dtype, shape))
     return cpu::batch_norm_backward_sums(dtype, grad, x, fused_output, shape, mean, invstd, sum_dy, sum_dy_xhat);
   grad_sums_by_sample_groups(as_f32(grad), as_f32(x), as_f32(fused_output), false, shape, as_f32(mean),
-                              as_f32(invstd), nullptr, nullptr, as_f32(sum_dy), as_f32(sum_dy_xhat));
+                             as_f32(invstd), nullptr, nullptr, as_f32(sum_dy), as_f32(sum_dy_xhat));
 }
 
 void batch_norm_backward_input(DType dtype, const void* grad, const void* x, const void* fused_output,
@@ -1297,7 +1314,7 @@ void batch_norm_backward(DType dtype, const void* grad, const void* x, const voi
   const bool recompute = fused_output && mask_from_input;  // Note [The ReLU6 mask from the input]
   if (sum_dy)
     grad_sums_by_sample_groups(as_f32(grad), as_f32(x), as_f32(fused_output), recompute, shape, as_f32(mean),
-                                as_f32(invstd), as_f32(weight), as_f32(bias), as_f32(sum_dy), as_f32(sum_dy_xhat));
+                               as_f32(invstd), as_f32(weight), as_f32(bias), as_f32(sum_dy), as_f32(sum_dy_xhat));
   grad_input_by_plane_chunks(as_f32(grad), as_f32(x), as_f32(fused_output), recompute, shape, as_f32(mean),
                              as_f32(invstd), as_f32(weight), as_f32(bias), as_f32(sum_dy), as_f32(sum_dy_xhat), training,
                              as_f32(grad_input));

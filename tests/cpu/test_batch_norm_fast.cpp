@@ -133,9 +133,11 @@ void compare(const Results& a, const Results& b, Check check) {
 TEST_CASE("batch norm fast f32 loops match the reference") {
   // Odd S with a tail after the 16 lanes, blocks of a whole sample group (300 samples of 17: groups of
   // 75, under 4096 / 17 = 240 planes), a 4x4 map in groups of 4 samples, groups of 2, 2 and 1 samples
-  // of 1024, planes larger than a block.
+  // of 1024, groups of 7 samples of 1024 cut into blocks of 4 and 3 (the last group of 4 one block),
+  // planes larger than a block, alone or two to a group.
   for (const BatchNormShape shape : {BatchNormShape{5, 4, 23}, BatchNormShape{300, 3, 17}, BatchNormShape{16, 3, 16},
-                                     BatchNormShape{5, 2, 1024}, BatchNormShape{2, 2, 5000}}) {
+                                     BatchNormShape{5, 2, 1024}, BatchNormShape{25, 3, 1024}, BatchNormShape{2, 2, 5000},
+                                     BatchNormShape{5, 4, 5000}}) {
     CAPTURE(shape.batch);
     CAPTURE(shape.spatial);
     const Operands o = operands(shape);
@@ -185,14 +187,16 @@ TEST_CASE("batch norm fast statistics read in memory order give the bits of read
   // Note [Sums in memory order]: batch_norm_statistics reads samples in memory order, carrying each
   // channel's open block from plane to plane; the training forward from a saved xhat still reads a
   // channel at a time (on planes of at least kSweepMinPlane = 64). The same blocks merged in the same
-  // order: the same bits. Blocks of many samples (S = 64, 100, 256), blocks cut short by the end of a
-  // sample group (70 samples: groups of 18, 18, 18 and 16) or by the block size (5 samples of 1024:
-  // groups of 2, 2 and 1), pieces of a plane (5000), a tail after the lanes (100), groups that split
-  // unevenly over 3 threads, and a far first element in every channel, which makes a block read
-  // again around its mean.
+  // order: the same bits. Blocks of a whole sample group (S = 64, 100, 256; 70 samples: groups of 18,
+  // 18, 18 and 16), blocks cut by the block size within a group (25 samples of 1024: groups of 7, 7,
+  // 7 and 4, blocks of 4 and 3), pieces of a plane, one sample to a group or two (5000), a tail after
+  // the lanes (100), groups that split unevenly over 3 threads (the shapes of more than 32768
+  // elements, which run in parallel), and a far first element in every channel, which makes a block
+  // read again around its mean.
   const int saved = omp_get_max_threads();
-  for (const BatchNormShape shape : {BatchNormShape{70, 5, 64}, BatchNormShape{16, 4, 100}, BatchNormShape{9, 5, 256},
-                                     BatchNormShape{5, 2, 1024}, BatchNormShape{2, 3, 5000}}) {
+  for (const BatchNormShape shape : {BatchNormShape{70, 8, 64}, BatchNormShape{16, 4, 100}, BatchNormShape{9, 5, 256},
+                                     BatchNormShape{25, 3, 1024}, BatchNormShape{2, 3, 5000},
+                                     BatchNormShape{5, 4, 5000}}) {
     CAPTURE(shape.batch);
     CAPTURE(shape.spatial);
     for (bool outlier : {false, true}) {
