@@ -141,7 +141,7 @@ struct Block {
 // 2-thread standard-stem training steps, the backward sums took 4.0-4.5 ms of thread time a step
 // against 2.4-3.0 on one thread, and 2.9-3.1 split by sample groups (docs/benchmarks.md, "The speed
 // of `frugal train` on the CPU"). The cost: four blocks per channel where a whole batch of 4x4 maps
-// was one, each folded and merged (their training forward 12% slower on one thread, measured there).
+// was one, each folded and merged (their training forward 13-15% slower on one thread, measured there).
 struct BlockGrid {
   BatchNormShape shape;
   std::int64_t groups;          // sample_groups
@@ -185,10 +185,8 @@ BlockGrid block_grid(const BatchNormShape& shape) {
 }
 
 // Where block `index` of channel c keeps its result (a Welford or batch_norm::GradSums): block-major,
-// so that a group's results, which one thread writes, lie together. Channel-major, the two threads
-// wrote into the same cache lines at every block's end, and a training forward's statistics on 2
-// threads took up to 2.8x as long as split by channel ranges when the two cores did not share an L3
-// (a scratch program, 2026-12-07).
+// so that a group's results, which one thread writes, lie together, not beside another thread's in
+// every channel's cache lines.
 std::size_t result_at(const BlockGrid& grid, std::int64_t c, std::int64_t index) {
   return static_cast<std::size_t>(index * grid.shape.channels + c);
 }
