@@ -138,8 +138,8 @@ struct Block {
 // after the groups, so the sums are those of the channel's walk (channel_statistics) whichever thread
 // ran a group. Split by channel ranges instead, each thread read, sample by sample, the half of the
 // channels it owned, about half of them written on the other core: measured with `perf record` of
-// 2-thread standard-stem training steps, the backward sums took 4.0-4.5 ms of thread time a step
-// against 2.4-3.0 on one thread, and 2.9-3.1 split by sample groups (docs/benchmarks.md, "The speed
+// 2-thread standard-stem training steps, the backward sums took 4.0-4.6 ms of thread time a step
+// against 2.4-2.8 on one thread, and 2.9-3.3 split by sample groups (docs/benchmarks.md, "The speed
 // of `frugal train` on the CPU"). The cost: four blocks per channel where a whole batch of 4x4 maps
 // was one, each folded and merged (their training forward 13-15% slower on one thread, measured there).
 struct BlockGrid {
