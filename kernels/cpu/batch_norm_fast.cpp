@@ -81,11 +81,11 @@ static_assert(sizeof(Lanes) == kLanes * sizeof(float));
 
 // The lanes and the tail's lanes folded into double: each lane and its tail added, then the 16
 // pairs halved in a tree (lane l + lane l + 8, then + 4, + 2, + 1), so that the adds do not wait on
-// each other 16 deep. A block's fold costs about what reading 256 of its elements does: on 4x4 maps,
-// where a block is 16 samples' planes (Note [Blocks within sample groups]), adding the lanes one
-// after another into one total made a [64, 192, 16] training forward 19% slower on one thread (a
-// scratch program, 2026-12-07). A row's remainder (its last length % 16 elements) is added into
-// plain arrays: indexing a vector by a variable lane goes through memory every time.
+// each other 16 deep: a fold ends every block, and on 4x4 maps a block is only 16 samples' planes
+// (Note [Blocks within sample groups]). Its own effect was not measured apart from the blocks': the
+// 4x4 maps' training forward took 13-15% longer on one thread with the smaller blocks either way. A
+// row's remainder (its last length % 16 elements) is added into plain arrays: indexing a vector by a
+// variable lane goes through memory every time.
 double fold(const Lanes& lanes, const float (&tail)[kLanes]) {
   double pairs[kLanes];
   for (std::int64_t l = 0; l < kLanes; ++l)
